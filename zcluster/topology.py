@@ -1,0 +1,180 @@
+"""Which Redis server owns a key: standalone shards (client-side routing) or a native Redis Cluster.
+
+Both topologies route by the hash slot of the key's Redis keys (see :mod:`zcluster.keys`), except roshi's
+routing, which hashes the logical key with murmur3 for compatibility with existing roshi deployments.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import mmh3
+import redis
+
+from zcluster.keys import SLOTS
+from zcluster.types import ConfigError
+
+Routing = Literal["jump", "roshi"]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One Redis server. ``name`` is ``host:port``: safe to log, never holds credentials."""
+
+    name: str
+    client: redis.Redis
+
+
+def jump_hash(key: int, buckets: int) -> int:
+    """Lamping and Veach's jump consistent hash: growing ``buckets`` by one moves 1/(n+1) of the keys."""
+    b, j = -1, 0
+    while j < buckets:
+        b = j
+        key = (key * 2862933555777941757 + 1) & 0xFFFFFFFFFFFFFFFF
+        j = int((b + 1) * (float(1 << 31) / float((key >> 33) + 1)))
+    return b
+
+
+def murmur3(data: bytes) -> int:
+    """32-bit murmur3 with seed 0, unsigned: roshi's shard hash (``murmur3(b"hello") == 0x248BFA47``)."""
+    return int(mmh3.hash(data, 0, signed=False))
+
+
+def safe_name(url: str) -> str:
+    """``host:port`` of a Redis URL, dropping user, password and query."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"unsupported URL scheme {parts.scheme!r} (use redis://, rediss:// or unix://)")
+    if parts.scheme == "unix":
+        return parts.path
+    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+
+
+def client_from_url(url: str, **options: Any) -> redis.Redis:
+    """A binary-safe redis-py client for ``url`` (ACL user/password, ``rediss://`` TLS options in the query)."""
+    options.setdefault("decode_responses", False)
+    options.setdefault("health_check_interval", 0)
+    options.setdefault("socket_connect_timeout", 5.0)
+    options.setdefault("socket_timeout", 30.0)
+    try:
+        return redis.Redis.from_url(url, **options)
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL for {safe_name(url)}: {exc}") from None
+
+
+class StandaloneTopology:
+    """Independent Redis servers; the client picks the shard.
+
+    ``routing="jump"`` (default) maps the key's hash slot to a shard with jump consistent hashing, so
+    adding a shard at the end moves about 1/n of the keys. ``routing="roshi"`` is roshi's
+    ``murmur3(key) % n`` over the logical key (without prefix), for reading data roshi wrote.
+    """
+
+    by_slot = False
+
+    def __init__(self, urls: Sequence[str], routing: Routing = "jump", **options: Any) -> None:
+        if not urls:
+            raise ConfigError("at least one shard URL is needed")
+        if routing not in ("jump", "roshi"):
+            raise ConfigError(f"unknown routing {routing!r}: use 'jump' or 'roshi'")
+        self.routing = routing
+        self.shards = [Shard(safe_name(u), client_from_url(u, **options)) for u in urls]
+        n = len(self.shards)
+        self._table = [jump_hash(slot, n) for slot in range(SLOTS)]
+
+    def shard_of(self, key: bytes, slot: int) -> int:
+        if self.routing == "roshi":
+            return murmur3(key) % len(self.shards)
+        return self._table[slot]
+
+    def masters(self) -> list[Shard]:
+        return list(self.shards)
+
+    def redirect(self, host: str, port: int) -> Shard:
+        raise ConfigError(f"standalone shard answered with a cluster redirect to {host}:{port}")
+
+    def refresh(self) -> None:
+        """Standalone shards have a fixed layout: nothing to refresh."""
+
+    def close(self) -> None:
+        for s in self.shards:
+            s.client.close()
+
+
+class ClusterTopology:
+    """A native Redis Cluster, routed by zcluster itself from ``CLUSTER SLOTS``.
+
+    Script calls carry keys of one hash slot only (Redis Cluster refuses cross-slot calls). MOVED makes
+    the caller refresh the slot map and resend; ASK sends ``ASKING`` and the command to the importing node.
+    """
+
+    by_slot = True
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._options = options
+        self._seed_url = url
+        parts = urlsplit(url)
+        self._scheme = parts.scheme
+        self._netloc_auth = parts.netloc.rpartition("@")[0]
+        self._query = parts.query
+        self._lock = threading.Lock()
+        self.shards: list[Shard] = []
+        self._index: dict[str, int] = {}
+        self._slots: list[int] = [-1] * SLOTS
+        self.refresh()
+
+    def _shard_for(self, host: str, port: int) -> int:
+        name = f"{host}:{port}"
+        idx = self._index.get(name)
+        if idx is None:
+            auth = f"{self._netloc_auth}@" if self._netloc_auth else ""
+            url = f"{self._scheme}://{auth}{host}:{port}" + (f"?{self._query}" if self._query else "")
+            self.shards.append(Shard(name, client_from_url(url, **self._options)))
+            idx = self._index[name] = len(self.shards) - 1
+        return idx
+
+    def refresh(self) -> None:
+        """Reload the slot map from the first node that answers; raises if none does."""
+        with self._lock:
+            candidates = [s.client for s in self.shards] or [client_from_url(self._seed_url, **self._options)]
+            last: Exception | None = None
+            for client in candidates:
+                try:
+                    ranges = client.execute_command("CLUSTER", "SLOTS")
+                except redis.RedisError as exc:
+                    last = exc
+                    continue
+                table = [-1] * SLOTS
+                for row in ranges:
+                    start, end, master = int(row[0]), int(row[1]), row[2]
+                    host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
+                    idx = self._shard_for(host or "127.0.0.1", int(master[1]))
+                    table[start : end + 1] = [idx] * (end - start + 1)
+                self._slots = table
+                return
+            raise ConfigError(f"no Redis Cluster node answered CLUSTER SLOTS (last error: {last})")
+
+    def shard_of(self, key: bytes, slot: int) -> int:
+        idx = self._slots[slot]
+        if idx < 0:
+            raise ConfigError(f"hash slot {slot} is not served by any node of the Redis Cluster")
+        return idx
+
+    def masters(self) -> list[Shard]:
+        owners = sorted({i for i in self._slots if i >= 0})
+        return [self.shards[i] for i in owners]
+
+    def redirect(self, host: str, port: int) -> Shard:
+        with self._lock:
+            return self.shards[self._shard_for(host, port)]
+
+    def close(self) -> None:
+        for s in self.shards:
+            s.client.close()
+
+
+Topology = StandaloneTopology | ClusterTopology

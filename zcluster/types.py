@@ -1,0 +1,196 @@
+"""Value types and errors shared by every layer.
+
+Keys and members are ``str`` or ``bytes``. ``str`` is encoded as UTF-8 with the ``surrogateescape`` error
+handler, so any byte string can also be written as the ``str`` that reads return, and raw non-UTF-8 bytes
+round-trip unchanged. Reads return ``str`` decoded the same way unless the cluster was built with
+``decode=False``, in which case they return ``bytes``.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+Blob = str | bytes
+
+
+class KeyScoreMember(NamedTuple):
+    """One element of a logical set: ``member`` in set ``key`` at ``score`` (a finite IEEE-754 double)."""
+
+    key: Blob
+    score: float
+    member: Blob
+
+
+class KeyMember(NamedTuple):
+    """A member of a logical set, as asked about by :meth:`zcluster.Cluster.score`."""
+
+    key: Blob
+    member: Blob
+
+
+class Presence(NamedTuple):
+    """What the cluster knows of one member.
+
+    ``present`` is False when the member was never written (or its record was trimmed away); then
+    ``inserted`` is False and ``score`` is NaN. Otherwise ``inserted`` says whether the newest write was an
+    insert (the member is visible) or a delete (a tombstone), and ``score`` is that write's score.
+    """
+
+    present: bool
+    inserted: bool
+    score: float
+
+
+NOT_PRESENT = Presence(False, False, math.nan)
+
+_DOUBLE = struct.Struct(">d")
+_UINT64 = struct.Struct(">Q")
+
+
+def to_bytes(value: Blob) -> bytes:
+    """Encode a key or member the way it is stored (UTF-8 with surrogateescape for ``str``)."""
+    if isinstance(value, bytes):
+        return value
+    return value.encode("utf-8", "surrogateescape")
+
+
+def from_bytes(value: bytes) -> str:
+    """Decode a stored key or member; the inverse of :func:`to_bytes` for every byte string."""
+    return value.decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True, order=False)
+class Cursor:
+    """A position in a set's score-descending order: just after ``(score, member)``.
+
+    The string form is roshi's: the decimal of the score's IEEE-754 bits, ``A``, then the URL-safe base64
+    of the member, so cursors handed out by roshi-server clients keep working.
+    """
+
+    score: float
+    member: Blob
+
+    def __str__(self) -> str:
+        bits = _UINT64.unpack(_DOUBLE.pack(float(self.score)))[0]
+        return f"{bits}A{base64.urlsafe_b64encode(to_bytes(self.member)).decode('ascii')}"
+
+    @classmethod
+    def parse(cls, text: str) -> Cursor:
+        """Parse roshi's cursor string; raises :class:`ValueError` naming what is wrong."""
+        bits_text, sep, member_text = text.partition("A")
+        if not sep or not bits_text.isdigit():
+            raise ValueError(f"invalid cursor {text!r}: expected '<uint64 score bits>A<base64 member>'")
+        bits = int(bits_text)
+        if bits >= 1 << 64:
+            raise ValueError(f"invalid cursor {text!r}: score bits exceed 64 bits")
+        try:
+            member = base64.urlsafe_b64decode(member_text.encode("ascii"))
+        except (ValueError, UnicodeEncodeError) as exc:
+            raise ValueError(f"invalid cursor {text!r}: member is not URL-safe base64 ({exc})") from None
+        score = _DOUBLE.unpack(_UINT64.pack(bits))[0]
+        return cls(score, from_bytes(member))
+
+
+class ZClusterError(Exception):
+    """Base class of every error zcluster raises on purpose."""
+
+
+class InvalidTupleError(ZClusterError, ValueError):
+    """A tuple of a write or read was rejected before anything was sent.
+
+    ``index`` is the position of the first bad tuple in the caller's sequence; nothing of the call was sent.
+    """
+
+    def __init__(self, index: int, value: object, reason: str) -> None:
+        self.index = index
+        self.value = value
+        self.reason = reason
+        super().__init__(f"tuple #{index} {value!r}: {reason}; nothing of this call was sent")
+
+
+@dataclass(frozen=True)
+class ShardFailure:
+    """A shard that could not complete its part of a call.
+
+    ``shard`` names the server (``host:port``, never credentials); ``indices`` are positions in the
+    caller's sequence whose outcome is unknown: they may or may not have been applied (the write is
+    idempotent, so resending them is always safe).
+    """
+
+    shard: str
+    error: BaseException
+    indices: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"shard {self.shard}: {type(self.error).__name__}: {self.error} ({len(self.indices)} tuple(s))"
+
+
+@dataclass
+class WriteResult:
+    """Outcome of :meth:`Cluster.insert` / :meth:`Cluster.delete`, per input tuple.
+
+    ``applied[i]`` is True when tuple ``i`` took effect: it was newer than everything the cluster holds for
+    its member (and above the key's trim floor, with a size bound). It is False when the tuple was stale
+    (an equal or newer write already won) or when its shard failed; the failed ones are listed in
+    ``failures``. A stale tuple is not an error: it is the CRDT doing its job.
+    """
+
+    applied: list[bool]
+    failures: list[ShardFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every shard answered (each tuple is either applied or stale)."""
+        return not self.failures
+
+    @property
+    def applied_count(self) -> int:
+        return sum(self.applied)
+
+    @property
+    def failed_indices(self) -> list[int]:
+        return sorted(i for f in self.failures for i in f.indices)
+
+    def raise_for_failures(self) -> WriteResult:
+        """Raise :class:`PartialWriteError` if any shard failed; otherwise return self."""
+        if self.failures:
+            raise PartialWriteError(self)
+        return self
+
+
+class PartialWriteError(ZClusterError):
+    """Some shards failed a write. ``result`` says which tuples were applied and which are unknown."""
+
+    def __init__(self, result: WriteResult) -> None:
+        self.result = result
+        lines = "; ".join(str(f) for f in result.failures)
+        super().__init__(
+            f"{len(result.failed_indices)} of {len(result.applied)} tuple(s) not confirmed ({lines}); "
+            f"{result.applied_count} applied; resending the unconfirmed tuples is safe"
+        )
+
+
+class PartialReadError(ZClusterError):
+    """Some shards failed a read: ``results`` holds the answers that arrived, ``errors`` the failed keys."""
+
+    def __init__(self, results: dict[object, object], errors: dict[object, ShardFailure]) -> None:
+        self.results = results
+        self.errors = errors
+        shards = sorted({f.shard for f in errors.values()})
+        super().__init__(f"{len(errors)} key(s) unanswered; failed shard(s): {', '.join(shards)}")
+
+
+class ConfigError(ZClusterError, ValueError):
+    """A cluster or server configuration is invalid (bad URL, prefix, option)."""
+
+
+def check_limit(limit: int, offset: int = 0) -> None:
+    """Validate select paging arguments: ``limit`` > 0 and ``offset`` >= 0."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
