@@ -94,6 +94,36 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A CA and a server certificate for 127.0.0.1, for TLS-enabled local servers."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def generate(cls, directory: Path) -> TlsFiles:
+        """Create a throwaway CA and a server certificate for 127.0.0.1 with the ``openssl`` command."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise ZClusterError("TLS test certificates need the openssl command (apt-get install openssl)")
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        steps = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+             "-subj", "/CN=zcluster-local-ca"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=127.0.0.1"],
+            ["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf"],
+        ]  # fmt: skip
+        for step in steps:
+            subprocess.run([openssl, *step], cwd=d, check=True, capture_output=True)
+        return cls(d / "ca.crt", d / "server.crt", d / "server.key")
+
+
 @dataclass
 class LocalServer:
     """One ``redis-server`` process on 127.0.0.1:``port`` with data in ``directory``."""
@@ -102,20 +132,33 @@ class LocalServer:
     port: int
     directory: Path
     extra: Sequence[str] = ()
+    tls: TlsFiles | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
+        """``redis://127.0.0.1:<port>``, or ``rediss://...?ssl_ca_certs=<ca>`` for a TLS server."""
+        if self.tls is not None:
+            return f"rediss://127.0.0.1:{self.port}?ssl_ca_certs={self.tls.ca}"
         return f"redis://127.0.0.1:{self.port}"
 
     def client(self, **options: Any) -> redis.Redis:
+        if self.tls is not None:
+            options = {"ssl": True, "ssl_ca_certs": str(self.tls.ca), **options}
         return redis.Redis(host="127.0.0.1", port=self.port, **options)
+
+    def _listen_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
+                "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
+                "--tls-auth-clients", "no"]  # fmt: skip
 
     def start(self, timeout: float = 10.0) -> None:
         if self.process is not None and self.process.poll() is None:
             return
         args = [
-            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+            self.binary, *self._listen_args(), "--bind", "127.0.0.1", "--dir", str(self.directory),
             "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no",
             "--loglevel", "warning", "--logfile", str(self.directory / "server.log"), *self.extra,
         ]  # fmt: skip
@@ -140,6 +183,12 @@ class LocalServer:
                         return
                 except redis.exceptions.BusyLoadingError:
                     pass
+                except (redis.AuthenticationError, redis.exceptions.AuthenticationWrongNumberOfArgsError):
+                    return  # it answers; it wants a password
+                except redis.ResponseError as exc:
+                    if "NOAUTH" in str(exc):
+                        return
+                    raise
                 except (redis.ConnectionError, redis.TimeoutError):
                     pass
                 if time.monotonic() > deadline:
@@ -196,11 +245,11 @@ class _LocalGroup:
         self.servers: list[LocalServer] = []
         _LIVE.add(self)
 
-    def _new_server(self, extra: Sequence[str] = ()) -> LocalServer:
+    def _new_server(self, extra: Sequence[str] = (), tls: TlsFiles | None = None) -> LocalServer:
         port = free_port()
         directory = self.root / str(port)
         directory.mkdir()
-        server = LocalServer(self.binary, port, directory, extra)
+        server = LocalServer(self.binary, port, directory, extra, tls)
         self.servers.append(server)
         return server
 
@@ -241,15 +290,20 @@ class _LocalGroup:
 class LocalShards(_LocalGroup):
     """``n`` standalone Redis servers on free loopback ports; use as a context manager.
 
+    ``extra`` are more server options (e.g. ``["--requirepass", "pw"]``); ``tls=True`` serves TLS only,
+    with a throwaway CA (``.tls.ca``) that the ``rediss://`` URLs in ``.urls`` name.
+
     >>> with LocalShards(2) as shards:
     ...     cluster = Cluster.from_urls(shards.urls)
     """
 
-    def __init__(self, n: int = 2, *, binary: str | None = None, extra: Sequence[str] = ()) -> None:
+    def __init__(self, n: int = 2, *, binary: str | None = None, extra: Sequence[str] = (),
+                 tls: bool = False) -> None:  # fmt: skip
         super().__init__(binary)
         try:
+            self.tls = TlsFiles.generate(self.root / "tls") if tls else None
             for _ in range(n):
-                self._new_server(extra).start()
+                self._new_server(extra, self.tls).start()
         except BaseException:
             self.close()
             raise

@@ -88,8 +88,8 @@ class Cursor:
         if bits >= 1 << 64:
             raise ValueError(f"invalid cursor {text!r}: score bits exceed 64 bits")
         try:
-            member = base64.urlsafe_b64decode(member_text.encode("ascii"))
-        except (ValueError, UnicodeEncodeError) as exc:
+            member = base64.b64decode(member_text.encode("ascii"), altchars=b"-_", validate=True)
+        except (ValueError, UnicodeEncodeError) as exc:  # binascii.Error is a ValueError
             raise ValueError(f"invalid cursor {text!r}: member is not URL-safe base64 ({exc})") from None
         score = _DOUBLE.unpack(_UINT64.pack(bits))[0]
         return cls(score, from_bytes(member))

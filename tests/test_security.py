@@ -1,0 +1,41 @@
+"""TLS (rediss://) and ACL credentials against real servers; passwords never leak into errors or reprs."""
+
+from __future__ import annotations
+
+import pytest
+
+from zcluster import Cluster, KeyScoreMember, PartialWriteError
+from zcluster.local import LocalShards
+
+
+def test_tls_urls_work_against_a_real_tls_server() -> None:
+    with LocalShards(2, tls=True) as s:
+        assert all(u.startswith("rediss://") for u in s.urls)
+        c = Cluster.from_urls(s.urls)
+        assert c.insert([KeyScoreMember(f"k{i}", 1.0, "m") for i in range(20)]).applied_count == 20
+        assert sum(len(v) for v in c.select([f"k{i}" for i in range(20)]).values()) == 20
+        c.close()
+        # without the CA the certificate is refused, and the error says so
+        plain = Cluster.from_urls([u.split("?")[0] for u in s.urls])
+        with pytest.raises(PartialWriteError, match="(?i)certificate|ssl"):
+            plain.insert([KeyScoreMember("k", 1.0, "m")])
+        plain.close()
+
+
+def test_acl_user_and_password_and_no_leak() -> None:
+    secret = "pa55-w0rd-xyz"
+    with LocalShards(1) as s:
+        port = s.servers[0].port
+        with s.servers[0].client() as admin:
+            admin.execute_command("ACL", "SETUSER", "alice", "on", f">{secret}", "~*", "&*", "+@all")
+            admin.execute_command("ACL", "SETUSER", "default", "off")
+        good = Cluster.from_urls([f"redis://alice:{secret}@127.0.0.1:{port}"])
+        assert good.insert([KeyScoreMember("k", 1.0, "m")]).applied == [True]
+        assert secret not in repr(good)
+        good.close()
+        bad = Cluster.from_urls([f"redis://alice:wrong-{secret}@127.0.0.1:{port}"])
+        with pytest.raises(PartialWriteError) as info:
+            bad.insert([KeyScoreMember("k", 2.0, "m")])
+        assert f"127.0.0.1:{port}" in str(info.value)
+        assert secret not in str(info.value) and secret not in repr(info.value.result)
+        bad.close()
