@@ -54,7 +54,7 @@ def test_killed_shard_is_reported_and_other_shards_apply() -> None:
         assert [f.shard for f in result.failures] == [dead_name]
         assert dead_name in str(info.value)
         failed = set(result.failed_indices)
-        on_dead = {i for i, t in enumerate(tuples) if c.topology.shard_of(t.key.encode(), c.layout.slot(t.key.encode())) == 1}
+        on_dead = {i for i, t in enumerate(tuples) if c.topology.shard_of(kb := t.key.encode(), c.layout.slot(kb)) == 1}
         assert failed == on_dead and 0 < len(failed) < len(tuples)
         assert all(result.applied[i] for i in range(len(tuples)) if i not in failed)
         # reads name the failed shard per key instead of dropping the answers

@@ -80,7 +80,9 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 @SETTINGS
 @given(ops=history, data=st.data())
-def test_unbounded_any_order_any_duplication_equals_model(urls: tuple[str, object], ops: list, data: st.DataObject) -> None:  # type: ignore[type-arg]
+def test_unbounded_any_order_any_duplication_equals_model(
+    urls: tuple[str, object], ops: list[tuple[bool, str, float, str]], data: st.DataObject
+) -> None:
     shuffled = data.draw(st.permutations(ops + data.draw(st.lists(st.sampled_from(ops), max_size=10))))
     expected = model(ops)
     one, two = make(urls), make(urls)
@@ -97,8 +99,9 @@ def test_unbounded_any_order_any_duplication_equals_model(urls: tuple[str, objec
 
 @SETTINGS
 @given(ops=history, data=st.data(), bound=st.integers(1, 3))
-def test_bounded_is_idempotent_and_never_shows_stale_members(urls: tuple[str, object], ops: list, data: st.DataObject,
-                                                             bound: int) -> None:  # type: ignore[type-arg]  # fmt: skip
+def test_bounded_is_idempotent_and_never_shows_stale_members(
+    urls: tuple[str, object], ops: list[tuple[bool, str, float, str]], data: st.DataObject, bound: int
+) -> None:
     shuffled = data.draw(st.permutations(ops))
     expected = model(ops)
     c = make(urls, max_size=bound)

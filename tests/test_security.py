@@ -17,7 +17,7 @@ def test_tls_urls_work_against_a_real_tls_server() -> None:
         c.close()
         # without the CA the certificate is refused, and the error says so
         plain = Cluster.from_urls([u.split("?")[0] for u in s.urls])
-        with pytest.raises(PartialWriteError, match="(?i)certificate|ssl"):
+        with pytest.raises(PartialWriteError, match=r"(?i)certificate|ssl"):
             plain.insert([KeyScoreMember("k", 1.0, "m")])
         plain.close()
 
