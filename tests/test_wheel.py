@@ -1,0 +1,37 @@
+"""The built wheel carries the Lua scripts: install it into a fresh venv outside the checkout and write."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zcluster.local import LocalShards
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(600)
+def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(ROOT)],
+                   check=True)  # fmt: skip
+    wheel = next((tmp_path / "dist").glob("zcluster-*.whl"))
+    listing = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], check=True, capture_output=True,
+                             text=True).stdout  # fmt: skip
+    assert "zcluster/lua/write.lua" in listing and "zcluster/py.typed" in listing
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True)
+    script = (
+        "import sys, zcluster, zcluster.scripts as s\n"
+        "assert 'site-packages' in zcluster.__file__, zcluster.__file__\n"
+        "c = zcluster.Cluster.from_urls([sys.argv[1]])\n"
+        "r = c.insert([zcluster.KeyScoreMember('k', 1.0, 'm')])\n"
+        "print(r.applied, c.select(['k'])['k'][0].member, s.write_script().sha)\n"
+    )
+    with LocalShards(1) as shards:
+        out = subprocess.run([str(venv / "bin" / "python"), "-c", script, shards.urls[0]], check=True,
+                             capture_output=True, text=True, cwd=tmp_path).stdout.split()  # fmt: skip
+    assert out[:2] == ["[True]", "m"]
