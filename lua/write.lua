@@ -1,8 +1,9 @@
 -- zcluster 2P-set write: many tuples per call, one logical set per tuple.
 --
--- KEYS, per tuple (stride 2, or 3 with a size bound): the add set K+, the remove set K-[, the trim floor].
--- ARGV[1] = "+" (insert) or "-" (delete); ARGV[2] = size bound N (0 = unbounded);
--- then per tuple: score (a decimal the client printed exactly), member.
+-- KEYS, per tuple (stride 2, or 3 with floors): the add set K+, the remove set K-[, the floor].
+-- ARGV[1] = "+" (insert) or "-" (delete); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = "1" when
+-- floor keys are passed (always with a bound); then per tuple: score (a decimal the client printed
+-- exactly), member.
 -- Returns a string with one character per tuple: "1" took effect, "0" stale.
 --
 -- Scores are passed to ZADD as the client's own text: Lua prints numbers with 14 digits, which would
@@ -10,10 +11,11 @@
 -- Loops over ARGV by index: unpack() of thousands of values overflows Lua's stack.
 local insert = ARGV[1] == "+"
 local bound = tonumber(ARGV[2])
+local floors = ARGV[3] == "1"
 local stride = 2
-if bound > 0 then stride = 3 end
+if floors then stride = 3 end
 local out = {}
-local n = (#ARGV - 2) / 2
+local n = (#ARGV - 3) / 2
 
 -- Redis answers a missing score or string as false.
 local function num(reply)
@@ -36,14 +38,14 @@ local function trim(set, floorkey, floor)
 end
 
 for i = 1, n do
-  local stext = ARGV[2 * i + 1]
+  local stext = ARGV[2 * i + 2]
   local s = tonumber(stext)
-  local m = ARGV[2 * i + 2]
+  local m = ARGV[2 * i + 3]
   local base = (i - 1) * stride
   local adds = KEYS[base + 1]
   local rems = KEYS[base + 2]
   local floorkey, floor = nil, nil
-  if bound > 0 then
+  if floors then
     floorkey = KEYS[base + 3]
     floor = num(redis.call("GET", floorkey))
   end

@@ -193,3 +193,17 @@ def test_trimmed_tombstone_does_not_resurrect_an_older_insert(bounded: Cluster) 
     assert members(c, "z") == []
     # newer than everything forgotten: accepted
     assert c.insert([KSM("z", 100.0, "victim")]).applied == [True]
+
+
+def test_forget_drops_old_records_and_blocks_their_replays(any_cluster: Cluster) -> None:
+    c = Cluster(any_cluster.topology, prefix=any_cluster.layout.prefix, floors=True)
+    c.insert([KSM("ret", float(i), f"m{i}") for i in range(10)])
+    c.delete([KSM("ret", 3.5, "m3"), KSM("ret", 20.0, "late-ghost")])
+    assert c.forget(["ret", "never"], up_to=4.0) == 5  # m0 m1 m2 m4 (m3 is K-) and m3's tombstone
+    assert [m for m, _ in members(c, "ret")] == [f"m{i}" for i in range(9, 4, -1)]
+    # replays of anything at or below the horizon are stale now, deleted or not
+    assert c.insert([KSM("ret", 3.0, "m3"), KSM("ret", 1.0, "m1"), KSM("never", 4.0, "x")]).applied == [False] * 3
+    assert c.insert([KSM("ret", 4.5, "m3")]).applied == [True]
+    assert c.score([("ret", "late-ghost")])[KeyMember("ret", "late-ghost")] == Presence(True, False, 20.0)
+    with pytest.raises(Exception, match="floors"):
+        any_cluster.forget(["ret"], 1.0)

@@ -140,6 +140,7 @@ class Cluster:
         topology: Topology,
         *,
         max_size: int | None = None,
+        floors: bool | None = None,
         prefix: Blob = "zc:",
         batch_size: int = 256,
         pipeline_calls: int = 64,
@@ -153,11 +154,15 @@ class Cluster:
         self.topology = topology
         self.layout = KeyLayout(prefix)
         self.max_size = max_size
+        if floors is False and max_size is not None:
+            raise ConfigError("a size bound needs floors: trimming without them would resurrect deleted members")
+        self.floors = max_size is not None if floors is None else floors
         self.batch_size = batch_size
         self.pipeline_calls = pipeline_calls
         self.decode = decode
         self.instrumentation = instrumentation
         self._script = scripts.write_script()
+        self._forget = scripts.forget_script()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -217,13 +222,15 @@ class Cluster:
         work = self._encode_writes(items)
         sha = self._script.sha
         bound = self.max_size or 0
-        nkeys_per = 3 if bound else 2
+        floors = self.floors
+        nkeys_per = 3 if floors else 2
+        flag = b"1" if floors else b"0"
         applied = [False] * len(items)
         commands: dict[int, list[tuple[Any, ...]]] = {}
         index_lists: dict[int, list[list[int]]] = {}
         for shard_idx, calls in work.items():
             commands[shard_idx] = [
-                ("EVALSHA", sha, len(c.indices) * nkeys_per, *c.keys, op, bound, *c.argv) for c in calls
+                ("EVALSHA", sha, len(c.indices) * nkeys_per, *c.keys, op, bound, flag, *c.argv) for c in calls
             ]
             index_lists[shard_idx] = [c.indices for c in calls]
         outcome = self._fanout(commands, self._run_commands)
@@ -254,7 +261,7 @@ class Cluster:
         """Validate every tuple, then group them into script calls per shard (per slot on a Redis Cluster)."""
         layout, topo = self.layout, self.topology
         head = layout.head
-        bounded = self.max_size is not None
+        bounded = self.floors
         by_slot = topo.by_slot
         groups: dict[int, _Call] = {}
         slot_shard: dict[int, int] = {}
@@ -426,10 +433,37 @@ class Cluster:
         if batch:
             yield batch
 
+    def forget(self, keys: Iterable[Blob], up_to: float) -> int:
+        """Retention: drop every record (inserts and tombstones) of ``keys`` with score <= ``up_to``.
+
+        The keys' floors rise to ``up_to``, so later writes at or below it are stale: nothing forgotten
+        comes back through a late replay. Needs ``floors`` (a Cluster built with ``floors=True`` or a
+        ``max_size``); without them a forgotten tombstone would let an older insert resurrect. Returns
+        the number of entries removed. A failed shard raises :class:`PartialReadError` naming its keys.
+        """
+        if not self.floors:
+            raise ConfigError("forget() needs a Cluster with floors=True (or max_size)")
+        started = time.perf_counter()
+        bound = _score(up_to, 0, up_to)
+        key_list = list(keys)
+        encoded = self._encode_keys(key_list)
+        layout, sha = self.layout, self._forget.sha
+        result = self._read(
+            "forget", key_list, encoded,
+            lambda kb: [("EVALSHA", sha, 3, layout.adds(kb), layout.removes(kb), layout.floor(kb), bound)],
+            lambda key, replies: int(replies[0]),
+        )  # fmt: skip
+        self._finish("forget", result, len(key_list), started, True)
+        return sum(result.values())
+
     def load_scripts(self) -> None:
-        """Load the write script on every master now (it is otherwise loaded on first NOSCRIPT)."""
+        """Load the scripts on every master now (they are otherwise loaded on first NOSCRIPT)."""
         for shard in self.topology.masters():
-            shard.client.script_load(self._script.source)
+            self._load_on(shard.client)
+
+    def _load_on(self, client: redis.Redis) -> None:
+        client.script_load(self._script.source)
+        client.script_load(self._forget.source)
 
     # -- read plumbing ------------------------------------------------------------------------------------
 
@@ -550,7 +584,7 @@ class Cluster:
             replies.extend(self._pipeline(shard.client, commands[lo : lo + step]))
         missing = [j for j, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if missing:
-            shard.client.script_load(self._script.source)
+            self._load_on(shard.client)
             for j, r in zip(missing, self._pipeline(shard.client, [commands[j] for j in missing]), strict=True):
                 replies[j] = r
         for j, r in enumerate(replies):
@@ -586,7 +620,7 @@ class Cluster:
             cmds = [("ASKING",), command] if asking else [command]
             reply = self._pipeline(client, cmds)[-1]
             if isinstance(reply, NoScriptError):
-                client.script_load(self._script.source)
+                self._load_on(client)
                 reply = self._pipeline(client, cmds)[-1]
             if not isinstance(reply, MovedError | AskError | TryAgainError):
                 return reply

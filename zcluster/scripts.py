@@ -31,4 +31,10 @@ def load(name: str) -> Script:
 
 
 def write_script() -> Script:
+    """The batched 2P-set insert/delete script."""
     return load("write")
+
+
+def forget_script() -> Script:
+    """The retention script behind :meth:`zcluster.Cluster.forget`."""
+    return load("forget")
