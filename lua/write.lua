@@ -60,6 +60,8 @@ for i = 1, n do
       if bound > 0 and not ins and redis.call("ZCARD", adds) >= bound then
         local low = redis.call("ZRANGE", adds, 0, 0, "WITHSCORES")
         full = s < tonumber(low[2])
+        -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
+        if full and (floor == nil or s > floor) then redis.call("SET", floorkey, stext) end
       end
       if not full then
         if del then redis.call("ZREM", rems, m) end

@@ -11,6 +11,7 @@ and at most N members are visible.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -75,7 +76,12 @@ def make(urls: tuple[str, object], max_size: int | None = None) -> Cluster:
     return Cluster.from_cluster_url(where, prefix=prefix, max_size=max_size)  # type: ignore[arg-type]
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# ZC_EXAMPLES raises the example count for a longer hunt (600 ran clean when this was written).
+SETTINGS = settings(
+    max_examples=int(os.environ.get("ZC_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 
 @SETTINGS

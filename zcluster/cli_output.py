@@ -110,7 +110,7 @@ def console(stderr: bool = False) -> Console:
 
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """Print a plain table on stdout; cells are shown literally (no rich markup)."""
-    table = Table(title=title, box=box.SIMPLE, title_justify="left")
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", show_edge=False, pad_edge=False)
     for name in columns:
         table.add_column(name, overflow="fold")
     for row in rows:

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from zcluster.keys import SLOTS
 from zcluster.types import ZClusterError
@@ -174,7 +176,8 @@ class LocalServer:
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        client = self.client(socket_connect_timeout=0.5, socket_timeout=1.0)
+        # No client-side retries: each probe should answer at once (redis-py retries auth errors otherwise).
+        client = self.client(socket_connect_timeout=0.5, socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
         try:
             while True:
                 if self.process is not None and self.process.poll() is not None:

@@ -180,8 +180,9 @@ class PartialReadError(ZClusterError):
     def __init__(self, results: dict[object, object], errors: dict[object, ShardFailure]) -> None:
         self.results = results
         self.errors = errors
-        shards = sorted({f.shard for f in errors.values()})
-        super().__init__(f"{len(errors)} key(s) unanswered; failed shard(s): {', '.join(shards)}")
+        causes = {f.shard: f"{type(f.error).__name__}: {f.error}" for f in errors.values()}
+        detail = "; ".join(f"{shard} ({cause})" for shard, cause in sorted(causes.items()))
+        super().__init__(f"{len(errors)} key(s) unanswered; failed shard(s): {detail}")
 
 
 class ConfigError(ZClusterError, ValueError):

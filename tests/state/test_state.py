@@ -1,0 +1,111 @@
+"""State in the cluster: exact clock ordering in Redis, monotonic producer states, offsets, progress, dedup."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zcluster import Cluster, KeyScoreMember
+from zcluster.message.sequencer import ProducerState
+from zcluster.message.uuid import ZERO_UUID, ProducerID, build_uuid
+from zcluster.state import DedupStore, StateStore, clock_to_score, score_to_clock
+from zcluster.state.clocks import MAX_CLOCK
+
+P1, P2 = ProducerID(bytes.fromhex("010203040506")), ProducerID(bytes.fromhex("0a0b0c0d0e0f"))
+
+
+@given(st.integers(0, MAX_CLOCK), st.integers(0, MAX_CLOCK))
+def test_clock_scores_keep_order_and_round_trip(a: int, b: int) -> None:
+    assert score_to_clock(clock_to_score(a)) == a
+    assert (a < b) == (clock_to_score(a) < clock_to_score(b))
+
+
+def test_clocks_one_bit_apart_compare_correctly_inside_redis(any_cluster: Cluster) -> None:
+    c = any_cluster
+    base = 0x1EF0_1234_5678_9AB0  # a realistic Gazette clock, far above 2**53
+    assert float(base) == float(base + 1)  # as plain numbers these two collide...
+    lo, hi = clock_to_score(base), clock_to_score(base + 1)
+    c.insert([KeyScoreMember("clk", hi, "m")])
+    assert c.insert([KeyScoreMember("clk", lo, "m")]).applied == [False]  # ...as bit patterns they do not
+    assert score_to_clock(c.select(["clk"])["clk"][0].score) == base + 1
+    c.insert([KeyScoreMember("clk2", lo, "m")])
+    assert c.insert([KeyScoreMember("clk2", hi, "m")]).applied == [True]
+
+
+def test_producer_states_only_move_forward(any_cluster: Cluster) -> None:
+    store = StateStore(any_cluster, "app1")
+    open_span = ProducerState("j/1", P1, last_ack=100, begin=40, max_clock=120)
+    committed = ProducerState("j/1", P1, last_ack=130, begin=-1, max_clock=130)
+    other = ProducerState("j/1", P2, last_ack=7, begin=-1, max_clock=7)
+    store.save_producers([open_span, other])
+    assert sorted(store.load_producers(["j/1"])) == sorted([open_span, other])
+    store.save_producers([committed])
+    assert set(store.load_producers(["j/1"])) == {committed, other}
+    store.save_producers([open_span])  # a zombie with the older state
+    assert set(store.load_producers(["j/1"])) == {committed, other}
+    # superseded records were garbage-collected: one record per producer
+    raw = store.cluster.select(["app1/producers/j/1"], limit=100)["app1/producers/j/1"]
+    assert len(raw) == 2
+    # one bit of clock decides
+    newer = ProducerState("j/1", P2, last_ack=8, begin=-1, max_clock=8)
+    store.save_producers([newer])
+    store.save_producers([other])
+    assert set(store.load_producers(["j/1"])) == {committed, newer}
+    assert store.prune_producers("j/1", older_than_clock=8) == 2  # P2 at clock 8, and its tombstone at 7
+    assert set(store.load_producers(["j/1"])) == {committed}
+    assert store.load_producers(["missing"]) == []
+
+
+def test_offsets_and_progress_are_monotonic(any_cluster: Cluster) -> None:
+    store = StateStore(any_cluster, "app2")
+    store.save_offsets({"a": 100, "b": 5})
+    store.save_offsets({"a": 50, "b": 9})
+    assert store.load_offsets() == {"a": 100, "b": 9}
+    assert store.committed_batch("q1") is None
+    assert store.commit_batch("q1", 3) is True
+    assert store.commit_batch("q1", 3) is False  # replayed batch
+    assert store.commit_batch("q1", 2) is False  # zombie with an older batch
+    assert store.committed_batch("q1") == 3
+    assert store.committed_batch("q2") is None  # a new query id (new checkpoint) starts fresh
+    with pytest.raises(ValueError):
+        StateStore(any_cluster, "a/b")
+
+
+def test_dedup_admits_once(any_cluster: Cluster) -> None:
+    d = DedupStore(any_cluster, namespace=f"{any_cluster.layout.prefix.decode()}dd:")
+    u1, u2 = build_uuid(P1, 1000, 0), build_uuid(P1, 1001, 0)
+    assert d.admit("j", u1) is True
+    assert d.admit("j", u1) is False
+    assert d.admit("other", u1) is True  # per journal
+    assert d.admit_many([("j", u2), ("j", u2), ("j", u1), ("j", ZERO_UUID), ("j", ZERO_UUID)]) == [
+        True, False, False, True, True]  # fmt: skip
+    assert d.prune("j", 1000) == 1
+    assert d.admit("j", u1) is False  # pruned, but never admitted twice
+    assert d.admit("j", build_uuid(P2, 999, 0)) is False  # too old: refused
+    assert d.admit("j", build_uuid(P2, 1002, 0)) is True
+
+
+def _admit_worker(args: tuple[list[str], str, list[bytes], int]) -> list[bytes]:
+    urls, ns, uuids, seed = args
+    random.Random(seed).shuffle(uuids)
+    with Cluster.from_urls(urls) as c:
+        d = DedupStore(c, namespace=ns)
+        won = []
+        for lo in range(0, len(uuids), 50):
+            chunk = uuids[lo : lo + 50]
+            won.extend(u for u, ok in zip(chunk, d.admit_many([("j", u) for u in chunk]), strict=True) if ok)
+        return won
+
+
+def test_dedup_is_exactly_once_across_processes(shards: object, prefix: str) -> None:
+    uuids = [build_uuid(P1, 5000 + i, 0) for i in range(2000)]
+    urls = shards.urls  # type: ignore[attr-defined]
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_admit_worker, [(urls, f"{prefix}mp:", list(uuids), seed) for seed in range(4)])
+    admitted = [u for r in results for u in r]
+    assert sorted(admitted) == sorted(uuids)  # each exactly once over all processes
+    assert all(len(r) > 0 for r in results) or len(results) == 4

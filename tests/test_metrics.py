@@ -1,0 +1,80 @@
+"""PrometheusInstrumentation attached to a real Cluster: counters per operation and shard errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+from prometheus_client import CollectorRegistry
+
+from zcluster import Cluster, KeyMember, KeyScoreMember
+from zcluster.local import LocalShards, free_port
+from zcluster.metrics import PrometheusInstrumentation
+
+
+class Metrics:
+    """A PrometheusInstrumentation on its own registry, with a reader for sample values."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.hook = PrometheusInstrumentation(self.registry)
+
+    def value(self, name: str, **labels: str) -> float:
+        found = self.registry.get_sample_value(name, labels)
+        return 0.0 if found is None else found
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics()
+
+
+@pytest.fixture
+def cluster(shards: LocalShards, prefix: str, metrics: Metrics) -> Iterator[Cluster]:
+    with Cluster.from_urls(shards.urls, prefix=prefix, instrumentation=metrics.hook) as c:
+        yield c
+
+
+def test_counts_calls_records_and_applied(cluster: Cluster, metrics: Metrics) -> None:
+    tuples = [KeyScoreMember(f"k{i}", 1.0, "m") for i in range(5)]
+    cluster.insert(tuples)
+    cluster.insert([*tuples[:2], KeyScoreMember("k0", 2.0, "m")])  # two stale, one newer
+    cluster.delete([KeyScoreMember("k1", 3.0, "m")])
+    cluster.select(["k0", "k1", "k2"])
+    cluster.select_range(["k0"])
+    cluster.score([KeyMember("k0", "m"), KeyMember("k1", "m")])
+    list(cluster.keys())
+
+    assert metrics.value("zcluster_calls_total", op="insert") == 2
+    assert metrics.value("zcluster_records_total", op="insert") == 8
+    assert metrics.value("zcluster_applied_total", op="insert") == 6
+    assert metrics.value("zcluster_calls_total", op="delete") == 1
+    assert metrics.value("zcluster_applied_total", op="delete") == 1
+    assert metrics.value("zcluster_calls_total", op="select") == 1
+    assert metrics.value("zcluster_records_total", op="select") == 3
+    assert metrics.value("zcluster_calls_total", op="select_range") == 1
+    assert metrics.value("zcluster_records_total", op="score") == 2
+    assert metrics.value("zcluster_call_seconds_count", op="insert") == 2
+    assert metrics.value("zcluster_call_seconds_sum", op="insert") > 0
+    assert metrics.value("zcluster_shard_errors_total", op="insert", shard=cluster.topology.shards[0].name) == 0
+
+
+def test_failed_shard_increments_the_error_counter(shards: LocalShards, prefix: str, metrics: Metrics) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    with Cluster.from_urls([shards.urls[0], f"redis://{dead}"], prefix=prefix, instrumentation=metrics.hook) as c:
+        tuples = [KeyScoreMember(f"k{i}", 1.0, "m") for i in range(20)]
+        result = c.insert(tuples, raise_on_error=False)
+        assert [f.shard for f in result.failures] == [dead]
+        assert 0 < result.applied_count < 20
+        assert metrics.value("zcluster_shard_errors_total", op="insert", shard=dead) == 1
+        assert metrics.value("zcluster_applied_total", op="insert") == result.applied_count
+        assert metrics.value("zcluster_records_total", op="insert") == 20
+
+        read = c.select([t.key for t in tuples], strict=False)
+        assert read.errors and all(f.shard == dead for f in read.errors.values())
+        assert metrics.value("zcluster_shard_errors_total", op="select", shard=dead) == 1
+        c.score([KeyMember(t.key, "m") for t in tuples], strict=False)
+        assert metrics.value("zcluster_shard_errors_total", op="score", shard=dead) == 1
+        assert metrics.value("zcluster_shard_errors_total", op="insert", shard=shards.servers[0].url[8:]) == 0

@@ -1,0 +1,93 @@
+"""Messages and envelopes.
+
+A message is any object with a UUID; the layer asks nothing else of it, except that a Publisher
+needs ``set_uuid`` and ``new_acknowledgement`` and calls ``validate()`` when a message has one. An
+Envelope is a message read from a journal: where it came from (journal and byte range) plus its
+16-byte UUID, taken once from the message so sequencing never calls back into message code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from zcluster.message.uuid import Flags, ProducerID, get_clock, get_flags, get_producer_id
+
+__all__ = ["Envelope", "Message", "Validator"]
+
+
+@runtime_checkable
+class Message(Protocol):
+    def get_uuid(self) -> bytes:
+        """The message's 16-byte UUID (the all-zero UUID if it has none)."""
+        ...
+
+    def set_uuid(self, uuid: bytes) -> None:
+        """Store `uuid`; a Publisher calls this once the append order of the message is fixed."""
+        ...
+
+    def new_acknowledgement(self, journal: str) -> Message:
+        """Return a fresh message of the kind `journal` holds, to carry an ACK_TXN UUID."""
+        ...
+
+
+@runtime_checkable
+class Validator(Protocol):
+    def validate(self) -> None:
+        """Raise if the message must not be published."""
+        ...
+
+
+class Envelope:
+    """A message with its journal, byte range [begin, end) in that journal, and UUID.
+
+    Envelopes compare equal when all five fields are equal. `is_ack` tells applications which
+    delivered envelopes are ACK_TXN messages (delivered by read-committed readers, as in Gazette,
+    and usually skipped by applications).
+    """
+
+    __slots__ = ("begin", "end", "journal", "message", "uuid")
+
+    def __init__(self, journal: str, begin: int, end: int, message: Any, uuid: bytes | None = None) -> None:
+        self.journal = journal
+        self.begin = begin
+        self.end = end
+        self.message = message
+        if uuid is None:
+            uuid = message.get_uuid()
+        if len(uuid) != 16:
+            raise ValueError(f"a UUID is 16 bytes, not {len(uuid)}")
+        self.uuid = uuid
+
+    @property
+    def clock(self) -> int:
+        return get_clock(self.uuid)
+
+    @property
+    def flags(self) -> int:
+        return get_flags(self.uuid)
+
+    @property
+    def producer(self) -> ProducerID:
+        return get_producer_id(self.uuid)
+
+    @property
+    def is_ack(self) -> bool:
+        return get_flags(self.uuid) == Flags.ACK_TXN
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Envelope):
+            return NotImplemented
+        return (self.journal, self.begin, self.end, self.uuid, self.message) == (
+            other.journal,
+            other.begin,
+            other.end,
+            other.uuid,
+            other.message,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # Mutable message inside: not hashable.
+
+    def __repr__(self) -> str:
+        return (
+            f"Envelope({self.journal!r}, {self.begin}, {self.end}, {self.message!r}, uuid={self.uuid.hex()})"
+        )

@@ -1,0 +1,102 @@
+"""Ready-made messages for the text framings, compatible with what Gazette producers write.
+
+* JsonMessage: a JSON object whose ``"UUID"`` member holds the canonical UUID string (the encoding
+  of a Go struct with a ``UUID message.UUID`` field).
+* CsvRecord: a CSV record whose first field is the UUID string (Gazette's ``CSVRecord``).
+
+Binary framings (protobuf-fixed) carry application-defined payloads; applications provide their
+own message class implementing ``get_uuid``/``set_uuid``/``new_acknowledgement`` and ``to_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from zcluster.message.uuid import ZERO_UUID, format_uuid, parse_uuid
+
+__all__ = ["CsvRecord", "JsonMessage"]
+
+
+class JsonMessage:
+    """A JSON object message. A missing UUID member reads as the all-zero UUID (never sequenced)."""
+
+    __slots__ = ("doc",)
+    uuid_key: ClassVar[str] = "UUID"
+
+    def __init__(self, doc: dict[str, Any] | None = None) -> None:
+        self.doc: dict[str, Any] = {} if doc is None else doc
+
+    @classmethod
+    def from_json(cls, value: Any) -> JsonMessage:
+        """Build from a decoded JSON value. Raises ValueError unless it is an object whose UUID
+        member, if present, is a canonical UUID string."""
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+        u = value.get(cls.uuid_key)
+        if u is not None:
+            if not isinstance(u, str):
+                raise ValueError(f"{cls.uuid_key} must be a string")
+            parse_uuid(u)
+        return cls(value)
+
+    def to_json(self) -> Any:
+        return self.doc
+
+    def get_uuid(self) -> bytes:
+        u = self.doc.get(self.uuid_key)
+        return ZERO_UUID if u is None else parse_uuid(u)
+
+    def set_uuid(self, uuid: bytes) -> None:
+        self.doc[self.uuid_key] = format_uuid(uuid)
+
+    def new_acknowledgement(self, journal: str) -> JsonMessage:
+        return type(self)()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JsonMessage) and self.doc == other.doc
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.doc!r})"
+
+
+class CsvRecord:
+    """A CSV record whose first field is the message UUID."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        if not fields:
+            raise ValueError("a CsvRecord needs at least the UUID field")
+        self.fields = list(fields)
+
+    @classmethod
+    def from_csv(cls, fields: list[str]) -> CsvRecord:
+        """Build from parsed fields. Raises ValueError if the first field is not a UUID string."""
+        if not fields:
+            raise ValueError("fields are empty")
+        parse_uuid(fields[0])
+        return cls(fields)
+
+    def to_csv(self) -> list[str]:
+        return self.fields
+
+    def get_uuid(self) -> bytes:
+        return parse_uuid(self.fields[0])
+
+    def set_uuid(self, uuid: bytes) -> None:
+        self.fields[0] = format_uuid(uuid)
+
+    def new_acknowledgement(self, journal: str) -> CsvRecord:
+        # Same width as this record: a CSV journal's field count is fixed by its first record.
+        return type(self)([format_uuid(ZERO_UUID)] + [""] * (len(self.fields) - 1))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CsvRecord) and self.fields == other.fields
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CsvRecord({self.fields!r})"

@@ -1,0 +1,435 @@
+"""The Sequencer: turns read-uncommitted envelopes into read-committed ones, exactly once.
+
+It follows Gazette's ``message.Sequencer`` state machine. For each (journal, producer) it tracks
+the last acknowledged clock (``min_clock``, exclusive), the largest clock of the open span
+(``max_clock``, inclusive) and the begin offset of that span. Each envelope given to
+``queue_uncommitted`` gets a QueueOutcome:
+
+* an OUTSIDE_TXN message with a new clock commits itself (OUTSIDE_COMMIT); a clock at or below the
+  last ACK is a duplicate and is dropped (OUTSIDE_ALREADY_ACKED);
+* a CONTINUE_TXN message opens (CONTINUE_BEGIN_SPAN) or extends (CONTINUE_EXTEND_SPAN) the producer's
+  span, or is dropped as a duplicate (CONTINUE_ALREADY_ACKED, CONTINUE_TXN_CLOCK_LARGER);
+* an ACK_TXN commits the span's messages with clocks up to its own and rolls back those above it
+  (ACK_EMPTY, ACK_COMMIT_RING, or ACK_COMMIT_REPLAY when part of the span has left the ring); an ACK
+  at the last ACK's clock rolls the span back (ACK_ROLLBACK); an ACK *below* it also rolls back, and
+  is logged as an error: exactly-once degrades to at-least-once there, as in Gazette.
+
+After an outcome that commits, call ``step()`` until it returns None; every envelope it returns is
+committed, in journal order, once. ACK envelopes are returned too (``Envelope.is_ack``). Committed
+messages are released as soon as their ACK is read, whatever other producers still have open: no
+head-of-line blocking. Envelopes whose clock is zero (e.g. the all-zero UUID) opt out: they are
+always committed at once and never tracked.
+
+A bounded ring holds recent envelopes. When an ACK commits a span that began before the ring's
+oldest entry, ``replay_range()`` names the exact journal byte range to read again, and
+``start_replay(iterator)`` supplies those envelopes; ``step()`` then resumes.
+
+``checkpoint()`` returns journal offsets and producer states from which a new Sequencer continues
+exactly where this one is: offsets never pass a commit whose span is not fully dequeued, and the
+states make duplicates on both sides of the checkpoint recognisable.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterable, Iterator, Mapping
+from enum import IntEnum
+from typing import NamedTuple
+
+from zcluster.message.envelope import Envelope
+from zcluster.message.uuid import ProducerID, format_uuid
+
+__all__ = [
+    "Checkpoint",
+    "ProducerState",
+    "QueueOutcome",
+    "ReplayError",
+    "ReplayRange",
+    "ReplayRequiredError",
+    "Sequencer",
+    "SequencerError",
+]
+
+log = logging.getLogger(__name__)
+
+_unpack = struct.Struct(">IHHH6s").unpack
+_OUTSIDE, _CONTINUE, _ACK = 0, 1, 2
+
+
+class QueueOutcome(IntEnum):
+    """The decision ``Sequencer.queue_uncommitted`` made for an envelope (Gazette's names)."""
+
+    OUTSIDE_ALREADY_ACKED = 0
+    OUTSIDE_COMMIT = 1
+    CONTINUE_ALREADY_ACKED = 2
+    CONTINUE_TXN_CLOCK_LARGER = 3
+    CONTINUE_BEGIN_SPAN = 4
+    CONTINUE_EXTEND_SPAN = 5
+    ACK_ROLLBACK = 6
+    ACK_EMPTY = 7
+    ACK_COMMIT_RING = 8
+    ACK_COMMIT_REPLAY = 9
+
+
+_O = QueueOutcome
+_COMMITS = frozenset({_O.OUTSIDE_COMMIT, _O.ACK_EMPTY, _O.ACK_COMMIT_RING, _O.ACK_COMMIT_REPLAY})
+
+
+class ProducerState(NamedTuple):
+    """Checkpointed state of one producer in one journal.
+
+    `last_ack`: clock of its last acknowledged message. `begin`: journal offset where its open span
+    (not yet fully dequeued) begins, or -1 when it has none. `max_clock`: the largest clock of that
+    span read so far; Gazette's ProducerState lacks it (None, as when restoring a Gazette
+    checkpoint, means `last_ack`). Keeping it lets a restored Sequencer recognise duplicates of
+    span messages that were read before the checkpoint.
+    """
+
+    journal: str
+    producer: ProducerID
+    last_ack: int
+    begin: int
+    max_clock: int | None = None
+
+
+class Checkpoint(NamedTuple):
+    """Offsets to resume reading each journal from, and the producer states to restore."""
+
+    offsets: dict[str, int]
+    states: list[ProducerState]
+
+
+class ReplayRange(NamedTuple):
+    """Read [begin, end) of `journal` again and pass the envelopes to ``start_replay``."""
+
+    journal: str
+    begin: int
+    end: int
+
+
+class SequencerError(Exception):
+    """The Sequencer was used out of order (a programming error in the caller)."""
+
+
+class ReplayRequiredError(SequencerError):
+    """``step()`` was called after ACK_COMMIT_REPLAY without ``start_replay()``."""
+
+
+class ReplayError(Exception):
+    """The replay iterator failed or yielded an envelope outside the requested range.
+    The Sequencer is unchanged by the bad envelope; the caller may start a correct replay."""
+
+
+class _Partial:
+    """A producer's state within a journal, and its span's entries in the ring."""
+
+    __slots__ = ("begin", "journal", "max_clock", "min_clock", "producer", "ring_start", "ring_stop")
+
+    def __init__(self, journal: str, producer: bytes, min_clock: int, max_clock: int, begin: int) -> None:
+        self.journal = journal
+        self.producer = producer
+        self.min_clock = min_clock  # Exclusive minimum clock of the span (last ACK).
+        self.max_clock = max_clock  # Inclusive maximum clock of the span.
+        self.begin = begin  # Journal offset where the span begins, or -1.
+        self.ring_start = -1  # Ring index of the span's first entry still in the ring, or -1.
+        self.ring_stop = -1  # Ring index of its last entry, or -1.
+
+
+class Sequencer:
+    """Sequences read-uncommitted envelopes of any number of journals into read-committed ones.
+
+    `offsets` and `states` restore a ``checkpoint()``; `buffer` is the ring size (at least 1).
+    Not safe for concurrent use.
+    """
+
+    def __init__(
+        self,
+        offsets: Mapping[str, int] | None = None,
+        states: Iterable[ProducerState] = (),
+        buffer: int = 1024,
+    ) -> None:
+        cap = max(1, buffer)
+        self._offsets: dict[str, int] = dict(offsets or {})
+        self._last_offsets: dict[str, int] = dict(self._offsets)
+        self._partials: dict[tuple[str, bytes], _Partial] = {}
+        for st in states:
+            max_clock = st.last_ack if st.max_clock is None else max(st.max_clock, st.last_ack)
+            self._partials[(st.journal, st.producer)] = _Partial(
+                st.journal, st.producer, st.last_ack, max_clock, st.begin
+            )
+        self._emit: _Partial | None = None
+        self._dequeued: Envelope | None = None
+        self._dequeued_clock = 0
+        self._replay_it: Iterator[Envelope] | None = None
+        self._cap = cap
+        self._head = 0
+        self._ring: list[Envelope | None] = [None] * cap
+        self._ring_clock = [0] * cap
+        self._ring_begin = [0] * cap
+        self._ring_owner: list[_Partial | None] = [None] * cap
+        self._next = [-1] * cap
+
+    @property
+    def dequeued(self) -> Envelope | None:
+        """The envelope last returned by ``step()``, until ``step()`` is called again."""
+        return self._dequeued
+
+    def read_through(self, journal: str) -> int:
+        """The offset of `journal` through which envelopes have been fully sequenced (0 if unknown)."""
+        return self._offsets.get(journal, 0)
+
+    def queue_uncommitted(self, env: Envelope) -> QueueOutcome:
+        """Apply the next read-uncommitted envelope of its journal and return the outcome.
+
+        Envelopes of one journal must be queued in offset order. After OUTSIDE_COMMIT, ACK_EMPTY,
+        ACK_COMMIT_RING or ACK_COMMIT_REPLAY, call ``step()`` until it returns None before queueing
+        again (SequencerError otherwise).
+        """
+        if self._emit is not None:
+            raise SequencerError("committed messages remain to dequeue: call step() until it returns None")
+        head = self._head
+        ring = self._ring
+        if ring[head] is not None:
+            self._evict_head()
+
+        lo, mid, hi, seq, producer = _unpack(env.uuid)
+        real_clock = clock = (lo << 4) | (mid << 36) | ((hi & 0xFFF) << 52) | ((seq >> 10) & 0xF)
+        flags = seq & 0x3FF
+        journal = env.journal
+
+        if clock == 0:
+            # Zero clocks opt out: committed at once, never indexed.
+            partial = _Partial(journal, producer, 0, 0, -1)
+            flags, clock = _OUTSIDE, 1
+        else:
+            key = (journal, producer)
+            partial = self._partials.get(key)  # type: ignore[assignment]
+            if partial is None:
+                partial = self._partials[key] = _Partial(journal, producer, clock - 1, clock - 1, -1)
+
+        # Decide the outcome; state changes happen below, by outcome.
+        if flags == _CONTINUE:
+            if clock <= partial.min_clock:
+                outcome = _O.CONTINUE_ALREADY_ACKED
+            elif clock <= partial.max_clock:
+                outcome = _O.CONTINUE_TXN_CLOCK_LARGER
+            elif partial.begin == -1:
+                outcome = _O.CONTINUE_BEGIN_SPAN
+            else:
+                outcome = _O.CONTINUE_EXTEND_SPAN
+        elif flags == _ACK:
+            if clock < partial.min_clock:
+                # An upstream producer restored an older checkpoint and will re-send messages under
+                # new UUIDs: accept the reset, which weakens exactly-once to at-least-once.
+                self._log_error(env, partial, "ACK_TXN below the last ACK (loss of exactly-once semantics)")
+                outcome = _O.ACK_ROLLBACK
+            elif clock == partial.min_clock:
+                outcome = _O.ACK_ROLLBACK
+            elif partial.begin == -1:
+                outcome = _O.ACK_EMPTY
+            elif partial.ring_start == -1 or partial.begin != self._ring_begin[partial.ring_start]:
+                outcome = _O.ACK_COMMIT_REPLAY  # None, or only a trailing part, of the span is in the ring.
+            else:
+                outcome = _O.ACK_COMMIT_RING
+        else:
+            if flags != _OUTSIDE:
+                self._log_error(env, partial, "unexpected UUID flags (handled as OUTSIDE_TXN)")
+            if clock <= partial.min_clock:
+                outcome = _O.OUTSIDE_ALREADY_ACKED
+            else:
+                if partial.begin != -1 and partial.begin != env.begin:  # Equal: re-read after a restore.
+                    self._log_error(
+                        env,
+                        partial,
+                        "OUTSIDE_TXN after CONTINUE_TXN of the same producer "
+                        "(mixed committed and uncommitted publishing?): the open span is dropped",
+                    )
+                outcome = _O.OUTSIDE_COMMIT
+
+        if outcome in _COMMITS:
+            # Index the committing envelope, then commit the span through its clock: span messages
+            # with larger clocks are rolled back when dequeued.
+            self._add_at_head(env, real_clock, partial)
+            if outcome is _O.OUTSIDE_COMMIT:
+                partial.begin = env.begin
+                partial.ring_start = partial.ring_stop  # Any open span is clobbered: a rollback.
+            elif outcome is _O.ACK_EMPTY:
+                partial.begin = env.begin
+            partial.max_clock = clock
+            self._emit = partial
+            # Offsets move only once the span is dequeued, so a restored Sequencer reads the ACK again.
+        elif outcome is _O.CONTINUE_BEGIN_SPAN or outcome is _O.CONTINUE_EXTEND_SPAN:
+            if outcome is _O.CONTINUE_BEGIN_SPAN:
+                partial.begin = env.begin
+            self._add_at_head(env, real_clock, partial)
+            partial.max_clock = clock
+            self._offsets[journal] = env.end
+        elif outcome is _O.ACK_ROLLBACK:
+            partial.min_clock = partial.max_clock = clock
+            partial.begin = partial.ring_start = partial.ring_stop = -1
+            self._offsets[journal] = env.end
+        else:  # A duplicate: only the read-through offset moves.
+            self._offsets[journal] = env.end
+        return outcome
+
+    def step(self) -> Envelope | None:
+        """Return the next committed envelope, or None when the committed sequence is exhausted
+        (and at once when nothing was committed).
+
+        Raises ReplayRequiredError if the sequence needs a replay that was not started, and
+        ReplayError if the replay iterator fails or yields an envelope outside ``replay_range()``.
+        """
+        emit = self._emit
+        if emit is None:
+            return None
+        ring = self._ring
+        if self._dequeued is not None:
+            emit.min_clock = self._dequeued_clock  # The previous envelope has been processed.
+        elif self._replay_it is None and emit.begin != self._ring_begin[emit.ring_start]:
+            raise ReplayRequiredError(
+                "ACK_COMMIT_REPLAY: call replay_range() and start_replay() before step()"
+            )
+
+        while emit.ring_start != -1:
+            if self._replay_it is None:
+                idx = emit.ring_start
+                env: Envelope = ring[idx]  # type: ignore[assignment]
+                clock = self._ring_clock[idx]
+                emit.ring_start = self._next[idx]
+            else:
+                env_or_none = self._next_replayed(emit)
+                if env_or_none is None:
+                    continue
+                env = env_or_none
+                clock = env.clock
+            self._dequeued = env
+            self._dequeued_clock = clock
+            if clock != 0 and clock <= emit.min_clock:
+                # A duplicate: common in replayed ranges; in the ring only after a restore from a
+                # state without max_clock (e.g. Gazette's), which let it in as a span extension.
+                continue
+            if clock > emit.max_clock:
+                continue  # Above the ACK's clock: rolled back.
+            emit.begin = env.begin  # A checkpoint taken now resumes the span here.
+            return env
+
+        # The span is fully dequeued: only now may the journal's offset pass its ACK.
+        self._offsets[emit.journal] = self._dequeued.end  # type: ignore[union-attr]
+        emit.max_clock = emit.min_clock
+        emit.begin = emit.ring_start = emit.ring_stop = -1
+        self._dequeued = None
+        self._dequeued_clock = 0
+        self._emit = None
+        return None
+
+    def _next_replayed(self, emit: _Partial) -> Envelope | None:
+        assert self._replay_it is not None
+        try:
+            env = next(self._replay_it)
+        except StopIteration:
+            self._replay_it = None  # Replay done; the rest of the span is in the ring.
+            return None
+        except Exception as exc:
+            raise ReplayError(f"replay reader: {exc}") from exc
+        limit = self._ring_begin[emit.ring_start]
+        if env.journal != emit.journal:
+            raise ReplayError(f"replay of wrong journal ({env.journal}; expected {emit.journal})")
+        if env.begin < emit.begin:
+            raise ReplayError(f"replay has wrong begin ({env.begin}; expected >= {emit.begin})")
+        if env.end > limit:
+            raise ReplayError(f"replay has wrong end ({env.end}; expected <= {limit})")
+        if env.uuid[10:16] != emit.producer:
+            return None  # Other producers' messages are interleaved in the replayed range.
+        return env
+
+    def replay_range(self) -> ReplayRange:
+        """The journal and [begin, end) byte range to replay after ACK_COMMIT_REPLAY.
+        Raises SequencerError if nothing is being dequeued."""
+        emit = self._emit
+        if emit is None:
+            raise SequencerError("no committed sequence to replay")
+        return ReplayRange(emit.journal, emit.begin, self._ring_begin[emit.ring_start])
+
+    def start_replay(self, envelopes: Iterable[Envelope]) -> None:
+        """Supply the envelopes of ``replay_range()`` (read-uncommitted, in offset order; envelopes
+        of other producers and duplicates are skipped). Raises SequencerError if nothing is being
+        dequeued."""
+        if self._emit is None:
+            raise SequencerError("no committed sequence to replay")
+        self._replay_it = iter(envelopes)
+
+    def has_pending(self) -> bool:
+        """True if a span was begun or extended since the last checkpoint: more messages are likely coming."""
+        last = self._last_offsets
+        return any(p.begin >= last.get(p.journal, 0) for p in self._partials.values())
+
+    def checkpoint(self, prune_horizon: float = 0.0) -> Checkpoint:
+        """Return the read-through offsets and producer states to restore this Sequencer from.
+
+        With `prune_horizon` > 0 (seconds), producers whose largest clock is older than the journal's
+        latest acknowledged clock minus the horizon are forgotten (their later duplicates would be
+        delivered again). May be called while dequeuing: the current ``dequeued`` envelope counts
+        as not yet processed, so a Sequencer restored from this checkpoint delivers it again,
+        followed by the rest of its span (as Gazette does).
+        """
+        horizon: dict[str, int] = {}
+        for p in self._partials.values():
+            if p.min_clock > horizon.get(p.journal, 0):
+                horizon[p.journal] = p.min_clock
+        units = round(prune_horizon * 10_000_000) << 4 if prune_horizon > 0 else None
+        states: list[ProducerState] = []
+        for key, p in list(self._partials.items()):
+            bound = 0 if units is None else max(0, horizon.get(p.journal, 0) - units)
+            if p.max_clock >= bound:
+                states.append(
+                    ProducerState(p.journal, ProducerID(p.producer), p.min_clock, p.begin, p.max_clock)
+                )
+            else:
+                del self._partials[key]
+        self._last_offsets.update(self._offsets)
+        return Checkpoint(dict(self._offsets), states)
+
+    def _add_at_head(self, env: Envelope, clock: int, partial: _Partial) -> None:
+        head = self._head
+        self._ring[head] = env
+        self._ring_clock[head] = clock
+        self._ring_begin[head] = env.begin
+        self._ring_owner[head] = partial
+        self._next[head] = -1
+        if partial.ring_stop == -1:
+            partial.ring_start = head
+        else:
+            self._next[partial.ring_stop] = head
+        partial.ring_stop = head
+        head += 1
+        self._head = 0 if head == self._cap else head
+
+    def _evict_head(self) -> None:
+        head = self._head
+        p = self._ring_owner[head]
+        # The owner's span may still start here; if so it now starts at the next entry (or nowhere).
+        if p is not None and p.ring_start == head:
+            nxt = self._next[head]
+            if p.ring_start == p.ring_stop and nxt == -1:
+                p.ring_start = p.ring_stop = -1
+            elif p.ring_start != p.ring_stop and nxt != -1:
+                p.ring_start = nxt
+            else:
+                raise AssertionError("ring invariant violated: ring_start == ring_stop iff next == -1")
+        self._ring[head] = None
+        self._ring_owner[head] = None
+        self._next[head] = -1
+
+    def _log_error(self, env: Envelope, p: _Partial, msg: str) -> None:
+        log.error(
+            "%s: journal=%s begin=%d end=%d uuid=%s min_clock=%d max_clock=%d span_begin=%d",
+            msg,
+            env.journal,
+            env.begin,
+            env.end,
+            format_uuid(env.uuid),
+            p.min_clock,
+            p.max_clock,
+            p.begin,
+        )
