@@ -233,7 +233,7 @@ class Cluster:
                 ("EVALSHA", sha, len(c.indices) * nkeys_per, *c.keys, op, bound, flag, *c.argv) for c in calls
             ]
             index_lists[shard_idx] = [c.indices for c in calls]
-        outcome = self._fanout_writes(commands)
+        outcome = self._fanout(commands, self._run_commands)
         failures: list[ShardFailure] = []
         for shard_idx, res in outcome.items():
             name_ = self.topology.shards[shard_idx].name
@@ -256,48 +256,6 @@ class Cluster:
         self.instrumentation(OpEvent(name, len(items), time.perf_counter() - started, result.applied_count,
                                      tuple(f.shard for f in failures)))  # fmt: skip
         return result.raise_for_failures() if raise_on_error else result
-
-    #: Pipelines in flight per shard during a write (each lane on its own connection), so that the client
-    #: packs and sends one lane's calls while the server runs another's instead of the two taking turns.
-    write_lanes = 2
-    #: Fewest script calls per lane: smaller writes stay on one connection, in the calling thread.
-    _MIN_LANE_CALLS = 8
-
-    def _fanout_writes(self, commands: dict[int, list[tuple[Any, ...]]]) -> dict[int, list[Any] | BaseException]:
-        """``_fanout(commands, _run_commands)`` with up to ``write_lanes`` concurrent pipelines per shard.
-
-        A shard's calls are cut into contiguous lanes run in parallel threads; replies come back in call order.
-        Writes commute (the 2P-set is order-independent), so concurrent lanes change no outcome. A lane that
-        fails fails its whole shard, exactly as a failure part-way through one pipeline sequence did.
-        """
-        jobs: list[tuple[int, list[tuple[Any, ...]]]] = []
-        for shard_idx, cmds in commands.items():
-            lanes = max(1, min(self.write_lanes, len(cmds) // self._MIN_LANE_CALLS))
-            per = -(-len(cmds) // lanes)
-            jobs.extend((shard_idx, cmds[lo : lo + per]) for lo in range(0, len(cmds), per))
-        if len(jobs) <= 1:
-            return self._fanout(commands, self._run_commands)
-        shards = self.topology.shards
-
-        def guarded(job: tuple[int, list[tuple[Any, ...]]]) -> list[Any] | BaseException:
-            try:
-                return self._run_commands(shards[job[0]], job[1])
-            except _SHARD_ERRORS as exc:
-                return exc
-
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="zcluster")
-            pool = self._pool
-        futures = [pool.submit(guarded, job) for job in jobs]
-        outcome: dict[int, list[Any] | BaseException] = {}
-        for (shard_idx, _), future in zip(jobs, futures, strict=True):
-            res, prev = future.result(), outcome.get(shard_idx)
-            if prev is None or isinstance(res, BaseException):
-                outcome[shard_idx] = res
-            elif not isinstance(prev, BaseException):
-                prev.extend(res)
-        return outcome
 
     def _encode_writes(self, items: Sequence[Any]) -> dict[int, list[_Call]]:
         """Validate every tuple, then group them into script calls per shard (per slot on a Redis Cluster)."""
