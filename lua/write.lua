@@ -49,30 +49,39 @@ for i = 1, n do
     floorkey = KEYS[base + 3]
     floor = num(redis.call("GET", floorkey))
   end
-  local ins = num(redis.call("ZSCORE", adds, m))
   local del = num(redis.call("ZSCORE", rems, m))
   local ok = "0"
   if insert then
     -- An insert needs a strictly newer score than any record of the member (a delete wins ties) and than
     -- the floor (a tombstone or entry trimmed at or above s may have been forgotten).
-    if not ((ins and s <= ins) or (del and s <= del) or (floor and s <= floor)) then
-      local full = false
-      if bound > 0 and not ins and redis.call("ZCARD", adds) >= bound then
-        local low = redis.call("ZRANGE", adds, 0, 0, "WITHSCORES")
-        full = s < tonumber(low[2])
-        -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
-        if full and (floor == nil or s > floor) then redis.call("SET", floorkey, stext) end
-      end
-      if not full then
-        if del then redis.call("ZREM", rems, m) end
-        redis.call("ZADD", adds, stext, m)
-        if bound > 0 then trim(adds, floorkey, floor) end
-        ok = "1"
+    if not ((del and s <= del) or (floor and s <= floor)) then
+      if bound == 0 then
+        -- GT CH: added or raised (the score was absent or lower) answers 1; equal or newer answers 0.
+        if redis.call("ZADD", adds, "GT", "CH", stext, m) == 1 then
+          if del then redis.call("ZREM", rems, m) end
+          ok = "1"
+        end
+      else
+        local ins = num(redis.call("ZSCORE", adds, m))
+        local full = false
+        if not ins and redis.call("ZCARD", adds) >= bound then
+          local low = redis.call("ZRANGE", adds, 0, 0, "WITHSCORES")
+          full = s < tonumber(low[2])
+          -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
+          if full and (floor == nil or s > floor) then redis.call("SET", floorkey, stext) end
+        end
+        if not (ins and s <= ins) and not full then
+          if del then redis.call("ZREM", rems, m) end
+          redis.call("ZADD", adds, stext, m)
+          trim(adds, floorkey, floor)
+          ok = "1"
+        end
       end
     end
   else
     -- A delete wins a tie with the insert, so only a strictly newer insert or an equal-or-newer delete
     -- makes it stale.
+    local ins = num(redis.call("ZSCORE", adds, m))
     if not ((ins and s < ins) or (del and s <= del)) then
       if ins then
         redis.call("ZREM", adds, m)
