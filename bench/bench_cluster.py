@@ -1,0 +1,518 @@
+"""Cluster write/read throughput and memory against plain-Redis baselines, in one run on the same servers.
+
+Measures, on local ``redis-server`` processes started by :class:`zcluster.local.LocalShards`:
+
+  (a) ``Cluster.insert`` (the library: batched 2P-set Lua script, pipelined, shards in parallel)
+  (b) redis-py pipelined plain ZADD, one command per tuple (no CRDT logic at all)
+  (c) one EVALSHA per tuple, pipelined (roshi's way: a per-tuple 2P-set script)
+  (d) ``redis-benchmark -P 64`` ZADD (the C client: the practical ceiling)
+  (e) ``Cluster.insert`` over 2 shards (for the 2-shard / 1-shard ratio)
+
+plus ``Cluster.select`` (limit 10) keys/s against per-key ZREVRANGE (naive, one round trip per key, and
+pipelined), and Redis memory per stored tuple (``used_memory`` delta after FLUSHALL) for ``Cluster.insert``
+data against plain ZADD data, insert-only.
+
+Every measurement is repeated; methods are interleaved round-robin inside each repetition so that drift on a
+shared machine hits them alike. Medians and ratios are printed, and written with every raw sample to
+``bench/results/cluster.json`` and ``bench/results/cluster.png``.
+
+    python bench/bench_cluster.py            # full run: 200k tuples over 2,000 keys, 5 repetitions
+    python bench/bench_cluster.py --quick    # smoke run (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import gc
+import io
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from zcluster import Cluster, KeyScoreMember
+from zcluster.local import LocalShards, server_version
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: roshi's insert, one tuple per call (its Lua, minus the size bound): ZSCORE on K+ and K-, compare, ZREM + ZADD.
+#: The score is given to ZADD as the client's text so that it is exact (roshi lets Lua print it with 14 digits).
+PER_TUPLE_LUA = """
+local s = tonumber(ARGV[1])
+local ins = redis.call('ZSCORE', KEYS[1], ARGV[2])
+local del = redis.call('ZSCORE', KEYS[2], ARGV[2])
+if ins and s < tonumber(ins) then return -1 end
+if del and s <= tonumber(del) then return -1 end
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+#: Commands per pipeline round trip for the redis-py baselines (b) and (c).
+PIPELINE = 1000
+PREFIX = "zc:"
+
+
+# -- data -------------------------------------------------------------------------------------------------
+
+
+def make_tuples(n: int, nkeys: int, seed: int) -> list[KeyScoreMember]:
+    """``n`` fresh tuples over ``nkeys`` keys: unique members ``event-<n>``, unix-time scores with fractions."""
+    rng = random.Random(seed)
+    base = 1_700_000_000 + seed * 1_000_000
+    first = seed * n
+    keys = [f"timeline:{k}" for k in range(nkeys)]
+    return [
+        KeyScoreMember(keys[rng.randrange(nkeys)], base + rng.random() * 86_400.0, f"event-{first + i}")
+        for i in range(n)
+    ]
+
+
+# -- the methods ------------------------------------------------------------------------------------------
+
+
+def timed(fn: Callable[..., Any], *args: Any) -> float:
+    gc.collect()
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def server_cpu(clients: tuple[redis.Redis, ...]) -> float:
+    """CPU seconds (user + system) the servers have used so far, all threads."""
+    total = 0.0
+    for c in clients:
+        info = c.info("cpu")
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
+
+
+def own_cpu() -> tuple[float, float]:
+    """CPU seconds of this process (all threads) and of its reaped children (redis-benchmark)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def metered(clients: tuple[redis.Redis, ...], fn: Callable[..., Any], *args: Any) -> tuple[Any, float, float, float]:
+    """``fn(*args)``'s result, wall seconds, client CPU seconds (this process + children), server CPU seconds.
+
+    On a busy machine wall-clock throughput swings with other load; CPU per tuple barely does.
+    """
+    gc.collect()
+    s0, (m0, k0) = server_cpu(clients), own_cpu()
+    t0 = time.perf_counter()
+    out = fn(*args)
+    wall = time.perf_counter() - t0
+    (m1, k1), s1 = own_cpu(), server_cpu(clients)
+    return out, wall, (m1 - m0) + (k1 - k0), s1 - s0
+
+
+def insert_library(cluster: Cluster, tuples: list[KeyScoreMember]) -> None:
+    result = cluster.insert(tuples)
+    if result.applied_count != len(tuples):
+        raise SystemExit(f"Cluster.insert applied {result.applied_count} of {len(tuples)} fresh tuples")
+
+
+def insert_zadd(client: redis.Redis, tuples: list[KeyScoreMember]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for lo in range(0, len(tuples), PIPELINE):
+        for key, score, member in tuples[lo : lo + PIPELINE]:
+            pipe.execute_command("ZADD", key, score, member)
+        pipe.execute()
+
+
+def insert_per_tuple_script(client: redis.Redis, sha: str, tuples: list[KeyScoreMember]) -> None:
+    pipe = client.pipeline(transaction=False)
+    head = "{" + PREFIX
+    for lo in range(0, len(tuples), PIPELINE):
+        for key, score, member in tuples[lo : lo + PIPELINE]:
+            base = head + key
+            pipe.execute_command("EVALSHA", sha, 2, base + "}+", base + "}-", score, member)
+        replies = pipe.execute()
+        if replies and replies[0] != 1:
+            raise SystemExit(f"per-tuple script answered {replies[0]!r} for a fresh tuple")
+
+
+def redis_benchmark(binary: str, port: int, n: int, nkeys: int) -> tuple[float, str]:
+    """redis-benchmark's own tuples/s for ``n`` ZADDs with random keys and members, pipelined 64 deep.
+
+    Each ``__rand_int__`` is drawn independently in [0, nkeys): about ``n`` distinct (key, member) pairs over
+    ``nkeys`` keys, so nearly every ZADD inserts (``insert_fraction`` in the JSON says how many did).
+    """
+    args = [binary, "-h", "127.0.0.1", "-p", str(port), "-P", "64", "-n", str(n), "-r", str(nkeys),
+            "-q", "--csv", "ZADD", "timeline:__rand_int__", "__rand_int__", "event-__rand_int__"]  # fmt: skip
+    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=300).stdout
+    rows = [r for r in csv.reader(io.StringIO(out)) if len(r) >= 2]
+    rps = [float(r[1]) for r in rows if r[0] != "test"]
+    if not rps:
+        raise SystemExit(f"could not parse redis-benchmark output: {out!r}")
+    return rps[-1], " ".join(args[1:])
+
+
+def select_library(cluster: Cluster, keys: list[str]) -> None:
+    cluster.select(keys, limit=10)
+
+
+def select_naive(client: redis.Redis, redis_keys: list[bytes]) -> None:
+    for k in redis_keys:
+        client.zrevrange(k, 0, 9, withscores=True)
+
+
+def select_pipelined(client: redis.Redis, redis_keys: list[bytes]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for lo in range(0, len(redis_keys), PIPELINE):
+        for k in redis_keys[lo : lo + PIPELINE]:
+            pipe.zrevrange(k, 0, 9, withscores=True)
+        pipe.execute()
+
+
+def used_memory(client: redis.Redis) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def memory_per_tuple(client: redis.Redis, load: Callable[[], None], n: int) -> float:
+    client.flushall()
+    time.sleep(0.05)
+    before = used_memory(client)
+    load()
+    time.sleep(0.05)  # let the server settle; client query buffers are freed after the last reply
+    return (used_memory(client) - before) / n
+
+
+# -- reporting --------------------------------------------------------------------------------------------
+
+
+def machine_info(binary: str) -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "redis_py": redis.__version__,
+        "hiredis": _hiredis_version(),
+        "redis_server": server_version(binary),
+        "redis_benchmark": _run_text([_benchmark_binary(binary) or "redis-benchmark", "--version"]),
+        "loadavg": os.getloadavg(),
+    }
+
+
+def _hiredis_version() -> str | None:
+    try:
+        import hiredis  # type: ignore[import-not-found]
+
+        return str(hiredis.__version__)
+    except ImportError:
+        return None
+
+
+def _run_text(args: list[str]) -> str:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def _benchmark_binary(server_binary: str) -> str | None:
+    beside = Path(server_binary).with_name("redis-benchmark")
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("redis-benchmark") or shutil.which("valkey-benchmark")
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def goal_line(name: str, value: float, goal: str, ok: bool, note: str = "") -> str:
+    mark = "met" if ok else "MISSED"
+    return f"  {name:<34} {value:>7.2f}   goal {goal:<8} {mark:<6} {note}"
+
+
+def plot(path: Path, report: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m, r = report["medians"], report["ratios"]
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 5.2), gridspec_kw={"width_ratios": [5, 3, 2]})
+    labels = ["(a) Cluster.insert\n1 shard", "(e) Cluster.insert\n2 shards", "(b) pipelined\nZADD",
+              "(c) EVALSHA\nper tuple", "(d) redis-benchmark\nZADD -P 64"]  # fmt: skip
+    names = ["insert_library", "insert_library_2shards", "insert_zadd", "insert_per_tuple_script",
+             "insert_redis_benchmark"]  # fmt: skip
+    values = [m[k] / 1000 for k in names]
+    colors = ["#1f77b4", "#6baed6", "#7f7f7f", "#d62728", "#2ca02c"]
+    bars = ax1.bar(labels, values, color=colors)
+    ax1.bar_label(bars, fmt="%.0f")
+    ax1.set_ylabel("thousand tuples/s (median)")
+    ax1.set_title("insert throughput")
+    ax1.tick_params(axis="x", labelsize=8)
+    sel = ["select_library", "select_pipelined", "select_naive"]
+    bars = ax2.bar(["Cluster.select", "pipelined\nZREVRANGE", "per-key\nZREVRANGE"], [m[k] / 1000 for k in sel],
+                   color=["#1f77b4", "#7f7f7f", "#d62728"])  # fmt: skip
+    ax2.bar_label(bars, fmt="%.0f")
+    ax2.set_ylabel("thousand keys/s (median)")
+    ax2.set_title("select, limit 10")
+    ax2.tick_params(axis="x", labelsize=8)
+    bars = ax3.bar(["Cluster", "plain\nZADD"], [m["memory_library"], m["memory_zadd"]], color=["#1f77b4", "#7f7f7f"])
+    ax3.bar_label(bars, fmt="%.1f")
+    ax3.set_ylabel("bytes per tuple (used_memory delta)")
+    ax3.set_title("memory, insert-only")
+    cfg = report["config"]
+    fig.suptitle(
+        f"zcluster, {cfg['tuples']:,} tuples over {cfg['keys']:,} keys, median of {cfg['repeat']}, "
+        f"{report['machine']['nproc']} CPUs\n"
+        f"(a)/(c) = {r['library_vs_per_tuple_script']:.2f} (goal >= 2.5)   "
+        f"(a)/(b) = {r['library_vs_zadd']:.2f} (goal >= 1.3)   "
+        f"(a)/(d) = {r['library_vs_redis_benchmark']:.2f} (goal >= 0.5)   "
+        f"memory = {r['memory']:.2f} (goal <= 1.1)   "
+        f"2 shards / 1 = {r['two_shards_vs_one']:.2f} (goal >= 1.0)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- main -------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tuples", type=int, default=200_000, help="tuples per insert run (default 200000)")
+    ap.add_argument("--keys", type=int, default=2_000, help="distinct logical keys (default 2000)")
+    ap.add_argument("--repeat", type=int, default=5, help="repetitions of every measurement (default 5)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 20k tuples, 500 keys, 2 repetitions")
+    ap.add_argument("--batch-size", type=int, default=None, help="Cluster batch_size (default: library's)")
+    ap.add_argument("--pipeline-calls", type=int, default=None, help="Cluster pipeline_calls (default: library's)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
+    ap.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.tuples, args.keys, args.repeat = 20_000, 500, 2
+    n, nkeys, repeat = args.tuples, args.keys, args.repeat
+    options: dict[str, Any] = {"prefix": PREFIX}
+    if args.batch_size:
+        options["batch_size"] = args.batch_size
+    if args.pipeline_calls:
+        options["pipeline_calls"] = args.pipeline_calls
+
+    samples: dict[str, list[float]] = {k: [] for k in (
+        "insert_library", "insert_library_2shards", "insert_zadd", "insert_per_tuple_script",
+        "insert_redis_benchmark", "select_library", "select_naive", "select_pipelined",
+        "memory_library", "memory_zadd")}  # fmt: skip
+    extra: dict[str, Any] = {"redis_benchmark_insert_fraction": []}
+    started = time.perf_counter()
+    with LocalShards(2) as shards:
+        binary = shards.binary
+        bench_bin = _benchmark_binary(binary)
+        c0, c1 = (s.client() for s in shards.servers)
+        one = Cluster.from_urls(shards.urls[:1], **options)
+        two = Cluster.from_urls(shards.urls, **options)
+        for c in (one, two):
+            c.load_scripts()
+        sha = c0.script_load(PER_TUPLE_LUA)
+        clients = (c0, c1)
+
+        def flush() -> None:
+            for c in clients:
+                c.flushall()
+
+        c0s = (c0,)
+        cpu: dict[str, list[dict[str, float]]] = {k: [] for k in samples if k.startswith("insert_")}
+
+        def measure(name: str, servers: tuple[redis.Redis, ...], fn: Callable[..., Any], *fn_args: Any) -> None:
+            """Insert on empty servers; record tuples/s and client/server CPU microseconds per tuple."""
+            flush()
+            _, wall, client_s, server_s = metered(servers, fn, *fn_args)
+            samples[name].append(n / wall)
+            cpu[name].append({"client_us": client_s / n * 1e6, "server_us": server_s / n * 1e6})
+
+        # warm up connections, script caches and code paths
+        warm = make_tuples(min(n, 5_000), nkeys, seed=10_000)
+        for warm_up in (
+            lambda: insert_library(one, warm),
+            lambda: insert_library(two, warm),
+            lambda: insert_zadd(c0, warm),
+            lambda: insert_per_tuple_script(c0, sha, warm),
+        ):
+            flush()
+            warm_up()
+        flush()
+        config = {"tuples": n, "keys": nkeys, "repeat": repeat, "pipeline": PIPELINE, "prefix": PREFIX,
+                  "batch_size": one.batch_size, "pipeline_calls": one.pipeline_calls,
+                  "ports": [s.port for s in shards.servers]}  # fmt: skip
+        print(f"zcluster benchmark: {n:,} tuples over {nkeys:,} keys, {repeat} repetitions, "
+              f"batch_size={one.batch_size} pipeline_calls={one.pipeline_calls}", flush=True)  # fmt: skip
+
+        bench_cmd = ""
+        for rep in range(repeat):
+            tuples = make_tuples(n, nkeys, seed=rep + 1)
+            # -- inserts, each on empty servers, the same fresh tuples for every method
+            measure("insert_zadd", c0s, insert_zadd, c0, tuples)
+            measure("insert_per_tuple_script", c0s, insert_per_tuple_script, c0, sha, tuples)
+            measure("insert_library_2shards", clients, insert_library, two, tuples)
+            if bench_bin:
+                flush()
+                (rps, bench_cmd), _, client_s, server_s = metered(
+                    c0s, redis_benchmark, bench_bin, shards.servers[0].port, n, nkeys)  # fmt: skip
+                samples["insert_redis_benchmark"].append(rps)
+                cpu["insert_redis_benchmark"].append({"client_us": client_s / n * 1e6, "server_us": server_s / n * 1e6})
+                stored = sum(c0.zcard(k) for k in c0.scan_iter(count=1000))
+                extra["redis_benchmark_insert_fraction"].append(stored / n)
+            measure("insert_library", c0s, insert_library, one, tuples)
+            # -- selects on the data just inserted by Cluster.insert (1 shard)
+            keys = sorted({t.key for t in tuples})
+            redis_keys = [one.layout.adds(k.encode()) for k in keys]
+            nk = len(keys)
+            samples["select_library"].append(nk / timed(select_library, one, keys))
+            samples["select_naive"].append(nk / timed(select_naive, c0, redis_keys))
+            samples["select_pipelined"].append(nk / timed(select_pipelined, c0, redis_keys))
+            # -- memory per tuple, insert-only, same tuples
+            samples["memory_library"].append(memory_per_tuple(c0, partial(insert_library, one, tuples), n))
+            samples["memory_zadd"].append(memory_per_tuple(c0, partial(insert_zadd, c0, tuples), n))
+            line = "  ".join(f"{k.removeprefix('insert_')}={v[-1]:,.0f}" for k, v in samples.items() if v)
+            print(f"  rep {rep + 1}/{repeat}: {line}", flush=True)
+        flush()
+        for c in (one, two):
+            c.close()
+        machine = machine_info(binary)
+
+    m = {k: med(v) for k, v in samples.items()}
+    cpu_m = {k: {part: med([x[part] for x in v]) for part in ("client_us", "server_us")} for k, v in cpu.items() if v}
+    for v in cpu_m.values():
+        v["total_us"] = v["client_us"] + v["server_us"]
+    a = m["insert_library"]
+    ratios = {
+        "library_vs_per_tuple_script": a / m["insert_per_tuple_script"],
+        "library_vs_zadd": a / m["insert_zadd"],
+        "library_vs_redis_benchmark": a / m["insert_redis_benchmark"] if samples["insert_redis_benchmark"] else None,
+        "memory": m["memory_library"] / m["memory_zadd"],
+        "two_shards_vs_one": m["insert_library_2shards"] / a,
+        "select_vs_naive": m["select_library"] / m["select_naive"],
+        "select_vs_pipelined": m["select_library"] / m["select_pipelined"],
+    }
+    # per-repetition ratios (paired samples): their spread shows how far the medians can be trusted
+    paired = {
+        "library_vs_per_tuple_script": [x / y for x, y in zip(samples["insert_library"],
+                                                               samples["insert_per_tuple_script"], strict=True)],
+        "library_vs_zadd": [x / y for x, y in zip(samples["insert_library"], samples["insert_zadd"], strict=True)],
+        "two_shards_vs_one": [y / x for x, y in zip(samples["insert_library"], samples["insert_library_2shards"],
+                                                    strict=True)],
+    }  # fmt: skip
+    elapsed = time.perf_counter() - started
+
+    def rng(name: str) -> str:
+        xs = samples[name]
+        return f"{min(xs):>12,.0f} .. {max(xs):<12,.0f}" if xs else ""
+
+    print()
+    print(f"{'measurement':<46} {'median':>12}   {'min .. max':<28}")
+    rows = [
+        ("(a) Cluster.insert, 1 shard        tuples/s", "insert_library"),
+        ("(b) pipelined plain ZADD           tuples/s", "insert_zadd"),
+        ("(c) EVALSHA per tuple, pipelined   tuples/s", "insert_per_tuple_script"),
+        ("(d) redis-benchmark ZADD -P 64     tuples/s", "insert_redis_benchmark"),
+        ("(e) Cluster.insert, 2 shards       tuples/s", "insert_library_2shards"),
+        ("Cluster.select, limit 10           keys/s", "select_library"),
+        ("per-key ZREVRANGE (no pipeline)    keys/s", "select_naive"),
+        ("pipelined ZREVRANGE                keys/s", "select_pipelined"),
+        ("memory, Cluster.insert data     bytes/tuple", "memory_library"),
+        ("memory, plain ZADD data         bytes/tuple", "memory_zadd"),
+    ]
+    for label, key in rows:
+        fmt = f"{m[key]:>12,.1f}" if key.startswith("memory") else f"{m[key]:>12,.0f}"
+        print(f"{label:<46} {fmt}   {rng(key)}")
+    print()
+    print(f"{'CPU microseconds per tuple (median)':<46} {'client':>8} {'server':>8} {'total':>8}")
+    for label, key in rows[:6]:
+        if key in cpu_m:
+            c = cpu_m[key]
+            name = label.removesuffix("tuples/s").rstrip()
+            print(f"{name:<46} {c['client_us']:>8.2f} {c['server_us']:>8.2f} {c['total_us']:>8.2f}")
+    print()
+    print("ratios (of medians)                      value   goal")
+    print(goal_line("(a)/(c) library / per-tuple script", ratios["library_vs_per_tuple_script"], ">= 2.5",
+                    ratios["library_vs_per_tuple_script"] >= 2.5))  # fmt: skip
+    print(goal_line("(a)/(b) library / plain ZADD", ratios["library_vs_zadd"], ">= 1.3",
+                    ratios["library_vs_zadd"] >= 1.3, "((b) does strictly less work: no CRDT check)"))  # fmt: skip
+    if ratios["library_vs_redis_benchmark"] is not None:
+        print(goal_line("(a)/(d) library / redis-benchmark", ratios["library_vs_redis_benchmark"], ">= 0.5",
+                        ratios["library_vs_redis_benchmark"] >= 0.5))  # fmt: skip
+    print(goal_line("memory library / plain ZADD", ratios["memory"], "<= 1.1", ratios["memory"] <= 1.1))
+    print(goal_line("(e)/(a) 2 shards / 1 shard", ratios["two_shards_vs_one"], ">= 1.0",
+                    ratios["two_shards_vs_one"] >= 1.0, f"({machine['nproc']} CPUs in all)"))  # fmt: skip
+    print(f"  {'select: library / per-key ZREVRANGE':<34} {ratios['select_vs_naive']:>7.2f}")
+    print(f"  {'select: library / pipelined ZREVRANGE':<34} {ratios['select_vs_pipelined']:>7.2f}")
+    tot = {k: v["total_us"] for k, v in cpu_m.items()}
+    cpu_ratios = {
+        "library_vs_per_tuple_script": tot["insert_per_tuple_script"] / tot["insert_library"],
+        "library_vs_zadd": tot["insert_zadd"] / tot["insert_library"],
+        "library_vs_redis_benchmark": (tot["insert_redis_benchmark"] / tot["insert_library"]
+                                       if "insert_redis_benchmark" in tot else None),
+    }  # fmt: skip
+    print("  by CPU (inverse CPU-us per tuple, client + server; robust to other load on the machine):")
+    print(f"    (a)/(c) {cpu_ratios['library_vs_per_tuple_script']:.2f}   (a)/(b) {cpu_ratios['library_vs_zadd']:.2f}"
+          + (f"   (a)/(d) {cpu_ratios['library_vs_redis_benchmark']:.2f}"
+             if cpu_ratios["library_vs_redis_benchmark"] is not None else ""))  # fmt: skip
+    for name, xs in paired.items():
+        print(f"  paired per-rep {name}: " + ", ".join(f"{x:.2f}" for x in xs))
+    print(f"\nredis-benchmark: {bench_cmd or 'not found'}")
+    print(f"machine: {machine['nproc']} CPUs, {machine['cpu_model']}, {machine['redis_server']}, "
+          f"Python {machine['python']}, load {machine['loadavg'][0]:.2f}; run took {elapsed:.0f}s")  # fmt: skip
+
+    report = {
+        "benchmark": "bench/bench_cluster.py",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine,
+        "config": config,
+        "redis_benchmark_command": bench_cmd,
+        "units": {"insert_*": "tuples/s", "select_*": "keys/s", "memory_*": "bytes per tuple"},
+        "samples": samples,
+        "medians": m,
+        "ratios": ratios,
+        "paired_ratios": paired,
+        "cpu_samples": cpu,
+        "cpu_medians": cpu_m,
+        "cpu_ratios": cpu_ratios,
+        "goals": {"library_vs_per_tuple_script": ">= 2.5", "library_vs_zadd": ">= 1.3",
+                  "library_vs_redis_benchmark": ">= 0.5", "memory": "<= 1.1", "two_shards_vs_one": ">= 1.0"},
+        "extra": extra,
+        "elapsed_s": elapsed,
+    }  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "cluster-quick" if args.quick else "cluster"
+    json_path = args.out / f"{stem}.json"
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {json_path}")
+    if not args.no_plot and ratios["library_vs_redis_benchmark"] is not None:
+        png = args.out / f"{stem}.png"
+        plot(png, report)
+        print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
