@@ -107,8 +107,8 @@ class AsyncPublisher:
 
     def rollback(self) -> list[Future[AppendResult]]:
         """Queue ACKs that roll the open transaction back: each carries the producer's previous ACK clock
-        in that journal (1 if it never acknowledged there, below every real clock), so the sequencer
-        discards the open span."""
+        in that journal (its last committed message or transaction ACK there; 1 if none, below every real
+        clock), so the sequencer discards the open span."""
         return self._close_txn(rollback=True)
 
     def _close_txn(self, rollback: bool) -> list[Future[AppendResult]]:
@@ -131,7 +131,12 @@ class AsyncPublisher:
         journal, content_type = mapping(msg)
         framing = framing_for(content_type)
         with self._cond:
-            msg.set_uuid(build_uuid(self.producer, self.clock.tick(), flags))
+            clock = self.clock.tick()
+            msg.set_uuid(build_uuid(self.producer, clock, flags))
+            if flags == Flags.OUTSIDE_TXN:
+                # A committed message acknowledges itself: a later rollback ACK must not go below it, or
+                # the sequencer reads a reset (ACK below the last ACK) and exactly-once is lost.
+                self._last_ack[journal] = clock
             return journal, self._enqueue(journal, framing.marshal(msg), False), framing
 
     def _enqueue(self, journal: str, data: bytes, is_ack: bool) -> Future[AppendResult]:

@@ -1,0 +1,42 @@
+"""A local SparkSession for demos and tests, with zcluster's data sources registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def register(spark: Any) -> None:
+    """Register ``zcluster-journal`` (streaming source) and ``zcluster`` (batch and streaming writer)."""
+    from zcluster.spark.source import JournalDataSource
+    from zcluster.spark.writer import TupleDataSource
+
+    spark.dataSource.register(JournalDataSource)
+    spark.dataSource.register(TupleDataSource)
+
+
+def local_session(master: str = "local[2]", app: str = "zcluster", **conf: str) -> Any:
+    """``SparkSession`` on this machine, quiet and small, with zcluster's data sources registered.
+
+    Python workers run this interpreter (so they see the same packages); the UI is off; shuffles use
+    as many partitions as there are cores.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.driver.memory", "1g")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
