@@ -36,35 +36,36 @@ def test_clocks_one_bit_apart_compare_correctly_inside_redis(any_cluster: Cluste
     assert c.insert([KeyScoreMember("clk2", hi, "m")]).applied == [True]
 
 
-def test_producer_states_only_move_forward(any_cluster: Cluster) -> None:
+def test_journal_checkpoints_only_move_forward(any_cluster: Cluster) -> None:
     store = StateStore(any_cluster, "app1")
     open_span = ProducerState("j/1", P1, last_ack=100, begin=40, max_clock=120)
     committed = ProducerState("j/1", P1, last_ack=130, begin=-1, max_clock=130)
     other = ProducerState("j/1", P2, last_ack=7, begin=-1, max_clock=7)
-    store.save_producers([open_span, other])
-    assert sorted(store.load_producers(["j/1"])) == sorted([open_span, other])
-    store.save_producers([committed])
-    assert set(store.load_producers(["j/1"])) == {committed, other}
-    store.save_producers([open_span])  # a zombie with the older state
-    assert set(store.load_producers(["j/1"])) == {committed, other}
-    # superseded records were garbage-collected: one record per producer
-    raw = store.cluster.select(["app1/producers/j/1"], limit=100)["app1/producers/j/1"]
-    assert len(raw) == 2
+    assert store.load_journal("j/1") == (0, [])
+    assert store.save_journal("j/1", 50, [open_span, other]) is True
+    ck = store.load_journal("j/1")
+    assert ck.offset == 50 and sorted(ck.states) == sorted([open_span, other])
+    store.save_journal("j/1", 90, [committed])
+    assert store.load_journal("j/1").offset == 90 and set(store.load_journal("j/1").states) == {committed, other}
+    assert store.save_journal("j/1", 50, [open_span]) is False  # a zombie with the older checkpoint
+    assert store.load_journal("j/1") == (90, [committed, other]) or set(store.load_journal("j/1").states) == {
+        committed, other}  # fmt: skip
+    assert store.load_journal("j/1").offset == 90
+    # superseded records were garbage-collected: one record per producer, plus the offset
+    raw = store.cluster.select(["app1/journal/j/1"], limit=100)["app1/journal/j/1"]
+    assert len(raw) == 3
     # one bit of clock decides
     newer = ProducerState("j/1", P2, last_ack=8, begin=-1, max_clock=8)
-    store.save_producers([newer])
-    store.save_producers([other])
-    assert set(store.load_producers(["j/1"])) == {committed, newer}
+    store.save_journal("j/1", 95, [newer])
+    store.save_journal("j/1", 95, [other])
+    assert set(store.load_journal("j/1").states) == {committed, newer}
     assert store.prune_producers("j/1", older_than_clock=8) == 2  # P2 at clock 8, and its tombstone at 7
-    assert set(store.load_producers(["j/1"])) == {committed}
-    assert store.load_producers(["missing"]) == []
+    assert store.load_journal("j/1") == (95, [committed])
+    assert store.load_journal("missing") == (0, [])
 
 
-def test_offsets_and_progress_are_monotonic(any_cluster: Cluster) -> None:
+def test_progress_is_monotonic(any_cluster: Cluster) -> None:
     store = StateStore(any_cluster, "app2")
-    store.save_offsets({"a": 100, "b": 5})
-    store.save_offsets({"a": 50, "b": 9})
-    assert store.load_offsets() == {"a": 100, "b": 9}
     assert store.committed_batch("q1") is None
     assert store.commit_batch("q1", 3) is True
     assert store.commit_batch("q1", 3) is False  # replayed batch

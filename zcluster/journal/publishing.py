@@ -31,7 +31,7 @@ from zcluster.journal.store import JournalStore
 from zcluster.message.framing import Framing, framing_for
 from zcluster.message.journals import AppendResult
 from zcluster.message.mapping import MappingFunc
-from zcluster.message.uuid import Clock, Flags, ProducerID, build_uuid, new_producer_id
+from zcluster.message.uuid import Clock, Flags, ProducerID, build_uuid, get_clock, new_producer_id
 
 __all__ = ["TRANSIENT_ERRORS", "AsyncPublisher"]
 
@@ -99,6 +99,9 @@ class AsyncPublisher:
         journal, fut, framing = self._publish(mapping, msg, Flags.CONTINUE_TXN)
         if journal not in self._txn:
             self._txn[journal] = (msg.new_acknowledgement(journal), framing)
+            # Without an earlier ACK here, a rollback ACKs just below the span (where a sequencer that first
+            # meets this producer puts its last ACK), not below every clock: that would read as a reset.
+            self._last_ack.setdefault(journal, get_clock(msg.get_uuid()) - 1)
         return fut
 
     def commit(self) -> list[Future[AppendResult]]:
@@ -107,15 +110,15 @@ class AsyncPublisher:
 
     def rollback(self) -> list[Future[AppendResult]]:
         """Queue ACKs that roll the open transaction back: each carries the producer's previous ACK clock
-        in that journal (its last committed message or transaction ACK there; 1 if none, below every real
-        clock), so the sequencer discards the open span."""
+        in that journal (its last committed message or transaction ACK there; if none, the clock just below
+        the transaction's first message there), so the sequencer discards the open span."""
         return self._close_txn(rollback=True)
 
     def _close_txn(self, rollback: bool) -> list[Future[AppendResult]]:
         out = []
         with self._cond:
             for journal, (ack, framing) in self._txn.items():
-                clock = self._last_ack.get(journal, 1) if rollback else self.clock.tick()
+                clock = self._last_ack[journal] if rollback else self.clock.tick()
                 ack.set_uuid(build_uuid(self.producer, clock, Flags.ACK_TXN))
                 if not rollback:
                     self._last_ack[journal] = clock

@@ -1,21 +1,25 @@
-"""Sequencer producer states, journal offsets and batch progress of one application, in the cluster.
+"""Sequencer checkpoints and batch progress of one application, in the cluster.
 
 Layout (namespace prefix ``zcstate:``, one logical set each):
 
-* ``<app>/producers/<journal>``: one record per state of a producer, member ``<producer hex>|<last ack
-  clock>|<begin offset>``, score = the largest clock the state covers (as :func:`clock_to_score`). The
-  current state of a producer is its highest-scored record; older records are deleted after each save.
-* ``<app>/offsets``: member = journal, score = read-through byte offset.
+* ``<app>/journal/<journal>``: the journal's checkpoint. One record per producer state, member
+  ``<producer hex>|<last ack clock>|<begin offset>``, score = the largest clock the state covers (as
+  :func:`clock_to_score`, exact for 64-bit clocks), plus the member ``~offset`` scored with the byte offset
+  the states are valid at. A producer's current state is its highest-scored record; superseded records
+  are deleted after each save.
 * ``<app>/progress``: member = query id, score = the last committed batch id.
 
-Every record only moves forward: a write carrying an older clock, offset or batch id is stale for the
-2P-set script, so a zombie or a replayed batch cannot roll any of it back.
+A checkpoint is saved with one script call (one logical key lives on one shard, and the state cluster
+never splits a call), so its offset and states change together or not at all. Every record only moves
+forward: a write carrying an older clock, offset or batch id is stale for the 2P-set script, so a zombie
+or a replayed batch cannot roll any of it back.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from zcluster.cluster import Cluster
 from zcluster.message.sequencer import ProducerState
@@ -23,7 +27,15 @@ from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import clock_to_score, score_to_clock
 from zcluster.types import KeyMember, KeyScoreMember
 
-_ALL = 1_000_000  # select limit meaning "every record": producers per journal are few
+_ALL = 1_000_000  # select limit and batch size meaning "every record": producers per journal are few
+_OFFSET = "~offset"
+
+
+class JournalCheckpoint(NamedTuple):
+    """Producer states of one journal, valid after reading it through byte ``offset`` (0: nothing read)."""
+
+    offset: int
+    states: list[ProducerState]
 
 
 def _member(state: ProducerState) -> str:
@@ -47,75 +59,60 @@ class StateStore:
         if not app or "/" in app:
             raise ValueError(f"app id must be non-empty and without '/', got {app!r}")
         self.app = app
-        self.cluster = Cluster(cluster.topology, prefix=namespace, floors=True)
+        # One call per save, never split: a journal's checkpoint changes atomically.
+        self.cluster = Cluster(cluster.topology, prefix=namespace, floors=True, batch_size=_ALL)
 
-    def _producers_key(self, journal: str) -> str:
-        return f"{self.app}/producers/{journal}"
+    def _journal_key(self, journal: str) -> str:
+        return f"{self.app}/journal/{journal}"
 
-    # -- producer states ------------------------------------------------------------------------------------
+    # -- journal checkpoints -------------------------------------------------------------------------------
 
-    def load_producers(self, journals: Iterable[str]) -> list[ProducerState]:
-        """The current state of every producer of ``journals``."""
-        keys = {self._producers_key(j): j for j in journals}
-        if not keys:
-            return []
-        found = self.cluster.select(list(keys), limit=_ALL)
-        out: list[ProducerState] = []
-        for key, records in found.items():
-            out.extend(self._current(keys[str(key)], records).values())
-        return out
+    def load_journal(self, journal: str) -> JournalCheckpoint:
+        """The stored checkpoint of ``journal`` (offset 0 and no states if none), read in one snapshot."""
+        key = self._journal_key(journal)
+        offset, states = self._split(journal, self.cluster.select([key], limit=_ALL)[key])
+        return JournalCheckpoint(offset, list(states.values()))
 
     @staticmethod
-    def _current(journal: str, records: Sequence[KeyScoreMember]) -> dict[bytes, ProducerState]:
+    def _split(journal: str, records: Sequence[KeyScoreMember]) -> tuple[int, dict[bytes, ProducerState]]:
+        offset = 0
         best: dict[bytes, ProducerState] = {}
         for r in records:
+            if r.member == _OFFSET:
+                offset = int(r.score)
+                continue
             state = _parse(journal, str(r.member), r.score)
             held = best.get(state.producer)
             if held is None or _rank(state) > _rank(held):
                 best[state.producer] = state
-        return best
+        return offset, best
 
-    def save_producers(self, states: Iterable[ProducerState]) -> None:
-        """Store producer states; a state older than the stored one (smaller max clock) changes nothing.
+    def save_journal(self, journal: str, offset: int, states: Iterable[ProducerState]) -> bool:
+        """Store ``journal``'s checkpoint at ``offset`` atomically; returns whether the offset advanced.
 
-        Afterwards the superseded records of these producers are deleted (at their own scores, so a
-        zombie re-sending one finds it stale).
+        States older than the stored ones (smaller max clock) and an offset below the stored one change
+        nothing. Afterwards the superseded records are deleted (at their own scores, so a zombie re-sending
+        one finds it stale).
         """
-        by_journal: dict[str, list[ProducerState]] = {}
-        for s in states:
-            by_journal.setdefault(s.journal, []).append(s)
-        if not by_journal:
-            return
-        self.cluster.insert(
-            [KeyScoreMember(self._producers_key(s.journal), clock_to_score(_rank(s)[0]), _member(s))
-             for group in by_journal.values() for s in group]
-        )  # fmt: skip
-        keys = {self._producers_key(j): j for j in by_journal}
-        stale: list[KeyScoreMember] = []
-        for key, records in self.cluster.select(list(keys), limit=_ALL).items():
-            current = {_member(s) for s in self._current(keys[str(key)], records).values()}
-            stale.extend(r for r in records if r.member not in current)
+        key = self._journal_key(journal)
+        tuples = [KeyScoreMember(key, clock_to_score(_rank(s)[0]), _member(s)) for s in states]
+        tuples.append(KeyScoreMember(key, float(offset), _OFFSET))
+        advanced = self.cluster.insert(tuples).applied[-1]
+        records = self.cluster.select([key], limit=_ALL)[key]
+        current = {_member(s) for s in self._split(journal, records)[1].values()}
+        stale = [r for r in records if r.member != _OFFSET and r.member not in current]
         if stale:
             self.cluster.delete(stale)
+        return advanced
 
     def prune_producers(self, journal: str, older_than_clock: int) -> int:
         """Forget producers of ``journal`` whose newest state covers only clocks <= ``older_than_clock``.
 
         Like the Sequencer's checkpoint pruning: their later duplicates would be delivered again, and a
-        zombie can no longer write states that old. Returns the records removed.
+        zombie can no longer write states that old. Returns the records removed. The offset record stays:
+        clock scores are tiny doubles (below 1.0 until the year 2490), offsets are whole numbers >= 1.
         """
-        return self.cluster.forget([self._producers_key(journal)], clock_to_score(older_than_clock))
-
-    # -- offsets ---------------------------------------------------------------------------------------------
-
-    def load_offsets(self) -> dict[str, int]:
-        records = self.cluster.select([f"{self.app}/offsets"], limit=_ALL)[f"{self.app}/offsets"]
-        return {str(r.member): int(r.score) for r in records}
-
-    def save_offsets(self, offsets: Mapping[str, int]) -> None:
-        """Advance read-through offsets; an offset below the stored one changes nothing."""
-        if offsets:
-            self.cluster.insert([KeyScoreMember(f"{self.app}/offsets", float(o), j) for j, o in offsets.items()])
+        return self.cluster.forget([self._journal_key(journal)], clock_to_score(older_than_clock))
 
     # -- progress --------------------------------------------------------------------------------------------
 
