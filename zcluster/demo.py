@@ -1,95 +1,152 @@
-"""The main job on an embedded default: start local shards, write, read, scan, print.
+"""The main job, end to end on an embedded default: journals -> Spark -> exactly-once sink -> cluster.
 
-``python -m zcluster.demo`` (or ``./run demo``) starts two local Redis servers, writes timelines of
-events with inserts, deletes, stale replays and duplicates, then reads them back with select, score,
-cursor paging and a key scan, and checks the result against what the CRDT rules say it must be.
-``--url`` (repeatable) or ``--cluster-url`` point it at real servers instead.
+``python -m zcluster.demo`` (or ``./run demo``) starts two local Redis servers and file journals in a
+temporary directory, publishes timeline events from several producers (committed messages,
+transactions, rolled-back transactions, one transaction left open across micro-batches, duplicated
+appends), runs a PySpark Structured Streaming query with :class:`zcluster.spark.ZClusterSink` twice from
+one checkpoint, and compares what the cluster holds with what exactly-once delivery must produce.
+``--url`` (repeatable) or ``--cluster-url`` point it at real Redis servers or a Redis Cluster instead.
+Exits non-zero if the state differs from the model.
 """
 
 from __future__ import annotations
 
-import random
+import logging
 import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from zcluster import Cluster, Cursor, KeyMember, KeyScoreMember
+from zcluster.cluster import Cluster
+from zcluster.journal.files import FileJournals
+from zcluster.journal.publishing import AsyncPublisher
 from zcluster.local import LocalShards, find_server_binary, server_version
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.message.journals import JournalSpec
+from zcluster.message.mapping import modulo_mapping
+from zcluster.message.records import JsonMessage
+from zcluster.types import KeyMember
 
 
-def run(cluster: Cluster, users: int, events: int, console: Console) -> bool:
-    rng = random.Random(42)
-    now = 1_700_000_000.0
-    inserts = [
-        KeyScoreMember(f"timeline:{rng.randrange(users)}", now + i + rng.random(), f"event-{i}") for i in range(events)
-    ]
-    started = time.perf_counter()
-    first = cluster.insert(inserts)
-    took = time.perf_counter() - started
-    console.print(f"inserted {first.applied_count:,} events into {users} timelines in {took:.2f}s "
-                  f"({events / took:,.0f} tuples/s)")  # fmt: skip
-    # at-least-once delivery: the same events again, and stale copies, change nothing
-    replay = cluster.insert(rng.sample(inserts, events // 10))
-    stale = cluster.insert([t._replace(score=t.score - 1) for t in rng.sample(inserts, events // 10)])
-    deletes = rng.sample(inserts, events // 20)
-    removed = cluster.delete(deletes)
-    late = cluster.insert(deletes)  # a replay of an insert after its delete: the delete wins
-    console.print(f"replayed {len(replay.applied)} (applied {replay.applied_count}), stale {len(stale.applied)} "
-                  f"(applied {stale.applied_count}), deleted {removed.applied_count}, "
-                  f"late replays of deleted events applied {late.applied_count}")  # fmt: skip
+def run_query(spark: Any, sink: Any, journals: str, checkpoint: Path) -> None:
+    query = (
+        spark.readStream.format("zcluster-journal").option("journals", journals).load()
+        .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination()
 
-    gone = {(t.key, t.member) for t in deletes}
-    expected: dict[str, list[tuple[float, str]]] = {}
-    for t in inserts:
-        if (t.key, t.member) not in gone:
-            expected.setdefault(str(t.key), []).append((t.score, str(t.member)))
-    keys = sorted(expected)
-    got = cluster.select(keys, limit=events)
-    ok = all([(m.score, m.member) for m in got[k]] == sorted(expected[k], reverse=True) for k in keys)
 
-    table = Table(title="three timelines, newest first (select limit 3)")
-    for col in ("key", "score", "member"):
-        table.add_column(col)
-    for key in keys[:3]:
-        for t in got[key][:3]:
-            table.add_row(str(key), f"{t.score:.3f}", str(t.member))
+def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, workdir: Path, messages: int) -> bool:
+    from zcluster.spark import ZClusterSink, local_session
+    from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
+
+    journals_url = f"file://{workdir / 'journals'}"
+    store = FileJournals(workdir / "journals")
+    names = [f"timelines/part-{i:03d}" for i in range(4)]
+    create_journals(store, names)
+    traffic = Traffic(names)
+    specs = [JournalSpec(n, {"content-type": CONTENT_TYPE_NDJSON}) for n in names]
+    mapping = modulo_mapping(lambda m: m.doc["user"], lambda: specs)
+    prefix = cluster.layout.prefix.decode()
+    sink = ZClusterSink(cluster_where, timeline_mapper, f"demo-{int(time.time())}", journals=journals_url,
+                        prefix=prefix)  # fmt: skip
+    long_txn = AsyncPublisher(store)
+    with console.status("starting Spark (local[2])"):
+        spark = local_session("local[2]")
+    try:
+        with console.status("publishing round 1: 3 producers, committed messages, transactions, duplicates"):
+            publish(store, traffic, producers=3, messages=messages, seed=1)
+            # A transaction that stays open across micro-batches: its ACK lands after the first batch.
+            long_docs = [{"user": f"u{i}", "event": f"long-txn-{i}", "ts": 1_800_000_000.0 + i, "op": "add"}
+                         for i in range(5)]  # fmt: skip
+            for doc in long_docs:
+                long_txn.publish_uncommitted(mapping, JsonMessage(dict(doc)))
+            long_txn.barrier()
+        console.print(f"published {traffic.committed:,} committed, {traffic.rolled_back:,} rolled back, "
+                      f"{traffic.duplicates:,} duplicated appends; 5 more in an open transaction")  # fmt: skip
+        with console.status("micro-batch 0: sequencing and writing"):
+            run_query(spark, sink, journals_url, workdir / "checkpoint")
+        with console.status("publishing round 2, committing the long transaction"):
+            publish(store, traffic, producers=3, messages=messages // 2, seed=2)
+            long_txn.commit()
+            long_txn.close()
+            for doc in long_docs:
+                traffic.apply(doc)
+            traffic.committed += len(long_docs)
+        with console.status("micro-batch 1: sequencing and writing (the long transaction is replayed)"):
+            run_query(spark, sink, journals_url, workdir / "checkpoint")
+    finally:
+        spark.stop()
+    return report(console, cluster, traffic, sink)
+
+
+def report(console: Console, cluster: Cluster, traffic: Any, sink: Any) -> bool:
+    expected = traffic.expected()
+    got = cluster.select(list(expected), limit=1_000_000)
+    matching = sum([(t.member, t.score) for t in got[k]] == v for k, v in expected.items())
+    delivered = sum(b.delivered for b in sink.history)
+    table = Table(title="committed vs what should have been")
+    table.add_column("")
+    table.add_column("should", justify="right")
+    table.add_column("got", justify="right")
+    table.add_row("committed messages applied once", f"{traffic.committed:,}", f"{delivered:,}")
+    table.add_row("duplicated appends dropped", f"{traffic.duplicates:,}",
+                  f"{sum(b.duplicates for b in sink.history):,}")  # fmt: skip
+    table.add_row("rolled-back messages delivered", "0", f"{delivered - traffic.committed:,}")
+    table.add_row("timelines equal to the model", f"{len(expected):,}", f"{matching:,}")
     console.print(table)
-    page = cluster.select_range([keys[0]], limit=2)[keys[0]]
-    cursor = Cursor(page[-1].score, page[-1].member)
-    console.print(f"cursor after 2 of {keys[0]}: {cursor}")
-    sample = deletes[0]
-    console.print(f"score of a deleted event: {cluster.score([KeyMember(sample.key, sample.member)])}")
-    scanned = sum(len(b) for b in cluster.keys(batch_size=500))
-    console.print(f"scan found {scanned} keys (expected {len(keys)})")
-    ok = ok and scanned == len(keys) and replay.applied_count == 0 and stale.applied_count == 0
-    ok = ok and late.applied_count == 0
-    console.print("[bold green]state matches the model[/]" if ok else "[bold red]state differs from the model[/]")
+    for b in sink.history:
+        console.print(f"batch {b.batch_id}: {b.frames:,} frames, {b.delivered:,} delivered, {b.duplicates} dup, "
+                      f"{b.rollbacks} rollbacks, {b.replays} replays, {b.applied:,} writes applied, "
+                      f"{b.seconds:.1f}s")  # fmt: skip
+    key = sorted(expected, key=lambda k: -len(expected[k]))[0]
+    lookups = Table(title=f"select {key} limit 3")
+    for col in ("score", "member"):
+        lookups.add_column(col)
+    for t in cluster.select([key], limit=3)[key]:
+        lookups.add_row(f"{t.score:.3f}", str(t.member))
+    console.print(lookups)
+    removed = next((KeyMember(k, m) for (k, m), (_, gone) in traffic.best.items() if gone), None)
+    if removed is not None:
+        console.print(f"score of a removed event {tuple(removed)}: {cluster.score([removed])[removed]}")
+    probe = KeyMember("timeline:u0", "long-txn-0")
+    console.print(f"score of an event from the long transaction: {cluster.score([probe])[probe]}")
+    ok = matching == len(expected) and delivered == traffic.committed
+    console.print("[bold green]exactly once: the cluster matches the model[/]" if ok else
+                  "[bold red]the cluster differs from the model[/]")  # fmt: skip
     return ok
 
 
 @click.command()
 @click.option("--url", "urls", multiple=True, help="Standalone shard URL (repeatable); default: start local ones.")
 @click.option("--cluster-url", help="Seed node of a Redis Cluster instead of standalone shards.")
-@click.option("--shards", default=2, show_default=True, help="Local shards to start when no URL is given.")
-@click.option("--users", default=200, show_default=True)
-@click.option("--events", default=50_000, show_default=True)
-def main(urls: tuple[str, ...], cluster_url: str | None, shards: int, users: int, events: int) -> None:
-    """Run the zcluster demo end to end and exit non-zero if the state is not what the model says."""
+@click.option("--messages", default=400, show_default=True, help="Publish steps per producer in round 1.")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Where journals and the checkpoint go.")
+def main(urls: tuple[str, ...], cluster_url: str | None, messages: int, workdir: Path | None) -> None:
+    """Run the zcluster demo end to end; exit non-zero if the cluster does not match the model."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     console = Console()
+    started = time.perf_counter()
     prefix = f"demo{int(time.time())}:"
+    work = workdir or Path(tempfile.mkdtemp(prefix="zcluster-demo-"))
     if cluster_url or urls:
-        cluster = Cluster.from_cluster_url(cluster_url, prefix=prefix) if cluster_url else Cluster.from_urls(
-            list(urls), prefix=prefix)  # fmt: skip
+        where: str | list[str] = f"redis+cluster://{cluster_url.split('://', 1)[1]}" if cluster_url else list(urls)
+        cluster = (Cluster.from_cluster_url(cluster_url, prefix=prefix) if cluster_url
+                   else Cluster.from_urls(list(urls), prefix=prefix))  # fmt: skip
         with cluster:
-            ok = run(cluster, users, events, console)
+            ok = demo(console, where, cluster, work, messages)
     else:
         binary = find_server_binary()
-        console.print(f"starting {shards} local shards with {server_version(binary)}")
-        with LocalShards(shards, binary=binary) as local, Cluster.from_urls(local.urls, prefix=prefix) as cluster:
-            ok = run(cluster, users, events, console)
+        console.print(f"starting 2 local shards: {server_version(binary).split(' sha=')[0]}")
+        with LocalShards(2, binary=binary) as local, Cluster.from_urls(local.urls, prefix=prefix) as cluster:
+            ok = demo(console, local.urls, cluster, work, messages)
+    console.print(f"done in {time.perf_counter() - started:.0f}s (journals and checkpoint in {work})")
     sys.exit(0 if ok else 1)
 
 

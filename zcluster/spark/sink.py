@@ -99,7 +99,11 @@ class BatchStats:
                 setattr(self, name, getattr(self, name) + value)
 
 
-_DUPLICATE = {QueueOutcome.OUTSIDE_ALREADY_ACKED, QueueOutcome.CONTINUE_ALREADY_ACKED}
+_DUPLICATE = {
+    QueueOutcome.OUTSIDE_ALREADY_ACKED,
+    QueueOutcome.CONTINUE_ALREADY_ACKED,
+    QueueOutcome.CONTINUE_TXN_CLOCK_LARGER,  # a copy of a message of the still-open span
+}
 
 
 def _kind(message: Any) -> str:
