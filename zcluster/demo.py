@@ -117,7 +117,7 @@ def report(console: Console, cluster: Cluster, traffic: Any, sink: Any) -> bool:
         console.print(f"score of a removed event {tuple(removed)}: {cluster.score([removed])[removed]}")
     probe = KeyMember("timeline:u0", "long-txn-0")
     console.print(f"score of an event from the long transaction: {cluster.score([probe])[probe]}")
-    ok = matching == len(expected) and delivered == traffic.committed
+    ok = bool(matching == len(expected) and delivered == traffic.committed)
     console.print("[bold green]exactly once: the cluster matches the model[/]" if ok else
                   "[bold red]the cluster differs from the model[/]")  # fmt: skip
     return ok
