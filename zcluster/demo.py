@@ -33,17 +33,8 @@ from zcluster.message.records import JsonMessage
 from zcluster.types import KeyMember
 
 
-def run_query(spark: Any, sink: Any, journals: str, checkpoint: Path) -> None:
-    query = (
-        spark.readStream.format("zcluster-journal").option("journals", journals).load()
-        .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination()
-
-
 def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, workdir: Path, messages: int) -> bool:
-    from zcluster.spark import ZClusterSink, local_session
+    from zcluster.spark import ZClusterSink, local_session, run_available_now
     from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
 
     journals_url = f"file://{workdir / 'journals'}"
@@ -71,7 +62,7 @@ def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, wor
         console.print(f"published {traffic.committed:,} committed, {traffic.rolled_back:,} rolled back, "
                       f"{traffic.duplicates:,} duplicated appends; 5 more in an open transaction")  # fmt: skip
         with console.status("micro-batch 0: sequencing and writing"):
-            run_query(spark, sink, journals_url, workdir / "checkpoint")
+            run_available_now(spark, sink, journals_url, workdir / "checkpoint")
         with console.status("publishing round 2, committing the long transaction"):
             publish(store, traffic, producers=3, messages=messages // 2, seed=2)
             long_txn.commit()
@@ -80,7 +71,7 @@ def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, wor
                 traffic.apply(doc)
             traffic.committed += len(long_docs)
         with console.status("micro-batch 1: sequencing and writing (the long transaction is replayed)"):
-            run_query(spark, sink, journals_url, workdir / "checkpoint")
+            run_available_now(spark, sink, journals_url, workdir / "checkpoint")
     finally:
         spark.stop()
     return report(console, cluster, traffic, sink)

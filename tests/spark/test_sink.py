@@ -14,21 +14,12 @@ from zcluster.journal.publishing import AsyncPublisher
 from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
-from zcluster.spark import MapperError, ZClusterSink
+from zcluster.spark import MapperError, ZClusterSink, run_available_now
 from zcluster.state import StateStore
 from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
 
 pytestmark = pytest.mark.spark
 _names = itertools.count()
-
-
-def run(spark: Any, sink: ZClusterSink, journals: str, checkpoint: Path) -> None:
-    query = (
-        spark.readStream.format("zcluster-journal").option("journals", journals).load()
-        .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination()
 
 
 def state_of(cluster: Cluster, keys: list[str]) -> dict[str, list[tuple[str, float]]]:
@@ -56,7 +47,7 @@ def test_end_to_end_exactly_once_over_several_runs(spark: Any, setup: dict[str, 
     sink = sink_for(s)
     for seed in range(2):  # publish, run, publish more, run again from the same checkpoint
         publish(s["store"], traffic, producers=3, messages=120, seed=seed)
-        run(spark, sink, s["url"], tmp_path / "ckpt")
+        run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
     expected = traffic.expected()
     assert traffic.duplicates > 0 and traffic.rolled_back > 0
     assert state_of(s["cluster"], list(expected)) == expected
@@ -81,14 +72,14 @@ def test_transactions_spanning_batches_commit_once_and_rollbacks_never_appear(
                                                            "op": "add"}))  # fmt: skip
         keep.barrier()
         drop.barrier()
-        run(spark, sink, s["url"], tmp_path / "ckpt")  # batch 0: both transactions still open
+        run_available_now(spark, sink, s["url"], tmp_path / "ckpt")  # batch 0: both transactions still open
         keys = [f"timeline:u{i}" for i in range(6)]
         assert all(v == [] for v in state_of(s["cluster"], keys).values())
         keep.commit()
         drop.rollback()
         keep.barrier()
         drop.barrier()
-    run(spark, sink, s["url"], tmp_path / "ckpt")  # batch 1: the ACKs; the open spans are replayed
+    run_available_now(spark, sink, s["url"], tmp_path / "ckpt")  # batch 1: the ACKs; the open spans are replayed
     assert state_of(s["cluster"], keys) == {f"timeline:u{i}": [(f"keep{i}", 10.0 + i)] for i in range(6)}
     assert sink.history[-1].replays > 0 and sink.history[-1].rollbacks > 0
     assert sum(b.delivered for b in sink.history) == 6
@@ -100,7 +91,7 @@ def test_replayed_batch_and_new_checkpoint_do_not_repeat_work(
     s = setup
     traffic = publish(s["store"], Traffic(s["names"]), producers=2, messages=80, seed=7)
     sink = sink_for(s)
-    run(spark, sink, s["url"], tmp_path / "ckpt")
+    run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
     expected = traffic.expected()
     assert state_of(s["cluster"], list(expected)) == expected
     # Spark lost its commit marker (a crash before it was written): the same batch id runs again
@@ -108,10 +99,10 @@ def test_replayed_batch_and_new_checkpoint_do_not_repeat_work(
     commits = sorted(markers, key=lambda p: int(p.name))
     commits[-1].unlink()
     (commits[-1].parent / f".{commits[-1].name}.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
-    run(spark, sink, s["url"], tmp_path / "ckpt")
+    run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
     assert sink.history[-1].skipped and sink.history[-1].batch_id == sink.history[0].batch_id
     # a brand-new checkpoint (new query id, batch ids from 0) re-reads everything: producer states drop it
-    run(spark, sink, s["url"], tmp_path / "ckpt2")
+    run_available_now(spark, sink, s["url"], tmp_path / "ckpt2")
     fresh = sink.history[-1]
     assert not fresh.skipped and fresh.query_id != sink.history[0].query_id
     assert fresh.delivered == 0 and fresh.frames == sink.history[0].frames
@@ -136,7 +127,7 @@ def test_mapper_error_names_journal_offset_kind_and_commits_nothing(
 
     sink = sink_for(s, broken)
     with pytest.raises(Exception) as info:
-        run(spark, sink, s["url"], tmp_path / "ckpt")
+        run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
     text = str(info.value)
     assert "MapperError" in text and "timelines/part-" in text and "offset" in text and "JsonMessage" in text
     state = StateStore(s["cluster"], s["query"])

@@ -6,8 +6,8 @@ sources with a SparkSession; :func:`local_session` starts a local one with them 
 """
 
 from zcluster.spark.config import ClusterConfig
-from zcluster.spark.session import local_session, register
+from zcluster.spark.session import local_session, register, run_available_now
 from zcluster.spark.sink import BatchStats, Delete, Insert, MapperError, ZClusterSink
 
 __all__ = ["BatchStats", "ClusterConfig", "Delete", "Insert", "MapperError", "ZClusterSink", "local_session",
-           "register"]  # fmt: skip
+           "register", "run_available_now"]  # fmt: skip

@@ -67,7 +67,9 @@ def write_rows(config: ClusterConfig, rows: Iterator[Any], batch: int) -> Writte
     return Written(sent, applied)
 
 
-class TupleWriter(DataSourceWriter):
+class _RowSender:
+    """The part both writers share: options parsed once, rows sent in batches by each task."""
+
     def __init__(self, options: dict[str, str]) -> None:
         self.config = _config(options)
         self.batch = int(options.get("batch", "4096"))
@@ -76,13 +78,12 @@ class TupleWriter(DataSourceWriter):
         return write_rows(self.config, iterator, self.batch)
 
 
-class TupleStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.config = _config(options)
-        self.batch = int(options.get("batch", "4096"))
+class TupleWriter(_RowSender, DataSourceWriter):
+    """Batch writer: ``df.write.format("zcluster")``."""
 
-    def write(self, iterator: Iterator[Any]) -> Written:
-        return write_rows(self.config, iterator, self.batch)
+
+class TupleStreamWriter(_RowSender, DataSourceStreamWriter):
+    """Streaming writer: ``writeStream.format("zcluster")``."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to finish: each task's writes are already durable and idempotent."""
