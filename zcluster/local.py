@@ -19,9 +19,11 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,21 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zcluster-local-spawn")
+
+
+def _spawn(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """Run ``start`` (which forks) on a thread that lives as long as the process.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process: a server
+    started from a short-lived thread (a test injecting a fault) would be killed as soon as that thread
+    ended. The main thread and the spawner thread both last until the process exits.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return start()
+    return _SPAWNER.submit(start).result()
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     """A CA and a server certificate for 127.0.0.1, for TLS-enabled local servers."""
@@ -168,10 +185,10 @@ class LocalServer:
             "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no",
             "--loglevel", "warning", "--logfile", str(self.directory / "server.log"), *self.extra,
         ]  # fmt: skip
-        self.process = subprocess.Popen(
+        self.process = _spawn(lambda: subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             preexec_fn=_die_with_parent,
-        )  # fmt: skip
+        ))  # fmt: skip
         self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float) -> None:
@@ -212,9 +229,11 @@ class LocalServer:
         if proc is None or proc.poll() is not None:
             return
         if save:
+            # SHUTDOWN SAVE, not SAVE then SIGTERM: a write acknowledged between those two would be lost.
             with contextlib.suppress(redis.RedisError), self.client(socket_timeout=timeout) as c:
-                c.save()
-        proc.terminate()
+                c.shutdown(save=True)
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -47,9 +47,7 @@ def test_registry() -> None:
         "text/csv",
         "application/x-protobuf-fixed",
     }
-    with pytest.raises(
-        UnknownContentTypeError, match=r"unrecognized content-type \(application/x-recovery-log\)"
-    ):
+    with pytest.raises(UnknownContentTypeError, match=r"unrecognized content-type \(application/x-recovery-log\)"):
         framing_for("application/x-recovery-log")
 
     class Upper(Framing):

@@ -104,9 +104,7 @@ def test_transaction_commit_and_rollback() -> None:
     got = list(ReadCommittedIter(journals, specs[0], seq))
     assert [e.message.doc.get("n") for e in got] == [1, 3, None]
     assert got[-1].is_ack and got[-1].clock == ack_clock and ack_clock > got[1].clock
-    assert [
-        e.message.doc["n"] for e in ReadCommittedIter(journals, specs[1], Sequencer()) if not e.is_ack
-    ] == [2]
+    assert [e.message.doc["n"] for e in ReadCommittedIter(journals, specs[1], Sequencer()) if not e.is_ack] == [2]
 
     # An abandoned transaction, rolled back by re-appending the last ACK (clock == last ACK).
     pub.publish_uncommitted(m0, JsonMessage({"n": 4}))

@@ -188,9 +188,9 @@ def test_txn_sequence_cases(generate: Gen) -> None:
         generate(B, 13, CONT),
         generate(B, 10, ACK),
     )
-    assert queue(seq, b9, b11no, b12no, b13no, b10) == [QO.CONTINUE_BEGIN_SPAN] + [
-        QO.CONTINUE_EXTEND_SPAN
-    ] * 3 + [QO.ACK_COMMIT_REPLAY]
+    assert queue(seq, b9, b11no, b12no, b13no, b10) == [QO.CONTINUE_BEGIN_SPAN] + [QO.CONTINUE_EXTEND_SPAN] * 3 + [
+        QO.ACK_COMMIT_REPLAY
+    ]
     expect_replay(seq, b9.begin, b12no.begin, b9, b11no)
     expect_dequeue(seq, b9, b10)
     assert not seq.has_pending()

@@ -20,9 +20,7 @@ class Producer:
     journal: str
     clock: int
     last_ack: int
-    stream: list[tuple[int, int, str | None, bool]] = field(
-        default_factory=list
-    )  # (clock, flags, id, late_dup_ok)
+    stream: list[tuple[int, int, str | None, bool]] = field(default_factory=list)  # (clock, flags, id, late_dup_ok)
     committed: list[str] = field(default_factory=list)
 
 

@@ -88,6 +88,4 @@ class Envelope:
     __hash__ = None  # type: ignore[assignment]  # Mutable message inside: not hashable.
 
     def __repr__(self) -> str:
-        return (
-            f"Envelope({self.journal!r}, {self.begin}, {self.end}, {self.message!r}, uuid={self.uuid.hex()})"
-        )
+        return f"Envelope({self.journal!r}, {self.begin}, {self.end}, {self.message!r}, uuid={self.uuid.hex()})"

@@ -153,9 +153,7 @@ class InMemoryJournals:
             raise OffsetOutOfRangeError(f"journal {journal!r}: offset {offset} outside [0, {end}]")
         return self._read(journal, offset, block, timeout)
 
-    def _read(
-        self, journal: str, offset: int, block: bool, timeout: float | None
-    ) -> Iterator[tuple[int, bytes]]:
+    def _read(self, journal: str, offset: int, block: bool, timeout: float | None) -> Iterator[tuple[int, bytes]]:
         while True:
             with self._cond:
                 buf = self._get(journal).data

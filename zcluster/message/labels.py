@@ -113,6 +113,4 @@ def parse_selector(text: str) -> LabelSelector:
         if exclude.get(name):
             raise SelectorError(f"label selector forbids {name!r} and excludes some of its values")
         exclude[name] = set()
-    return LabelSelector(
-        {k: frozenset(v) for k, v in include.items()}, {k: frozenset(v) for k, v in exclude.items()}
-    )
+    return LabelSelector({k: frozenset(v) for k, v in include.items()}, {k: frozenset(v) for k, v in exclude.items()})

@@ -39,9 +39,7 @@ class Publisher:
     caller-provided Clock is only ticked, and the caller updates it (cheaper at high rates).
     """
 
-    def __init__(
-        self, writer: JournalWriter, clock: Clock | None = None, producer: bytes | None = None
-    ) -> None:
+    def __init__(self, writer: JournalWriter, clock: Clock | None = None, producer: bytes | None = None) -> None:
         self._writer = writer
         self._auto_update = clock is None
         self._clock = Clock() if clock is None else clock

@@ -125,9 +125,7 @@ class ReadCommittedIter:
         self._seq = sequencer
         self._decode = decode
         start = sequencer.read_through(spec.name) if offset is None else offset
-        self._uncommitted = ReadUncommittedIter(
-            reader, spec, start, decode=decode, block=block, timeout=timeout
-        )
+        self._uncommitted = ReadUncommittedIter(reader, spec, start, decode=decode, block=block, timeout=timeout)
 
     def __iter__(self) -> ReadCommittedIter:
         return self

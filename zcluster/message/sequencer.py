@@ -287,9 +287,7 @@ class Sequencer:
         if self._dequeued is not None:
             emit.min_clock = self._dequeued_clock  # The previous envelope has been processed.
         elif self._replay_it is None and emit.begin != self._ring_begin[emit.ring_start]:
-            raise ReplayRequiredError(
-                "ACK_COMMIT_REPLAY: call replay_range() and start_replay() before step()"
-            )
+            raise ReplayRequiredError("ACK_COMMIT_REPLAY: call replay_range() and start_replay() before step()")
 
         while emit.ring_start != -1:
             if self._replay_it is None:
@@ -382,9 +380,7 @@ class Sequencer:
         for key, p in list(self._partials.items()):
             bound = 0 if units is None else max(0, horizon.get(p.journal, 0) - units)
             if p.max_clock >= bound:
-                states.append(
-                    ProducerState(p.journal, ProducerID(p.producer), p.min_clock, p.begin, p.max_clock)
-                )
+                states.append(ProducerState(p.journal, ProducerID(p.producer), p.min_clock, p.begin, p.max_clock))
             else:
                 del self._partials[key]
         self._last_offsets.update(self._offsets)

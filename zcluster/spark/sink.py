@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from zcluster.cluster import Cluster
 from zcluster.journal.urls import open_store
@@ -40,9 +40,26 @@ from zcluster.message.readers import ReadUncommittedIter
 from zcluster.message.sequencer import QueueOutcome, Sequencer
 from zcluster.spark.config import ClusterConfig
 from zcluster.state.store import StateStore
-from zcluster.types import KeyScoreMember, PartialWriteError, ZClusterError
+from zcluster.types import KeyScoreMember, PartialReadError, PartialWriteError, ZClusterError
 
 log = logging.getLogger("zcluster.spark")
+
+
+T = TypeVar("T")
+
+
+def retrying(call: Callable[[], T], retries: int, what: str) -> T:
+    """``call()``, again after a backoff while a shard fails (state reads and writes are idempotent)."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except (PartialReadError, PartialWriteError) as exc:
+            if attempt == retries:
+                raise
+            log.warning("%s: retrying after a shard failure: %s", what, exc)
+            time.sleep(min(0.2 * 2**attempt, 5.0))
+            attempt += 1
 
 
 class Insert(NamedTuple):
@@ -137,7 +154,7 @@ class _Job:
 
     def _journal(self, cluster: Cluster, state: StateStore, journal: str, rows: Iterable[Any],
                  stats: BatchStats) -> None:  # fmt: skip
-        checkpoint = state.load_journal(journal)
+        checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
         seq = Sequencer(states=checkpoint.states, buffer=self.ring)
         writes = _Writes(cluster, self.flush, self.retries, stats)
         content_type = ""
@@ -176,7 +193,9 @@ class _Job:
                 writes.add(journal, out, self._map(journal, out))
         writes.flush()  # effects first: a crash before the checkpoint re-runs them, harmlessly
         states = seq.checkpoint().states
-        state.save_journal(journal, read_through, states)
+        retrying(
+            lambda: state.save_journal(journal, read_through, states), self.retries, f"save checkpoint of {journal}"
+        )
         if self.prune_horizon and states:
             newest = max(s.last_ack for s in states)
             bound = newest - (round(self.prune_horizon * 10_000_000) << 4)
@@ -302,7 +321,8 @@ class ZClusterSink:
 
     ``history`` holds a :class:`BatchStats` per batch handled by this driver process.
     Errors: a mapper failure raises :class:`MapperError` (journal, offset, kind) and fails the batch;
-    shard failures are retried ``retries`` times per flush, then fail the batch. A failed batch is not
+    shard failures are retried ``retries`` times (writes, checkpoints and progress alike, with backoff up
+    to 5 s), then fail the batch. A failed batch is not
     recorded as committed, and Spark runs it again.
     """
 
@@ -323,7 +343,8 @@ class ZClusterSink:
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId") or "batch"
         state = StateStore(self.config.connect(), self.query_name)
         stats = BatchStats(batch_id=batch_id, query_id=query_id)
-        done = state.committed_batch(query_id)
+        retries = self.job.retries
+        done = retrying(lambda: state.committed_batch(query_id), retries, "read batch progress")
         if done is not None and batch_id <= done:
             stats.skipped = True
             log.info("batch %d of query %s already committed: skipped", batch_id, query_id)
@@ -332,7 +353,7 @@ class ZClusterSink:
             rows = df.repartition(n, "journal").sortWithinPartitions("journal", "begin")
             for part in rows.rdd.mapPartitions(self.job.run).collect():
                 stats.add(part)
-            state.commit_batch(query_id, batch_id)
+            retrying(lambda: state.commit_batch(query_id, batch_id), retries, "record batch progress")
         stats.seconds = time.perf_counter() - started
         self.history.append(stats)
         log.info("batch %d: %s", batch_id, stats)

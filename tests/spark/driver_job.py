@@ -1,0 +1,62 @@
+"""A Spark driver process for the fault tests: one availableNow run of the sink over file journals.
+
+    python tests/spark/driver_job.py --journals file:///abs/journals --urls redis://127.0.0.1:1 redis://... \
+        --checkpoint /abs/ckpt --query-name q1 [--prefix zc:] [--sleep 0.005] [--flush 16] [--stats out.json]
+
+``--sleep`` makes the mapper sleep per message (so a batch is slow enough to be killed mid-way), ``--flush``
+bounds the sink's write batches (so writes land while the batch still runs). ``--stats`` writes the sink's
+history (one BatchStats per batch) as JSON when the run ends. The exit status is 0 when the query finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import time
+from typing import Any
+
+from zcluster.spark import ZClusterSink, local_session, run_available_now
+from zcluster.traffic import timeline_mapper
+
+
+class SlowMapper:
+    """The demo's timeline mapper, sleeping ``seconds`` per message."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, message: Any) -> list[Any]:
+        if self.seconds:
+            time.sleep(self.seconds)
+        return timeline_mapper(message)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--journals", required=True)
+    p.add_argument("--urls", nargs="+", required=True)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--query-name", required=True)
+    p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--flush", type=int, default=4096)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--prefix", default="zc:")
+    p.add_argument("--stats")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    spark = local_session(args.master)
+    sink = ZClusterSink(args.urls, SlowMapper(args.sleep), args.query_name, journals=args.journals, flush=args.flush,
+                        prefix=args.prefix)  # fmt: skip
+    run_available_now(spark, sink, args.journals, args.checkpoint)
+    if args.stats:
+        with open(args.stats, "w") as f:
+            json.dump([dataclasses.asdict(s) for s in sink.history], f)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
