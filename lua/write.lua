@@ -1,26 +1,48 @@
--- zcluster 2P-set write: many tuples per call, one logical set per tuple.
+-- zcluster 2P-set write: many tuples per call, grouped by logical set.
 --
--- KEYS, per tuple (stride 2, or 3 with floors): the add set K+, the remove set K-[, the floor].
+-- KEYS, per group (stride 2, or 3 with floors): the add set K+, the remove set K-[, the floor].
 -- ARGV[1] = "+" (insert) or "-" (delete); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = "1" when
--- floor keys are passed (always with a bound); then per tuple: score (a decimal the client printed
--- exactly), member.
--- Returns a string with one character per tuple: "1" took effect, "0" stale.
+-- floor keys are passed (always with a bound); then per group: the tuple count c, and c pairs of score
+-- (a decimal the client printed exactly) and member, in the caller's order.
+-- Returns a string with one character per tuple, in ARGV order: "1" took effect, "0" stale.
+--
+-- The floor (the highest score trimmed or forgotten for this set) only judges members without a record:
+-- a member still in K+ or K- has never had a newer record forgotten (a newer delete would have removed it
+-- from K+, a newer insert would have replaced its tombstone), so its own record decides.
 --
 -- Scores are passed to ZADD as the client's own text: Lua prints numbers with 14 digits, which would
 -- round them. Comparisons use tonumber() of exact texts, so they are exact for every double.
--- Loops over ARGV by index: unpack() of thousands of values overflows Lua's stack.
+-- Long argument lists go to Redis in slices: unpack() of thousands of values overflows Lua's stack.
 local insert = ARGV[1] == "+"
 local bound = tonumber(ARGV[2])
 local floors = ARGV[3] == "1"
 local stride = 2
 if floors then stride = 3 end
+local SLICE = 256
 local out = {}
-local n = (#ARGV - 3) / 2
 
 -- Redis answers a missing score or string as false.
 local function num(reply)
   if reply then return tonumber(reply) end
-  return nil
+  return false
+end
+
+-- cmd key args[lo..] in slices of `width`-aligned runs.
+local function sliced(cmd, key, args, width)
+  local step = SLICE * width
+  for lo = 1, #args, step do
+    redis.call(cmd, key, unpack(args, lo, math.min(lo + step - 1, #args)))
+  end
+end
+
+local function scores(key, members)
+  local res = {}
+  for lo = 1, #members, SLICE do
+    local hi = math.min(lo + SLICE - 1, #members)
+    local reply = redis.call("ZMSCORE", key, unpack(members, lo, hi))
+    for j = lo, hi do res[j] = num(reply[j - lo + 1]) end
+  end
+  return res
 end
 
 -- Remove the lowest entries of `set` beyond the bound; raise the floor to the highest score removed.
@@ -30,71 +52,143 @@ local function trim(set, floorkey, floor)
   local cut = redis.call("ZRANGE", set, card - bound - 1, card - bound - 1, "WITHSCORES")
   redis.call("ZREMRANGEBYRANK", set, 0, card - bound - 1)
   local top = tonumber(cut[2])
-  if floor == nil or top > floor then
+  if not floor or top > floor then
     redis.call("SET", floorkey, cut[2])
     return top
   end
   return floor
 end
 
-for i = 1, n do
-  local stext = ARGV[2 * i + 2]
-  local s = tonumber(stext)
-  local m = ARGV[2 * i + 3]
-  local base = (i - 1) * stride
-  local adds = KEYS[base + 1]
-  local rems = KEYS[base + 2]
-  local floorkey, floor = nil, nil
-  if floors then
-    floorkey = KEYS[base + 3]
-    floor = num(redis.call("GET", floorkey))
-  end
-  local del = num(redis.call("ZSCORE", rems, m))
-  local ok = "0"
-  if insert then
-    -- An insert needs a strictly newer score than any record of the member (a delete wins ties) and than
-    -- the floor (a tombstone or entry trimmed at or above s may have been forgotten).
-    if not ((del and s <= del) or (floor and s <= floor)) then
-      if bound == 0 then
-        -- GT CH: added or raised (the score was absent or lower) answers 1; equal or newer answers 0.
-        if redis.call("ZADD", adds, "GT", "CH", stext, m) == 1 then
-          if del then redis.call("ZREM", rems, m) end
-          ok = "1"
-        end
-      else
-        local ins = num(redis.call("ZSCORE", adds, m))
+-- With a bound, trimming interleaves with the writes: one tuple at a time, as in a single-tuple call.
+local function bounded(adds, rems, floorkey, floor, pos, count)
+  for j = 0, count - 1 do
+    local stext = ARGV[pos + 2 * j]
+    local s = tonumber(stext)
+    local m = ARGV[pos + 2 * j + 1]
+    local ins = num(redis.call("ZSCORE", adds, m))
+    local del = num(redis.call("ZSCORE", rems, m))
+    local ok = "0"
+    if insert then
+      if not ((ins and s <= ins) or (del and s <= del) or (floor and s <= floor and not ins and not del)) then
         local full = false
         if not ins and redis.call("ZCARD", adds) >= bound then
           local low = redis.call("ZRANGE", adds, 0, 0, "WITHSCORES")
           full = s < tonumber(low[2])
           -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
-          if full and (floor == nil or s > floor) then redis.call("SET", floorkey, stext) end
+          if full and (not floor or s > floor) then
+            redis.call("SET", floorkey, stext)
+            floor = s
+          end
         end
-        if not (ins and s <= ins) and not full then
+        if not full then
           if del then redis.call("ZREM", rems, m) end
           redis.call("ZADD", adds, stext, m)
-          trim(adds, floorkey, floor)
+          floor = trim(adds, floorkey, floor)
+          ok = "1"
+        end
+      end
+    else
+      if not ((ins and s < ins) or (del and s <= del)) then
+        if ins then
+          redis.call("ZREM", adds, m)
+          ok = "1"
+        end
+        if not (floor and s <= floor) then
+          redis.call("ZADD", rems, stext, m)
+          floor = trim(rems, floorkey, floor)
           ok = "1"
         end
       end
     end
-  else
-    -- A delete wins a tie with the insert, so only a strictly newer insert or an equal-or-newer delete
-    -- makes it stale.
-    local ins = num(redis.call("ZSCORE", adds, m))
-    if not ((ins and s < ins) or (del and s <= del)) then
-      if ins then
-        redis.call("ZREM", adds, m)
+    out[#out + 1] = ok
+  end
+end
+
+-- Without a bound nothing depends on set sizes: read every member's two scores at once, decide each tuple
+-- in order on those values, then write only the net changes, a few commands per group.
+local function grouped(adds, rems, floor, pos, count)
+  local order, index = {}, {}
+  for j = 0, count - 1 do
+    local m = ARGV[pos + 2 * j + 1]
+    if not index[m] then
+      order[#order + 1] = m
+      index[m] = #order
+    end
+  end
+  local ins0, del0 = scores(adds, order), scores(rems, order)
+  local ins, del, instext, deltext = {}, {}, {}, {}
+  for k = 1, #order do
+    ins[k], del[k] = ins0[k], del0[k]
+  end
+  for j = 0, count - 1 do
+    local stext = ARGV[pos + 2 * j]
+    local s = tonumber(stext)
+    local k = index[ARGV[pos + 2 * j + 1]]
+    local ok = "0"
+    if insert then
+      -- Newer than the member's record (a delete wins ties); without one, newer than the floor.
+      local i, d = ins[k], del[k]
+      if not ((i and s <= i) or (d and s <= d) or (floor and s <= floor and not i and not d)) then
+        ins[k], instext[k], del[k] = s, stext, false
         ok = "1"
       end
-      -- At or below the floor a tombstone is redundant: the floor already rejects older inserts.
-      if not (floor and s <= floor) then
-        redis.call("ZADD", rems, stext, m)
-        if bound > 0 then trim(rems, floorkey, floor) end
-        ok = "1"
+    else
+      -- Only a strictly newer insert or an equal-or-newer delete makes a delete stale.
+      if not ((ins[k] and s < ins[k]) or (del[k] and s <= del[k])) then
+        if ins[k] then
+          ins[k] = false
+          ok = "1"
+        end
+        -- At or below the floor a tombstone is redundant: the floor already rejects older inserts.
+        if not (floor and s <= floor) then
+          del[k], deltext[k] = s, stext
+          ok = "1"
+        end
+      end
+    end
+    out[#out + 1] = ok
+  end
+  local add_in, rem_in, add_del, rem_del = {}, {}, {}, {}
+  for k = 1, #order do
+    local m = order[k]
+    if ins[k] ~= ins0[k] then
+      if ins[k] then
+        add_in[#add_in + 1] = instext[k]
+        add_in[#add_in + 1] = m
+      else
+        rem_in[#rem_in + 1] = m
+      end
+    end
+    if del[k] ~= del0[k] then
+      if del[k] then
+        add_del[#add_del + 1] = deltext[k]
+        add_del[#add_del + 1] = m
+      else
+        rem_del[#rem_del + 1] = m
       end
     end
   end
-  out[i] = ok
+  sliced("ZADD", adds, add_in, 2)
+  sliced("ZREM", adds, rem_in, 1)
+  sliced("ZADD", rems, add_del, 2)
+  sliced("ZREM", rems, rem_del, 1)
+end
+
+local pos, base = 4, 0
+while pos <= #ARGV do
+  local count = tonumber(ARGV[pos])
+  local adds, rems = KEYS[base + 1], KEYS[base + 2]
+  local floorkey, floor = nil, false
+  if floors then
+    floorkey = KEYS[base + 3]
+    floor = num(redis.call("GET", floorkey))
+  end
+  if bound > 0 then
+    bounded(adds, rems, floorkey, floor, pos + 1, count)
+  else
+    grouped(adds, rems, floor, pos + 1, count)
+  end
+  pos = pos + 1 + 2 * count
+  base = base + stride
 end
 return table.concat(out)

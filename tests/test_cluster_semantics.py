@@ -207,3 +207,16 @@ def test_forget_drops_old_records_and_blocks_their_replays(any_cluster: Cluster)
     assert c.score([("ret", "late-ghost")])[KeyMember("ret", "late-ghost")] == Presence(True, False, 20.0)
     with pytest.raises(Exception, match="floors"):
         any_cluster.forget(["ret"], 1.0)
+
+
+def test_floor_judges_only_members_without_a_record(bounded: Cluster) -> None:
+    # Found by the bounded property test: a floor raised by other members' trimmed tombstones must not
+    # freeze a live member at an older score.
+    c = Cluster(bounded.topology, prefix=bounded.layout.prefix, max_size=1)
+    c.insert([KSM("f", 0.0, "c")])
+    c.delete([KSM("f", 1.0, "a")])
+    c.delete([KSM("f", 1.0, "b")])  # K- holds one tombstone: a's is trimmed, the floor rises to 1
+    assert c.score([("f", "a")])[KeyMember("f", "a")].present is False
+    assert c.insert([KSM("f", 1.0, "c")]).applied == [True]  # c's own record (0) decides, not the floor
+    assert members(c, "f") == [("c", 1.0)]
+    assert c.insert([KSM("f", 1.0, "a")]).applied == [False]  # a has no record: the floor decides

@@ -223,15 +223,12 @@ class Cluster:
         sha = self._script.sha
         bound = self.max_size or 0
         floors = self.floors
-        nkeys_per = 3 if floors else 2
         flag = b"1" if floors else b"0"
         applied = [False] * len(items)
         commands: dict[int, list[tuple[Any, ...]]] = {}
         index_lists: dict[int, list[list[int]]] = {}
         for shard_idx, calls in work.items():
-            commands[shard_idx] = [
-                ("EVALSHA", sha, len(c.indices) * nkeys_per, *c.keys, op, bound, flag, *c.argv) for c in calls
-            ]
+            commands[shard_idx] = [("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv) for c in calls]
             index_lists[shard_idx] = [c.indices for c in calls]
         outcome = self._fanout(commands, self._run_commands)
         failures: list[ShardFailure] = []
@@ -258,49 +255,53 @@ class Cluster:
         return result.raise_for_failures() if raise_on_error else result
 
     def _encode_writes(self, items: Sequence[Any]) -> dict[int, list[_Call]]:
-        """Validate every tuple, then group them into script calls per shard (per slot on a Redis Cluster)."""
+        """Validate every tuple, then pack them into script calls per shard (per slot on a Redis Cluster).
+
+        A call holds groups of tuples of one logical key each (its Redis keys are sent once, and the script
+        reads and writes each group's sets in a few commands); a key's tuples keep the caller's order.
+        """
         layout, topo = self.layout, self.topology
         head = layout.head
-        bounded = self.floors
+        floors = self.floors
         by_slot = topo.by_slot
-        groups: dict[int, _Call] = {}
-        slot_shard: dict[int, int] = {}
+        keyed: dict[bytes, tuple[tuple[int, int], list[int], list[Any]]] = {}
         for i, item in enumerate(items):
             try:
                 key, score, member = item
             except (TypeError, ValueError):
                 raise InvalidTupleError(i, item, "expected a (key, score, member) tuple") from None
             kb = _blob(key, i, item, "key")
-            if not kb:
-                raise InvalidTupleError(i, item, "key must not be empty")
             mb = _blob(member, i, item, "member")
             s = _score(score, i, item)
-            slot = layout.slot(kb)
-            group = slot if by_slot else topo.shard_of(kb, slot)
-            call = groups.get(group)
-            if call is None:
-                call = groups[group] = _Call([], [], [])
-                if by_slot:
-                    slot_shard[group] = topo.shard_of(kb, slot)
-            call.indices.append(i)
-            base = head + kb
-            if bounded:
-                call.keys += (base + b"}+", base + b"}-", base + b"}~")
-            else:
-                call.keys += (base + b"}+", base + b"}-")
-            call.argv += (s, mb)
+            entry = keyed.get(kb)
+            if entry is None:
+                if not kb:
+                    raise InvalidTupleError(i, item, "key must not be empty")
+                slot = layout.slot(kb)
+                entry = keyed[kb] = ((topo.shard_of(kb, slot), slot if by_slot else 0), [], [])
+            entry[1].append(i)
+            entry[2].extend((s, mb))
         per_shard: dict[int, list[_Call]] = {}
+        filling: dict[tuple[int, int], _Call] = {}
         size = self.batch_size
-        for group, call in groups.items():
-            shard_idx = slot_shard[group] if by_slot else group
-            out = per_shard.setdefault(shard_idx, [])
-            if len(call.indices) <= size:
-                out.append(call)
-                continue
-            stride = len(call.keys) // len(call.indices)
-            for lo in range(0, len(call.indices), size):
-                hi = min(lo + size, len(call.indices))
-                out.append(_Call(call.indices[lo:hi], call.keys[lo * stride : hi * stride], call.argv[2 * lo : 2 * hi]))
+        for kb, (group, indices, argv) in keyed.items():
+            base = head + kb
+            rkeys = (base + b"}+", base + b"}-", base + b"}~") if floors else (base + b"}+", base + b"}-")
+            done = 0
+            while done < len(indices):
+                call = filling.get(group)
+                if call is None:
+                    call = filling[group] = _Call([], [], [])
+                take = min(size - len(call.indices), len(indices) - done)
+                call.keys += rkeys
+                call.argv.append(take)
+                call.argv += argv[2 * done : 2 * (done + take)]
+                call.indices += indices[done : done + take]
+                done += take
+                if len(call.indices) >= size:
+                    per_shard.setdefault(group[0], []).append(filling.pop(group))
+        for group, call in filling.items():
+            per_shard.setdefault(group[0], []).append(call)
         return per_shard
 
     # -- reads --------------------------------------------------------------------------------------------
