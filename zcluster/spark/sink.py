@@ -328,7 +328,7 @@ class ZClusterSink:
 
     def __init__(self, cluster: str | list[str] | ClusterConfig, mapper: Mapper, query_name: str, *,
                  journals: str | None = None, decode: Callable[[Any], Any] | None = None,
-                 partitions: int | None = None, ring: int = 8192, flush: int = 4096, retries: int = 5,
+                 partitions: int | None = None, ring: int = 8192, flush: int = 16384, retries: int = 5,
                  prune_horizon: float | None = None, prefix: str = "zc:",
                  max_size: int | None = None) -> None:  # fmt: skip
         self.config = ClusterConfig.of(cluster, prefix=prefix, max_size=max_size)

@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from zcluster.journal.urls import open_store
-from zcluster.message.framing import FramingError, framing_for
+from zcluster.message.framing import CONTENT_TYPE_NDJSON, FramingError, framing_for
 
 SCHEMA = "journal string, begin long, end long, content_type string, data binary, error string"
 
@@ -29,25 +29,59 @@ class JournalRange(InputPartition):
 
 
 def read_frames(url: str, part: JournalRange) -> Iterator[tuple[Any, ...]]:
-    """The frames of ``part`` as rows of :data:`SCHEMA`; bytes that do not frame become error rows."""
+    """The frames of ``part`` as rows of :data:`SCHEMA`; bytes that do not frame become error rows.
+
+    ndjson is only split at newlines here (the sink parses each line once, and reports a line that is not
+    JSON with its offsets); other content types go through their framing's decoder.
+    """
     store = open_store(url)
-    decoder = framing_for(part.content_type).decoder(part.begin)
-    buf, base = bytearray(), part.begin  # raw bytes from offset `base`, to slice each frame's bytes out of
     try:
-        for begin, chunk in store.read(part.journal, part.begin):
-            if begin >= part.end:
-                break
-            chunk = chunk[: part.end - begin]
-            buf += chunk
-            for item in decoder.feed(chunk):
-                yield _row(part, item, buf, base)
-            last = begin + len(chunk)
-            if last >= part.end:
-                break
-        for item in decoder.close():
-            yield _row(part, item, buf, base)
+        chunks = _clipped(store.read(part.journal, part.begin), part.end)
+        if part.content_type == CONTENT_TYPE_NDJSON:
+            yield from _lines(part, chunks)
+        else:
+            yield from _decoded(part, chunks)
     finally:
         _close(store)
+
+
+def _clipped(chunks: Iterator[tuple[int, bytes]], end: int) -> Iterator[tuple[int, bytes]]:
+    for begin, chunk in chunks:
+        if begin >= end:
+            return
+        yield begin, chunk[: end - begin]
+        if begin + len(chunk) >= end:
+            return
+
+
+def _lines(part: JournalRange, chunks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[Any, ...]]:
+    journal, ctype = part.journal, part.content_type
+    pending, base = b"", part.begin  # bytes not yet framed, starting at offset `base`
+    for _, chunk in chunks:
+        data = pending + chunk if pending else chunk
+        start = 0
+        while (nl := data.find(b"\n", start)) >= 0:
+            yield (journal, base + start, base + nl + 1, ctype, data[start : nl + 1], None)
+            start = nl + 1
+        pending, base = data[start:], base + start
+    if pending:
+        yield (journal, base, base + len(pending), ctype, None, f"unexpected end: no newline after offset {base}")
+
+
+def _decoded(part: JournalRange, chunks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[Any, ...]]:
+    decoder = framing_for(part.content_type).decoder(part.begin)
+    buf, base = bytearray(), part.begin  # raw bytes from offset `base`, to slice each frame's bytes out of
+    for _, chunk in chunks:
+        buf += chunk
+        for item in decoder.feed(chunk):
+            yield _row(part, item, buf, base)
+        # Frames never start before the last one reported: drop what lies behind it.
+        done = max(0, min(len(buf), decoder.offset - base))
+        if done:
+            del buf[:done]
+            base += done
+    for item in decoder.close():
+        yield _row(part, item, buf, base)
 
 
 def _row(part: JournalRange, item: Any, buf: bytearray, base: int) -> tuple[Any, ...]:
