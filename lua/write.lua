@@ -104,6 +104,17 @@ local function bounded(adds, rems, floorkey, floor, pos, count)
   end
 end
 
+-- Queue member m's change from score `before` to `now` (false: absent) as a ZADD pair or a ZREM.
+local function net(now, before, text, m, added, removed)
+  if now == before then return end
+  if now then
+    added[#added + 1] = text
+    added[#added + 1] = m
+  else
+    removed[#removed + 1] = m
+  end
+end
+
 -- Without a bound nothing depends on set sizes: read every member's two scores at once, decide each tuple
 -- in order on those values, then write only the net changes, a few commands per group.
 local function grouped(adds, rems, floor, pos, count)
@@ -150,23 +161,8 @@ local function grouped(adds, rems, floor, pos, count)
   end
   local add_in, rem_in, add_del, rem_del = {}, {}, {}, {}
   for k = 1, #order do
-    local m = order[k]
-    if ins[k] ~= ins0[k] then
-      if ins[k] then
-        add_in[#add_in + 1] = instext[k]
-        add_in[#add_in + 1] = m
-      else
-        rem_in[#rem_in + 1] = m
-      end
-    end
-    if del[k] ~= del0[k] then
-      if del[k] then
-        add_del[#add_del + 1] = deltext[k]
-        add_del[#add_del + 1] = m
-      else
-        rem_del[#rem_del + 1] = m
-      end
-    end
+    net(ins[k], ins0[k], instext[k], order[k], add_in, rem_in)
+    net(del[k], del0[k], deltext[k], order[k], add_del, rem_del)
   end
   sliced("ZADD", adds, add_in, 2)
   sliced("ZREM", adds, rem_in, 1)
