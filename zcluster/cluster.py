@@ -321,7 +321,7 @@ class Cluster:
         stop = offset + limit - 1
         result = self._read(
             "select", key_list, encoded,
-            lambda kb: [("ZREVRANGE", adds(kb), offset, stop, "WITHSCORES")],
+            lambda kb, _: [("ZREVRANGE", adds(kb), offset, stop, "WITHSCORES")],
             lambda key, replies: self._pairs(key, replies[0]),
         )  # fmt: skip
         return self._finish("select", result, len(key_list), started, strict)
@@ -381,7 +381,6 @@ class Cluster:
         encoded = self._encode_keys([km.key for km in items])
         members = [_blob(km.member, i, km, "member") for i, km in enumerate(items)]
         layout = self.layout
-        member_of = {id(km): m for km, m in zip(items, members, strict=True)}
 
         def presence(km: KeyMember, replies: list[Any]) -> Presence:
             ins, dele = replies
@@ -395,9 +394,8 @@ class Cluster:
 
         result = self._read(
             "score", items, encoded,
-            lambda kb, km: [("ZSCORE", layout.adds(kb), member_of[id(km)]),
-                            ("ZSCORE", layout.removes(kb), member_of[id(km)])],
-            presence, with_item=True,
+            lambda kb, pos: [("ZSCORE", layout.adds(kb), members[pos]), ("ZSCORE", layout.removes(kb), members[pos])],
+            presence,
         )  # fmt: skip
         return self._finish("score", result, len(items), started, strict)
 
@@ -456,7 +454,7 @@ class Cluster:
         layout, sha = self.layout, self._forget.sha
         result = self._read(
             "forget", key_list, encoded,
-            lambda kb: [("EVALSHA", sha, 3, layout.adds(kb), layout.removes(kb), layout.floor(kb), bound)],
+            lambda kb, _: [("EVALSHA", sha, 3, layout.adds(kb), layout.removes(kb), layout.floor(kb), bound)],
             lambda key, replies: int(replies[0]),
         )  # fmt: skip
         self._finish("forget", result, len(key_list), started, True)
@@ -487,9 +485,9 @@ class Cluster:
         return [KeyScoreMember(key, score, dec(member)) for member, score in _score_pairs(raw)]
 
     def _read(self, op: str, items: Sequence[Any], encoded: list[tuple[int, bytes]],
-              build: Callable[..., list[tuple[Any, ...]]], parse: Callable[[Any, list[Any]], Any],
-              with_item: bool = False) -> ReadResult[Any, Any]:  # fmt: skip
-        """Pipeline ``build(kb)`` commands per shard, then ``parse(item, replies)`` per item."""
+              build: Callable[[bytes, int], list[tuple[Any, ...]]],
+              parse: Callable[[Any, list[Any]], Any]) -> ReadResult[Any, Any]:  # fmt: skip
+        """Pipeline ``build(kb, position)`` commands per shard, then ``parse(item, replies)`` per item."""
         work: dict[int, list[int]] = {}
         for pos, (shard_idx, _) in enumerate(encoded):
             work.setdefault(shard_idx, []).append(pos)
@@ -500,7 +498,7 @@ class Cluster:
             ws: list[int] = []
             for pos in positions:
                 kb = encoded[pos][1]
-                built = build(kb, items[pos]) if with_item else build(kb)
+                built = build(kb, pos)
                 cmds.extend(built)
                 ws.append(len(built))
             commands[shard_idx], widths[shard_idx] = cmds, ws
