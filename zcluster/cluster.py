@@ -319,8 +319,7 @@ class Cluster:
         encoded = self._encode_keys(key_list)
         adds = self.layout.adds
         stop = offset + limit - 1
-        result = self._read(
-            "select", key_list, encoded,
+        result = self._read(key_list, encoded,
             lambda kb, _: [("ZREVRANGE", adds(kb), offset, stop, "WITHSCORES")],
             lambda key, replies: self._pairs(key, replies[0]),
         )  # fmt: skip
@@ -370,7 +369,7 @@ class Cluster:
                 offset += count
                 count *= 2
 
-        result = self._read_each("select_range", key_list, encoded, page)
+        result = self._read_each(key_list, encoded, page)
         return self._finish("select_range", result, len(key_list), started, strict)
 
     def score(self, key_members: Iterable[KeyMember | tuple[Blob, Blob]], *,
@@ -392,8 +391,7 @@ class Cluster:
                 return Presence(True, False, float(dele))
             return NOT_PRESENT
 
-        result = self._read(
-            "score", items, encoded,
+        result = self._read(items, encoded,
             lambda kb, pos: [("ZSCORE", layout.adds(kb), members[pos]), ("ZSCORE", layout.removes(kb), members[pos])],
             presence,
         )  # fmt: skip
@@ -452,8 +450,7 @@ class Cluster:
         key_list = list(keys)
         encoded = self._encode_keys(key_list)
         layout, sha = self.layout, self._forget.sha
-        result = self._read(
-            "forget", key_list, encoded,
+        result = self._read(key_list, encoded,
             lambda kb, _: [("EVALSHA", sha, 3, layout.adds(kb), layout.removes(kb), layout.floor(kb), bound)],
             lambda key, replies: int(replies[0]),
         )  # fmt: skip
@@ -484,7 +481,7 @@ class Cluster:
         dec = from_bytes if self.decode else bytes
         return [KeyScoreMember(key, score, dec(member)) for member, score in _score_pairs(raw)]
 
-    def _read(self, op: str, items: Sequence[Any], encoded: list[tuple[int, bytes]],
+    def _read(self, items: Sequence[Any], encoded: list[tuple[int, bytes]],
               build: Callable[[bytes, int], list[tuple[Any, ...]]],
               parse: Callable[[Any, list[Any]], Any]) -> ReadResult[Any, Any]:  # fmt: skip
         """Pipeline ``build(kb, position)`` commands per shard, then ``parse(item, replies)`` per item."""
@@ -518,7 +515,7 @@ class Cluster:
                 answers[pos] = ShardFailure(name, err, (pos,)) if err is not None else parse(items[pos], replies)
         return _in_order(items, answers)
 
-    def _read_each(self, op: str, items: Sequence[Any], encoded: list[tuple[int, bytes]],
+    def _read_each(self, items: Sequence[Any], encoded: list[tuple[int, bytes]],
                    fetch: Callable[[Shard, bytes], list[tuple[bytes, float]]]) -> ReadResult[Any, Any]:  # fmt: skip
         work: dict[int, list[int]] = {}
         for pos, (shard_idx, _) in enumerate(encoded):
