@@ -319,7 +319,8 @@ class Cluster:
         encoded = self._encode_keys(key_list)
         adds = self.layout.adds
         stop = offset + limit - 1
-        result = self._read(key_list, encoded,
+        result = self._read(
+            key_list, encoded,
             lambda kb, _: [("ZREVRANGE", adds(kb), offset, stop, "WITHSCORES")],
             lambda key, replies: self._pairs(key, replies[0]),
         )  # fmt: skip
@@ -391,7 +392,8 @@ class Cluster:
                 return Presence(True, False, float(dele))
             return NOT_PRESENT
 
-        result = self._read(items, encoded,
+        result = self._read(
+            items, encoded,
             lambda kb, pos: [("ZSCORE", layout.adds(kb), members[pos]), ("ZSCORE", layout.removes(kb), members[pos])],
             presence,
         )  # fmt: skip
@@ -450,7 +452,8 @@ class Cluster:
         key_list = list(keys)
         encoded = self._encode_keys(key_list)
         layout, sha = self.layout, self._forget.sha
-        result = self._read(key_list, encoded,
+        result = self._read(
+            key_list, encoded,
             lambda kb, _: [("EVALSHA", sha, 3, layout.adds(kb), layout.removes(kb), layout.floor(kb), bound)],
             lambda key, replies: int(replies[0]),
         )  # fmt: skip
