@@ -230,7 +230,7 @@ class Cluster:
         for shard_idx, calls in work.items():
             commands[shard_idx] = [("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv) for c in calls]
             index_lists[shard_idx] = [c.indices for c in calls]
-        outcome = self._fanout(commands, self._run_commands)
+        outcome = self._fanout(commands, self._run_writes)
         failures: list[ShardFailure] = []
         for shard_idx, res in outcome.items():
             name_ = self.topology.shards[shard_idx].name
@@ -576,16 +576,22 @@ class Cluster:
         futures = {idx: pool.submit(guarded, idx) for idx in work}
         return {idx: f.result() for idx, f in futures.items()}
 
-    def _run_commands(self, shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
+    def _run_writes(self, shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
+        return self._run_commands(shard, commands, streamed=True)
+
+    def _run_commands(self, shard: Shard, commands: list[tuple[Any, ...]], streamed: bool = False) -> list[Any]:
         """Pipeline ``commands`` to ``shard``; replies (or per-command errors) in order.
 
         NOSCRIPT (restart, failover, SCRIPT FLUSH) reloads the script and resends; MOVED/ASK/TRYAGAIN
-        follow the cluster. Resending is safe because every write is idempotent.
+        follow the cluster. Resending is safe because every write is idempotent. ``streamed`` overlaps
+        the client's packing with the server's work (for write calls, whose replies are plain values).
         """
-        replies: list[Any] = []
         step = self.pipeline_calls
-        for lo in range(0, len(commands), step):
-            replies.extend(self._pipeline(shard.client, commands[lo : lo + step]))
+        chunks = [commands[lo : lo + step] for lo in range(0, len(commands), step)]
+        if streamed:
+            replies = self._streamed(shard.client, chunks)
+        else:
+            replies = [r for chunk in chunks for r in self._pipeline(shard.client, chunk)]
         missing = [j for j, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if missing:
             self._load_on(shard.client)
@@ -601,6 +607,37 @@ class Cluster:
         if isinstance(reply, BaseException):
             raise reply
         return reply
+
+    @staticmethod
+    def _streamed(client: redis.Redis, chunks: list[list[tuple[Any, ...]]]) -> list[Any]:
+        """Send chunk k+1 before reading chunk k's replies, so the client packs while the server works.
+
+        Replies are raw (no redis-py response callbacks) and in order; error replies are values. A lost
+        connection resends every chunk on a fresh one (redis-py's retry policy): writes are idempotent.
+        """
+        pool = client.connection_pool
+        conn = pool.get_connection()
+
+        def once() -> list[Any]:
+            replies: list[Any] = []
+            conn.send_packed_command(conn.pack_commands(chunks[0]))
+            for i, chunk in enumerate(chunks):
+                if i + 1 < len(chunks):
+                    conn.send_packed_command(conn.pack_commands(chunks[i + 1]))
+                for _ in chunk:
+                    try:
+                        replies.append(conn.read_response())
+                    except redis.ResponseError as exc:
+                        replies.append(exc)
+            return replies
+
+        try:
+            return list(conn.retry.call_with_retry(once, lambda _error: conn.disconnect()))
+        except BaseException:
+            conn.disconnect()  # replies may be left unread on it: never hand it back in that state
+            raise
+        finally:
+            pool.release(conn)
 
     @staticmethod
     def _pipeline(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
