@@ -148,3 +148,27 @@ def test_zcluster_writer_data_source(spark: Any, setup: dict[str, Any]) -> None:
         bad.write.format("zcluster").option("urls", ",".join(s["urls"])).option("prefix", s["prefix"]).mode(
             "append").save()  # fmt: skip
     s["cluster"].insert([KeyScoreMember("k3", 1.0, "m")])
+
+
+def test_redis_streams_journals_into_a_redis_cluster(
+    spark: Any, shards: Any, redis_cluster: Any, tmp_path: Path
+) -> None:
+    from zcluster.journal.urls import open_store
+
+    prefix = f"rs{next(_names)}:"
+    journals = f"{shards.urls[0]}?prefix={prefix}j:"
+    store = open_store(journals)
+    names = [f"timelines/part-{i:03d}" for i in range(3)]
+    create_journals(store, names)
+    traffic = Traffic(names)
+    seed_url = redis_cluster.url.split("://", 1)[1]
+    sink = ZClusterSink(f"redis+cluster://{seed_url}", timeline_mapper, f"q{next(_names)}", journals=journals,
+                        prefix=prefix)  # fmt: skip
+    for seed in range(2):
+        publish(store, traffic, producers=2, messages=60, seed=seed)
+        run_available_now(spark, sink, journals, tmp_path / "ckpt")
+    expected = traffic.expected()
+    cluster = Cluster.from_cluster_url(redis_cluster.url, prefix=prefix)
+    assert state_of(cluster, list(expected)) == expected
+    assert sum(b.delivered for b in sink.history) == traffic.committed
+    assert traffic.rolled_back > 0 and sum(b.rollbacks for b in sink.history) > 0
