@@ -234,3 +234,18 @@ def test_in_memory_journals() -> None:
 def test_envelope_validates_uuid_length() -> None:
     with pytest.raises(ValueError, match="16 bytes"):
         Envelope("j", 0, 1, None, b"short")
+
+
+def test_json_message_uuid_follows_edits_of_its_doc() -> None:
+    from zcluster.message.records import JsonMessage
+    from zcluster.message.uuid import build_uuid, format_uuid
+
+    a, b = build_uuid(b"\x01" * 6, 160, 0), build_uuid(b"\x02" * 6, 320, 1)
+    msg = JsonMessage.from_json({"UUID": format_uuid(a), "x": 1})
+    assert msg.get_uuid() == a
+    msg.doc["UUID"] = format_uuid(b)  # edited behind its back: parsed again, never a stale cache
+    assert msg.get_uuid() == b
+    msg.set_uuid(a)
+    assert msg.get_uuid() == a and msg.doc["UUID"] == format_uuid(a)
+    del msg.doc["UUID"]
+    assert msg.get_uuid() == bytes(16)

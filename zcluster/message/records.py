@@ -21,11 +21,13 @@ __all__ = ["CsvRecord", "JsonMessage"]
 class JsonMessage:
     """A JSON object message. A missing UUID member reads as the all-zero UUID (never sequenced)."""
 
-    __slots__ = ("doc",)
+    __slots__ = ("_parsed", "doc")
     uuid_key: ClassVar[str] = "UUID"
 
     def __init__(self, doc: dict[str, Any] | None = None) -> None:
         self.doc: dict[str, Any] = {} if doc is None else doc
+        # (text, bytes) of the UUID last parsed, reused while the doc still holds that very string.
+        self._parsed: tuple[str, bytes] | None = None
 
     @classmethod
     def from_json(cls, value: Any) -> JsonMessage:
@@ -33,22 +35,32 @@ class JsonMessage:
         member, if present, is a canonical UUID string."""
         if not isinstance(value, dict):
             raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+        msg = cls(value)
         u = value.get(cls.uuid_key)
         if u is not None:
             if not isinstance(u, str):
                 raise ValueError(f"{cls.uuid_key} must be a string")
-            parse_uuid(u)
-        return cls(value)
+            msg._parsed = (u, parse_uuid(u))
+        return msg
 
     def to_json(self) -> Any:
         return self.doc
 
     def get_uuid(self) -> bytes:
         u = self.doc.get(self.uuid_key)
-        return ZERO_UUID if u is None else parse_uuid(u)
+        if u is None:
+            return ZERO_UUID
+        parsed = self._parsed
+        if parsed is not None and parsed[0] is u:  # identity: a doc edited since gets parsed again
+            return parsed[1]
+        raw = parse_uuid(u)
+        self._parsed = (u, raw)
+        return raw
 
     def set_uuid(self, uuid: bytes) -> None:
-        self.doc[self.uuid_key] = format_uuid(uuid)
+        text = format_uuid(uuid)
+        self.doc[self.uuid_key] = text
+        self._parsed = (text, bytes(uuid))
 
     def new_acknowledgement(self, journal: str) -> JsonMessage:
         return type(self)()

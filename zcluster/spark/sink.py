@@ -209,9 +209,9 @@ class _Job:
         if type(framing) is JsonFraming and decode is not None and data.find(b"\n") == len(data) - 1:
             # Fast path, same result as the decoder below: exactly one newline-terminated line.
             try:
-                record = json.loads(data)
-            except ValueError:
-                pass  # the decoder reports it
+                record = json.loads(data.decode())  # str: json.loads(bytes) sniffs the encoding first
+            except ValueError:  # includes UnicodeDecodeError
+                pass  # the decoder below reports it, with its offsets
             else:
                 return self._message(journal, row, decode, record)
         decoder = framing.decoder(row.begin)
