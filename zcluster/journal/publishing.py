@@ -28,9 +28,10 @@ from typing import Any
 import redis
 
 from zcluster.journal.store import JournalStore
-from zcluster.message.framing import Framing, framing_for
+from zcluster.message.framing import Framing
 from zcluster.message.journals import AppendResult
 from zcluster.message.mapping import MappingFunc
+from zcluster.message.publisher import route
 from zcluster.message.uuid import Clock, Flags, ProducerID, build_uuid, get_clock, new_producer_id
 
 __all__ = ["TRANSIENT_ERRORS", "AsyncPublisher"]
@@ -128,11 +129,7 @@ class AsyncPublisher:
 
     def _publish(self, mapping: MappingFunc, msg: Any, flags: int) -> tuple[str, Future[AppendResult], Framing]:
         self.clock.update(time.time_ns())
-        validate = getattr(msg, "validate", None)
-        if validate is not None:
-            validate()
-        journal, content_type = mapping(msg)
-        framing = framing_for(content_type)
+        journal, framing = route(mapping, msg)
         with self._cond:
             clock = self.clock.tick()
             msg.set_uuid(build_uuid(self.producer, clock, flags))

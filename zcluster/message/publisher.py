@@ -22,7 +22,7 @@ from zcluster.message.journals import AppendResult, JournalWriter
 from zcluster.message.mapping import MappingFunc
 from zcluster.message.uuid import Clock, Flags, ProducerID, build_uuid, new_producer_id
 
-__all__ = ["AckIntent", "Publisher"]
+__all__ = ["AckIntent", "Publisher", "route"]
 
 
 class AckIntent(NamedTuple):
@@ -30,6 +30,15 @@ class AckIntent(NamedTuple):
 
     journal: str
     intent: bytes
+
+
+def route(mapping: MappingFunc, msg: Any) -> tuple[str, Framing]:
+    """Validate ``msg`` (if it has ``validate()``), map it to a journal, and find that journal's framing."""
+    validate = getattr(msg, "validate", None)
+    if validate is not None:
+        validate()
+    journal, content_type = mapping(msg)
+    return journal, framing_for(content_type)
 
 
 class Publisher:
@@ -93,11 +102,7 @@ class Publisher:
     def _publish(self, mapping: MappingFunc, msg: Any, flags: int) -> tuple[str, AppendResult, Framing]:
         if self._auto_update:
             self._clock.update(time.time_ns())
-        validate = getattr(msg, "validate", None)
-        if validate is not None:
-            validate()
-        journal, content_type = mapping(msg)
-        framing = framing_for(content_type)
+        journal, framing = route(mapping, msg)
         with self._lock_of(journal):
             msg.set_uuid(build_uuid(self._producer, self._clock.tick(), flags))
             return journal, self._writer.append(journal, framing.marshal(msg)), framing
