@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,8 @@ def test_mapper_error_names_journal_offset_kind_and_commits_nothing(
     text = str(info.value)
     assert "MapperError" in text and "timelines/part-" in text and "offset" in text and "JsonMessage" in text
     state = StateStore(s["cluster"], s["query"])
-    assert sink.history == [] and all(state.committed_batch(q) is None for q in ("batch",))
+    query_id = json.loads((tmp_path / "ckpt" / "metadata").read_text())["id"]  # Spark's query id
+    assert sink.history == [] and state.committed_batch(query_id) is None
     assert MapperError.__mro__[1].__name__ == "ZClusterError"
 
 

@@ -109,4 +109,3 @@ def test_dedup_is_exactly_once_across_processes(shards: object, prefix: str) -> 
         results = pool.map(_admit_worker, [(urls, f"{prefix}mp:", list(uuids), seed) for seed in range(4)])
     admitted = [u for r in results for u in r]
     assert sorted(admitted) == sorted(uuids)  # each exactly once over all processes
-    assert all(len(r) > 0 for r in results) or len(results) == 4
