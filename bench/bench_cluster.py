@@ -153,8 +153,25 @@ def redis_benchmark(binary: str, port: int, n: int, nkeys: int) -> tuple[float, 
     Each ``__rand_int__`` is drawn independently in [0, nkeys): about ``n`` distinct (key, member) pairs over
     ``nkeys`` keys, so nearly every ZADD inserts (``insert_fraction`` in the JSON says how many did).
     """
-    args = [binary, "-h", "127.0.0.1", "-p", str(port), "-P", "64", "-n", str(n), "-r", str(nkeys),
-            "-q", "--csv", "ZADD", "timeline:__rand_int__", "__rand_int__", "event-__rand_int__"]  # fmt: skip
+    args = [
+        binary,
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-P",
+        "64",
+        "-n",
+        str(n),
+        "-r",
+        str(nkeys),
+        "-q",
+        "--csv",
+        "ZADD",
+        "timeline:__rand_int__",
+        "__rand_int__",
+        "event-__rand_int__",
+    ]
     out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=300).stdout
     rows = [r for r in csv.reader(io.StringIO(out)) if len(r) >= 2]
     rps = [float(r[1]) for r in rows if r[0] != "test"]
@@ -258,10 +275,20 @@ def plot(path: Path, report: dict[str, Any]) -> None:
 
     m, r = report["medians"], report["ratios"]
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 5.2), gridspec_kw={"width_ratios": [5, 3, 2]})
-    labels = ["(a) Cluster.insert\n1 shard", "(e) Cluster.insert\n2 shards", "(b) pipelined\nZADD",
-              "(c) EVALSHA\nper tuple", "(d) redis-benchmark\nZADD -P 64"]  # fmt: skip
-    names = ["insert_library", "insert_library_2shards", "insert_zadd", "insert_per_tuple_script",
-             "insert_redis_benchmark"]  # fmt: skip
+    labels = [
+        "(a) Cluster.insert\n1 shard",
+        "(e) Cluster.insert\n2 shards",
+        "(b) pipelined\nZADD",
+        "(c) EVALSHA\nper tuple",
+        "(d) redis-benchmark\nZADD -P 64",
+    ]
+    names = [
+        "insert_library",
+        "insert_library_2shards",
+        "insert_zadd",
+        "insert_per_tuple_script",
+        "insert_redis_benchmark",
+    ]
     values = [m[k] / 1000 for k in names]
     colors = ["#1f77b4", "#6baed6", "#7f7f7f", "#d62728", "#2ca02c"]
     bars = ax1.bar(labels, values, color=colors)
@@ -270,8 +297,11 @@ def plot(path: Path, report: dict[str, Any]) -> None:
     ax1.set_title("insert throughput")
     ax1.tick_params(axis="x", labelsize=8)
     sel = ["select_library", "select_pipelined", "select_naive"]
-    bars = ax2.bar(["Cluster.select", "pipelined\nZREVRANGE", "per-key\nZREVRANGE"], [m[k] / 1000 for k in sel],
-                   color=["#1f77b4", "#7f7f7f", "#d62728"])  # fmt: skip
+    bars = ax2.bar(
+        ["Cluster.select", "pipelined\nZREVRANGE", "per-key\nZREVRANGE"],
+        [m[k] / 1000 for k in sel],
+        color=["#1f77b4", "#7f7f7f", "#d62728"],
+    )
     ax2.bar_label(bars, fmt="%.0f")
     ax2.set_ylabel("thousand keys/s (median)")
     ax2.set_title("select, limit 10")
@@ -319,10 +349,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.pipeline_calls:
         options["pipeline_calls"] = args.pipeline_calls
 
-    samples: dict[str, list[float]] = {k: [] for k in (
-        "insert_library", "insert_library_2shards", "insert_zadd", "insert_per_tuple_script",
-        "insert_redis_benchmark", "select_library", "select_naive", "select_pipelined",
-        "memory_library", "memory_zadd")}  # fmt: skip
+    samples: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "insert_library",
+            "insert_library_2shards",
+            "insert_zadd",
+            "insert_per_tuple_script",
+            "insert_redis_benchmark",
+            "select_library",
+            "select_naive",
+            "select_pipelined",
+            "memory_library",
+            "memory_zadd",
+        )
+    }
     extra: dict[str, Any] = {"redis_benchmark_insert_fraction": []}
     started = time.perf_counter()
     with LocalShards(2) as shards:
@@ -361,11 +402,21 @@ def main(argv: list[str] | None = None) -> int:
             flush()
             warm_up()
         flush()
-        config = {"tuples": n, "keys": nkeys, "repeat": repeat, "pipeline": PIPELINE, "prefix": PREFIX,
-                  "batch_size": one.batch_size, "pipeline_calls": one.pipeline_calls,
-                  "ports": [s.port for s in shards.servers]}  # fmt: skip
-        print(f"zcluster benchmark: {n:,} tuples over {nkeys:,} keys, {repeat} repetitions, "
-              f"batch_size={one.batch_size} pipeline_calls={one.pipeline_calls}", flush=True)  # fmt: skip
+        config = {
+            "tuples": n,
+            "keys": nkeys,
+            "repeat": repeat,
+            "pipeline": PIPELINE,
+            "prefix": PREFIX,
+            "batch_size": one.batch_size,
+            "pipeline_calls": one.pipeline_calls,
+            "ports": [s.port for s in shards.servers],
+        }
+        print(
+            f"zcluster benchmark: {n:,} tuples over {nkeys:,} keys, {repeat} repetitions, "
+            f"batch_size={one.batch_size} pipeline_calls={one.pipeline_calls}",
+            flush=True,
+        )
 
         bench_cmd = ""
         for rep in range(repeat):
@@ -377,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
             if bench_bin:
                 flush()
                 (rps, bench_cmd), _, client_s, server_s = metered(
-                    c0s, redis_benchmark, bench_bin, shards.servers[0].port, n, nkeys)  # fmt: skip
+                    c0s, redis_benchmark, bench_bin, shards.servers[0].port, n, nkeys
+                )
                 samples["insert_redis_benchmark"].append(rps)
                 cpu["insert_redis_benchmark"].append({"client_us": client_s / n * 1e6, "server_us": server_s / n * 1e6})
                 stored = sum(c0.zcard(k) for k in c0.scan_iter(count=1000))
@@ -416,12 +468,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     # per-repetition ratios (paired samples): their spread shows how far the medians can be trusted
     paired = {
-        "library_vs_per_tuple_script": [x / y for x, y in zip(samples["insert_library"],
-                                                               samples["insert_per_tuple_script"], strict=True)],
+        "library_vs_per_tuple_script": [
+            x / y for x, y in zip(samples["insert_library"], samples["insert_per_tuple_script"], strict=True)
+        ],
         "library_vs_zadd": [x / y for x, y in zip(samples["insert_library"], samples["insert_zadd"], strict=True)],
-        "two_shards_vs_one": [y / x for x, y in zip(samples["insert_library"], samples["insert_library_2shards"],
-                                                    strict=True)],
-    }  # fmt: skip
+        "two_shards_vs_one": [
+            y / x for x, y in zip(samples["insert_library"], samples["insert_library_2shards"], strict=True)
+        ],
+    }
     elapsed = time.perf_counter() - started
 
     def rng(name: str) -> str:
@@ -454,34 +508,68 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<46} {c['client_us']:>8.2f} {c['server_us']:>8.2f} {c['total_us']:>8.2f}")
     print()
     print("ratios (of medians)                      value   goal")
-    print(goal_line("(a)/(c) library / per-tuple script", ratios["library_vs_per_tuple_script"], ">= 2.5",
-                    ratios["library_vs_per_tuple_script"] >= 2.5))  # fmt: skip
-    print(goal_line("(a)/(b) library / plain ZADD", ratios["library_vs_zadd"], ">= 1.3",
-                    ratios["library_vs_zadd"] >= 1.3, "((b) does strictly less work: no CRDT check)"))  # fmt: skip
+    print(
+        goal_line(
+            "(a)/(c) library / per-tuple script",
+            ratios["library_vs_per_tuple_script"],
+            ">= 2.5",
+            ratios["library_vs_per_tuple_script"] >= 2.5,
+        )
+    )
+    print(
+        goal_line(
+            "(a)/(b) library / plain ZADD",
+            ratios["library_vs_zadd"],
+            ">= 1.3",
+            ratios["library_vs_zadd"] >= 1.3,
+            "((b) does strictly less work: no CRDT check)",
+        )
+    )
     if ratios["library_vs_redis_benchmark"] is not None:
-        print(goal_line("(a)/(d) library / redis-benchmark", ratios["library_vs_redis_benchmark"], ">= 0.5",
-                        ratios["library_vs_redis_benchmark"] >= 0.5))  # fmt: skip
+        print(
+            goal_line(
+                "(a)/(d) library / redis-benchmark",
+                ratios["library_vs_redis_benchmark"],
+                ">= 0.5",
+                ratios["library_vs_redis_benchmark"] >= 0.5,
+            )
+        )
     print(goal_line("memory library / plain ZADD", ratios["memory"], "<= 1.1", ratios["memory"] <= 1.1))
-    print(goal_line("(e)/(a) 2 shards / 1 shard", ratios["two_shards_vs_one"], ">= 1.0",
-                    ratios["two_shards_vs_one"] >= 1.0, f"({machine['nproc']} CPUs in all)"))  # fmt: skip
+    print(
+        goal_line(
+            "(e)/(a) 2 shards / 1 shard",
+            ratios["two_shards_vs_one"],
+            ">= 1.0",
+            ratios["two_shards_vs_one"] >= 1.0,
+            f"({machine['nproc']} CPUs in all)",
+        )
+    )
     print(f"  {'select: library / per-key ZREVRANGE':<34} {ratios['select_vs_naive']:>7.2f}")
     print(f"  {'select: library / pipelined ZREVRANGE':<34} {ratios['select_vs_pipelined']:>7.2f}")
     tot = {k: v["total_us"] for k, v in cpu_m.items()}
     cpu_ratios = {
         "library_vs_per_tuple_script": tot["insert_per_tuple_script"] / tot["insert_library"],
         "library_vs_zadd": tot["insert_zadd"] / tot["insert_library"],
-        "library_vs_redis_benchmark": (tot["insert_redis_benchmark"] / tot["insert_library"]
-                                       if "insert_redis_benchmark" in tot else None),
-    }  # fmt: skip
+        "library_vs_redis_benchmark": (
+            tot["insert_redis_benchmark"] / tot["insert_library"] if "insert_redis_benchmark" in tot else None
+        ),
+    }
     print("  by CPU (inverse CPU-us per tuple, client + server; robust to other load on the machine):")
-    print(f"    (a)/(c) {cpu_ratios['library_vs_per_tuple_script']:.2f}   (a)/(b) {cpu_ratios['library_vs_zadd']:.2f}"
-          + (f"   (a)/(d) {cpu_ratios['library_vs_redis_benchmark']:.2f}"
-             if cpu_ratios["library_vs_redis_benchmark"] is not None else ""))  # fmt: skip
+    print(
+        f"    (a)/(c) {cpu_ratios['library_vs_per_tuple_script']:.2f}   (a)/(b) {cpu_ratios['library_vs_zadd']:.2f}"
+        + (
+            f"   (a)/(d) {cpu_ratios['library_vs_redis_benchmark']:.2f}"
+            if cpu_ratios["library_vs_redis_benchmark"] is not None
+            else ""
+        )
+    )
     for name, xs in paired.items():
         print(f"  paired per-rep {name}: " + ", ".join(f"{x:.2f}" for x in xs))
     print(f"\nredis-benchmark: {bench_cmd or 'not found'}")
-    print(f"machine: {machine['nproc']} CPUs, {machine['cpu_model']}, {machine['redis_server']}, "
-          f"Python {machine['python']}, load {machine['loadavg'][0]:.2f}; run took {elapsed:.0f}s")  # fmt: skip
+    print(
+        f"machine: {machine['nproc']} CPUs, {machine['cpu_model']}, {machine['redis_server']}, "
+        f"Python {machine['python']}, load {machine['loadavg'][0]:.2f}; run took {elapsed:.0f}s"
+    )
 
     report = {
         "benchmark": "bench/bench_cluster.py",
@@ -497,11 +585,16 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_samples": cpu,
         "cpu_medians": cpu_m,
         "cpu_ratios": cpu_ratios,
-        "goals": {"library_vs_per_tuple_script": ">= 2.5", "library_vs_zadd": ">= 1.3",
-                  "library_vs_redis_benchmark": ">= 0.5", "memory": "<= 1.1", "two_shards_vs_one": ">= 1.0"},
+        "goals": {
+            "library_vs_per_tuple_script": ">= 2.5",
+            "library_vs_zadd": ">= 1.3",
+            "library_vs_redis_benchmark": ">= 0.5",
+            "memory": "<= 1.1",
+            "two_shards_vs_one": ">= 1.0",
+        },
         "extra": extra,
         "elapsed_s": elapsed,
-    }  # fmt: skip
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "cluster-quick" if args.quick else "cluster"
     json_path = args.out / f"{stem}.json"

@@ -33,8 +33,10 @@ SPEC = {"content-type": CONTENT_TYPE_NDJSON}
 
 
 def frames(n: int) -> list[bytes]:
-    return [json.dumps({"UUID": f"{i:08x}-0000-1000-8000-000000000001", "i": i, "v": "x" * 40}).encode() + b"\n"
-            for i in range(n)]  # fmt: skip
+    return [
+        json.dumps({"UUID": f"{i:08x}-0000-1000-8000-000000000001", "i": i, "v": "x" * 40}).encode() + b"\n"
+        for i in range(n)
+    ]
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -167,11 +169,16 @@ def main() -> None:
             file_runs.append(bench_file(data, args.batch, args.single, Path(tmp), run))
             stream_runs.append(bench_streams(data, args.batch, args.single, shards.urls[0], run))
     results = {
-        "params": {"messages": args.messages, "bytes": nbytes, "batch": args.batch, "single": args.single,
-                   "runs": args.runs},
+        "params": {
+            "messages": args.messages,
+            "bytes": nbytes,
+            "batch": args.batch,
+            "single": args.single,
+            "runs": args.runs,
+        },
         "file": summarise(file_runs, args.messages, args.single, nbytes, single_bytes),
         "streams": summarise(stream_runs, args.messages, args.single, nbytes, single_bytes),
-    }  # fmt: skip
+    }
     for backend in ("file", "streams"):
         res = results[backend]
         assert isinstance(res, dict)

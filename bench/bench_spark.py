@@ -108,8 +108,10 @@ def run_query(spark: Any, url: str, ckpt: str, fn: Callable[[Any, int], None]) -
     query = stream.writeStream.foreachBatch(fn).option("checkpointLocation", ckpt).trigger(availableNow=True).start()
     query.awaitTermination()
     wall = time.perf_counter() - t0
-    progress = [{"batchId": p["batchId"], "numInputRows": p["numInputRows"], "durationMs": p["durationMs"]}
-                for p in query.recentProgress]  # fmt: skip
+    progress = [
+        {"batchId": p["batchId"], "numInputRows": p["numInputRows"], "durationMs": p["durationMs"]}
+        for p in query.recentProgress
+    ]
     return wall, progress
 
 
@@ -140,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("zcluster").setLevel(logging.ERROR)
     started = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="zcluster-bench-spark-"))
-    samples: dict[str, list[float]] = {k: [] for k in (
-        "query_sink", "query_naive", "sink_batch_seconds", "job_run", "job_run_nomap", "cluster_insert")}  # fmt: skip
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("query_sink", "query_naive", "sink_batch_seconds", "job_run", "job_run_nomap", "cluster_insert")
+    }
     progress: dict[str, list[Any]] = {"query_sink": [], "query_naive": []}
     mismatched: list[int] = []
     try:
@@ -158,13 +161,19 @@ def main(argv: list[str] | None = None) -> int:
             create_journals(store, names)
             traffic = publish(store, Traffic(names), producers=PRODUCERS, messages=steps)
             ends = {n: store.end(n) for n in names}
-            rows = [Row(*r) for n in sorted(names) for r in read_frames(url, JournalRange(n, "application/x-ndjson",
-                                                                                            0, ends[n]))]  # fmt: skip
+            rows = [
+                Row(*r)
+                for n in sorted(names)
+                for r in read_frames(url, JournalRange(n, "application/x-ndjson", 0, ends[n]))
+            ]
             frames = len(rows)
-            print(f"zcluster Spark benchmark: {frames:,} journal messages in {JOURNALS} journals "
-                  f"({traffic.committed:,} committed, {traffic.rolled_back:,} rolled back, "
-                  f"{traffic.duplicates:,} duplicates, {traffic.transactions:,} transactions), "
-                  f"{args.repeat} repetitions, local[2], 2 shards", flush=True)  # fmt: skip
+            print(
+                f"zcluster Spark benchmark: {frames:,} journal messages in {JOURNALS} journals "
+                f"({traffic.committed:,} committed, {traffic.rolled_back:,} rolled back, "
+                f"{traffic.duplicates:,} duplicates, {traffic.transactions:,} transactions), "
+                f"{args.repeat} repetitions, local[2], 2 shards",
+                flush=True,
+            )
 
             # the tuples the sink writes (recorded once, untimed)
             written: list[Any] = []
@@ -203,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
                 wall, prog = run_query(spark, url, str(root / f"ckpt-sink-{rep}"), sink)
                 samples["query_sink"].append(frames / wall)
                 samples["sink_batch_seconds"].append(sum(b.seconds for b in sink.history))
-                progress["query_sink"].append({"wall_s": wall, "progress": prog,
-                                               "batches": [b.__dict__ for b in sink.history]})  # fmt: skip
+                progress["query_sink"].append(
+                    {"wall_s": wall, "progress": prog, "batches": [b.__dict__ for b in sink.history]}
+                )
                 mismatched.append(check(cluster, traffic))
                 # (b) the naive writer
                 flush()
@@ -226,9 +236,12 @@ def main(argv: list[str] | None = None) -> int:
                 cluster.insert(inserts)
                 cluster.delete(deletes)
                 samples["cluster_insert"].append(frames / (time.perf_counter() - t1))
-                print(f"  rep {rep + 1}/{args.repeat}: sink query {wall:.1f}s, naive query {wall_naive:.1f}s, "
-                      + "  ".join(f"{k}={v[-1]:,.0f}" for k, v in samples.items() if k != "sink_batch_seconds")
-                      + f"  mismatched keys={mismatched[-1]}", flush=True)  # fmt: skip
+                print(
+                    f"  rep {rep + 1}/{args.repeat}: sink query {wall:.1f}s, naive query {wall_naive:.1f}s, "
+                    + "  ".join(f"{k}={v[-1]:,.0f}" for k, v in samples.items() if k != "sink_batch_seconds")
+                    + f"  mismatched keys={mismatched[-1]}",
+                    flush=True,
+                )
             spark.stop()
             flush()
             cluster.close()
@@ -250,9 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     paired = {
         "sink_vs_naive": [a / b for a, b in zip(samples["query_sink"], samples["query_naive"], strict=True)],
-        "sink_cost_vs_cluster_insert": [a / b for a, b in zip(samples["cluster_insert"], samples["job_run"],
-                                                              strict=True)],
-    }  # fmt: skip
+        "sink_cost_vs_cluster_insert": [
+            a / b for a, b in zip(samples["cluster_insert"], samples["job_run"], strict=True)
+        ],
+    }
     us = {k: 1e6 / v for k, v in m.items() if k != "sink_batch_seconds"}  # microseconds per journal message
     spark_fixed = [p["wall_s"] - s for p, s in zip(progress["query_sink"], samples["sink_batch_seconds"], strict=True)]
 
@@ -261,8 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         return f"{min(xs):>10,.0f} .. {max(xs):<10,.0f}"
 
     print()
-    print(f"{frames:,} journal messages ({delivered:,} committed writes: {len(inserts):,} inserts, "
-          f"{len(deletes):,} deletes); rates are journal messages/s")  # fmt: skip
+    print(
+        f"{frames:,} journal messages ({delivered:,} committed writes: {len(inserts):,} inserts, "
+        f"{len(deletes):,} deletes); rates are journal messages/s"
+    )
     print(f"{'measurement':<58} {'median':>10} {'us/msg':>8}   {'min .. max':<24}")
     table = [
         ("(a) whole query, ZClusterSink (exactly once)", "query_sink"),
@@ -278,17 +294,23 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("ratios (of medians)                                    value   goal")
     ok1, ok2 = ratios["sink_vs_naive"] >= 5, ratios["sink_cost_vs_cluster_insert"] <= 2
-    print(f"  (a)/(b) sink query / naive query, msgs/s          {ratios['sink_vs_naive']:>7.2f}   >= 5    "
-          f"{'met' if ok1 else 'MISSED'}")  # fmt: skip
-    print(f"  (c) vs (e) sink's own time / Cluster.insert time  {ratios['sink_cost_vs_cluster_insert']:>7.2f}   "
-          f"<= 2    {'met' if ok2 else 'MISSED'}")  # fmt: skip
+    print(
+        f"  (a)/(b) sink query / naive query, msgs/s          {ratios['sink_vs_naive']:>7.2f}   >= 5    "
+        f"{'met' if ok1 else 'MISSED'}"
+    )
+    print(
+        f"  (c) vs (e) sink's own time / Cluster.insert time  {ratios['sink_cost_vs_cluster_insert']:>7.2f}   "
+        f"<= 2    {'met' if ok2 else 'MISSED'}"
+    )
     print(f"  (d) vs (e) decode+sequencing time / insert time   {ratios['sink_nomap_cost_vs_cluster_insert']:>7.2f}")
     for name, xs in paired.items():
         print(f"  paired per-rep {name}: " + ", ".join(f"{x:.2f}" for x in xs))
     print(f"  exactly-once check after every sink query: mismatched keys {mismatched}")
-    print(f"\nmachine: {machine['nproc']} CPUs, {machine['cpu_model']}, {machine['redis_server']}, "
-          f"Python {machine['python']}, PySpark {machine['pyspark']}, load {machine['loadavg'][0]:.2f}; "
-          f"run took {elapsed:.0f}s")  # fmt: skip
+    print(
+        f"\nmachine: {machine['nproc']} CPUs, {machine['cpu_model']}, {machine['redis_server']}, "
+        f"Python {machine['python']}, PySpark {machine['pyspark']}, load {machine['loadavg'][0]:.2f}; "
+        f"run took {elapsed:.0f}s"
+    )
 
     report = {
         "benchmark": "bench/bench_spark.py",
@@ -348,14 +370,20 @@ def plot(path: Path, report: dict[str, Any]) -> None:
 
     m, r, cfg = report["medians"], report["ratios"], report["config"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2), gridspec_kw={"width_ratios": [2, 3]})
-    bars = ax1.bar(["(a) ZClusterSink\nquery", "(b) naive\nforeachBatch"],
-                   [m["query_sink"] / 1000, m["query_naive"] / 1000], color=["#1f77b4", "#d62728"])  # fmt: skip
+    bars = ax1.bar(
+        ["(a) ZClusterSink\nquery", "(b) naive\nforeachBatch"],
+        [m["query_sink"] / 1000, m["query_naive"] / 1000],
+        color=["#1f77b4", "#d62728"],
+    )
     ax1.bar_label(bars, fmt="%.1f")
     ax1.set_ylabel("thousand journal messages/s (median)")
     ax1.set_title("whole query, local[2]")
     names = ["job_run", "job_run_nomap", "cluster_insert"]
-    labels = ["(c) sink's own work\n(_Job.run)", "(d) decode + sequencing\n(no writes)",
-              "(e) Cluster.insert\nsame tuples"]  # fmt: skip
+    labels = [
+        "(c) sink's own work\n(_Job.run)",
+        "(d) decode + sequencing\n(no writes)",
+        "(e) Cluster.insert\nsame tuples",
+    ]
     us = [1e6 / m[k] for k in names]
     bars = ax2.bar(labels, us, color=["#1f77b4", "#6baed6", "#7f7f7f"])
     ax2.bar_label(bars, fmt="%.1f")

@@ -112,9 +112,14 @@ def test_bad_input_is_rejected_before_anything_is_sent(any_cluster: Cluster) -> 
     with pytest.raises(InvalidTupleError, match=r"#1 .*finite.*nothing of this call was sent"):
         c.insert(batch)
     assert members(c, "b") == []  # the good tuple was not half-applied
-    for bad, reason in [(("", 1.0, "m"), "empty"), ((1, 1.0, "m"), "key must be str or bytes"),
-                        (("k", 1.0, 3), "member must be"), (("k", "1", "m"), "score must be int or float"),
-                        (("k", 1.0), "expected a"), (None, "expected a")]:  # fmt: skip
+    for bad, reason in [
+        (("", 1.0, "m"), "empty"),
+        ((1, 1.0, "m"), "key must be str or bytes"),
+        (("k", 1.0, 3), "member must be"),
+        (("k", "1", "m"), "score must be int or float"),
+        (("k", 1.0), "expected a"),
+        (None, "expected a"),
+    ]:
         with pytest.raises(InvalidTupleError, match=reason):
             c.insert([bad])  # type: ignore[list-item]
 

@@ -14,9 +14,14 @@ from zcluster.types import from_bytes, to_bytes
 
 @pytest.mark.parametrize(
     "cursor",
-    [Cursor(0.0, " "), Cursor(1.1, "%20"), Cursor(123.456, "abc"), Cursor(0.00001, "foo\x00bar"),
-     Cursor(-2.5, b"\xff\xfe".decode("utf-8", "surrogateescape"))],
-)  # fmt: skip
+    [
+        Cursor(0.0, " "),
+        Cursor(1.1, "%20"),
+        Cursor(123.456, "abc"),
+        Cursor(0.00001, "foo\x00bar"),
+        Cursor(-2.5, b"\xff\xfe".decode("utf-8", "surrogateescape")),
+    ],
+)
 def test_cursor_round_trip(cursor: Cursor) -> None:
     assert Cursor.parse(str(cursor)) == cursor
 
@@ -42,9 +47,16 @@ def test_raw_bytes_round_trip_through_str() -> None:
 
 @pytest.mark.parametrize(
     ("score", "reason"),
-    [(math.nan, "finite"), (math.inf, "finite"), (-math.inf, "finite"), ("1.0", "int or float"),
-     (None, "int or float"), (True, "int or float"), ((1 << 53) + 1, "not exact")],
-)  # fmt: skip
+    [
+        (math.nan, "finite"),
+        (math.inf, "finite"),
+        (-math.inf, "finite"),
+        ("1.0", "int or float"),
+        (None, "int or float"),
+        (True, "int or float"),
+        ((1 << 53) + 1, "not exact"),
+    ],
+)
 def test_bad_scores_are_rejected_with_reason(score: object, reason: str) -> None:
     with pytest.raises(InvalidTupleError, match=reason) as info:
         _score(score, 7, KeyScoreMember("k", 0.0, "m"))

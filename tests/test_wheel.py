@@ -15,11 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.timeout(600)
 def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(ROOT)],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(ROOT)], check=True
+    )
     wheel = next((tmp_path / "dist").glob("zcluster-*.whl"))
-    listing = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], check=True, capture_output=True,
-                             text=True).stdout  # fmt: skip
+    listing = subprocess.run(
+        [sys.executable, "-m", "zipfile", "-l", str(wheel)], check=True, capture_output=True, text=True
+    ).stdout
     assert "zcluster/lua/write.lua" in listing and "zcluster/py.typed" in listing
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -32,6 +34,11 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
         "print(r.applied, c.select(['k'])['k'][0].member, s.write_script().sha)\n"
     )
     with LocalShards(1) as shards:
-        out = subprocess.run([str(venv / "bin" / "python"), "-c", script, shards.urls[0]], check=True,
-                             capture_output=True, text=True, cwd=tmp_path).stdout.split()  # fmt: skip
+        out = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", script, shards.urls[0]],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        ).stdout.split()
     assert out[:2] == ["[True]", "m"]

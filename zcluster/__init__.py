@@ -31,11 +31,22 @@ _WHERE = {
     "ReadResult": "zcluster.cluster",
     "OpEvent": "zcluster.instrumentation",
     **dict.fromkeys(
-        ["ConfigError", "Cursor", "InvalidTupleError", "KeyMember", "KeyScoreMember", "PartialReadError",
-         "PartialWriteError", "Presence", "ShardFailure", "WriteResult", "ZClusterError"],
+        [
+            "ConfigError",
+            "Cursor",
+            "InvalidTupleError",
+            "KeyMember",
+            "KeyScoreMember",
+            "PartialReadError",
+            "PartialWriteError",
+            "Presence",
+            "ShardFailure",
+            "WriteResult",
+            "ZClusterError",
+        ],
         "zcluster.types",
     ),
-}  # fmt: skip
+}
 
 __all__ = [
     "Cluster",

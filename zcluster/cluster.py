@@ -169,8 +169,9 @@ class Cluster:
     # -- construction -------------------------------------------------------------------------------------
 
     @classmethod
-    def from_urls(cls, urls: Sequence[str], *, routing: Routing = "jump", connection: dict[str, Any] | None = None,
-                  **options: Any) -> Cluster:  # fmt: skip
+    def from_urls(
+        cls, urls: Sequence[str], *, routing: Routing = "jump", connection: dict[str, Any] | None = None, **options: Any
+    ) -> Cluster:
         """Standalone shards, routed client-side (``routing``: ``"jump"`` or roshi's ``"roshi"``).
 
         ``connection`` holds extra redis-py connection options (e.g. ``ssl_ca_certs``); URLs may carry ACL
@@ -202,8 +203,9 @@ class Cluster:
 
     # -- writes -------------------------------------------------------------------------------------------
 
-    def insert(self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *,
-               raise_on_error: bool = True) -> WriteResult:  # fmt: skip
+    def insert(
+        self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *, raise_on_error: bool = True
+    ) -> WriteResult:
         """Add members (see the class semantics). Returns which tuples took effect.
 
         Raises :class:`InvalidTupleError` (nothing sent) or :class:`PartialWriteError` when a shard failed
@@ -211,8 +213,9 @@ class Cluster:
         """
         return self._write(b"+", "insert", tuples, raise_on_error)
 
-    def delete(self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *,
-               raise_on_error: bool = True) -> WriteResult:  # fmt: skip
+    def delete(
+        self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *, raise_on_error: bool = True
+    ) -> WriteResult:
         """Remove members, leaving tombstones (also for members never inserted). Same contract as insert."""
         return self._write(b"-", "delete", tuples, raise_on_error)
 
@@ -250,8 +253,11 @@ class Cluster:
             if first_error is not None:
                 failures.append(ShardFailure(name_, first_error, tuple(bad)))
         result = WriteResult(applied, failures)
-        self.instrumentation(OpEvent(name, len(items), time.perf_counter() - started, result.applied_count,
-                                     tuple(f.shard for f in failures)))  # fmt: skip
+        self.instrumentation(
+            OpEvent(
+                name, len(items), time.perf_counter() - started, result.applied_count, tuple(f.shard for f in failures)
+            )
+        )
         return result.raise_for_failures() if raise_on_error else result
 
     def _encode_writes(self, items: Sequence[Any]) -> dict[int, list[_Call]]:
@@ -306,8 +312,9 @@ class Cluster:
 
     # -- reads --------------------------------------------------------------------------------------------
 
-    def select(self, keys: Iterable[Blob], offset: int = 0, limit: int = 10, *,
-               strict: bool = True) -> ReadResult[Blob, list[KeyScoreMember]]:  # fmt: skip
+    def select(
+        self, keys: Iterable[Blob], offset: int = 0, limit: int = 10, *, strict: bool = True
+    ) -> ReadResult[Blob, list[KeyScoreMember]]:
         """The members of each key's add set, highest score first (ties: member descending).
 
         ``offset`` skips that many members; ``limit`` (> 0) caps the answer per key. A key never written
@@ -320,14 +327,22 @@ class Cluster:
         adds = self.layout.adds
         stop = offset + limit - 1
         result = self._read(
-            key_list, encoded,
+            key_list,
+            encoded,
             lambda kb, _: [("ZREVRANGE", adds(kb), offset, stop, "WITHSCORES")],
             lambda key, replies: self._pairs(key, replies[0]),
-        )  # fmt: skip
+        )
         return self._finish("select", result, len(key_list), started, strict)
 
-    def select_range(self, keys: Iterable[Blob], start: Cursor | None = None, stop: Cursor | None = None,
-                     limit: int = 10, *, strict: bool = True) -> ReadResult[Blob, list[KeyScoreMember]]:  # fmt: skip
+    def select_range(
+        self,
+        keys: Iterable[Blob],
+        start: Cursor | None = None,
+        stop: Cursor | None = None,
+        limit: int = 10,
+        *,
+        strict: bool = True,
+    ) -> ReadResult[Blob, list[KeyScoreMember]]:
         """Cursor paging: members strictly after ``start`` and strictly before ``stop`` in select order.
 
         ``None`` means the beginning (highest score) or the end. The last element of a page, as
@@ -373,8 +388,9 @@ class Cluster:
         result = self._read_each(key_list, encoded, page)
         return self._finish("select_range", result, len(key_list), started, strict)
 
-    def score(self, key_members: Iterable[KeyMember | tuple[Blob, Blob]], *,
-              strict: bool = True) -> ReadResult[KeyMember, Presence]:  # fmt: skip
+    def score(
+        self, key_members: Iterable[KeyMember | tuple[Blob, Blob]], *, strict: bool = True
+    ) -> ReadResult[KeyMember, Presence]:
         """Whether each member is present, inserted or deleted, and at which score (see :class:`Presence`)."""
         started = time.perf_counter()
         items = [KeyMember(*km) for km in key_members]
@@ -393,14 +409,21 @@ class Cluster:
             return NOT_PRESENT
 
         result = self._read(
-            items, encoded,
+            items,
+            encoded,
             lambda kb, pos: [("ZSCORE", layout.adds(kb), members[pos]), ("ZSCORE", layout.removes(kb), members[pos])],
             presence,
-        )  # fmt: skip
+        )
         return self._finish("score", result, len(items), started, strict)
 
-    def keys(self, batch_size: int = 1000, *, include_removed: bool = False, match: Blob | None = None,
-             progress: Callable[[str, int], None] | None = None) -> Iterator[list[Blob]]:  # fmt: skip
+    def keys(
+        self,
+        batch_size: int = 1000,
+        *,
+        include_removed: bool = False,
+        match: Blob | None = None,
+        progress: Callable[[str, int], None] | None = None,
+    ) -> Iterator[list[Blob]]:
         """Every logical key, in lists of up to ``batch_size``, shard after shard (SCAN: no blocking).
 
         Each key is reported once per scan even where SCAN repeats it (or holds both K+ and K-). Keys
@@ -453,10 +476,11 @@ class Cluster:
         encoded = self._encode_keys(key_list)
         layout, sha = self.layout, self._forget.sha
         result = self._read(
-            key_list, encoded,
+            key_list,
+            encoded,
             lambda kb, _: [("EVALSHA", sha, 3, layout.adds(kb), layout.removes(kb), layout.floor(kb), bound)],
             lambda key, replies: int(replies[0]),
-        )  # fmt: skip
+        )
         self._finish("forget", result, len(key_list), started, True)
         return sum(result.values())
 
@@ -484,9 +508,13 @@ class Cluster:
         dec = from_bytes if self.decode else bytes
         return [KeyScoreMember(key, score, dec(member)) for member, score in _score_pairs(raw)]
 
-    def _read(self, items: Sequence[Any], encoded: list[tuple[int, bytes]],
-              build: Callable[[bytes, int], list[tuple[Any, ...]]],
-              parse: Callable[[Any, list[Any]], Any]) -> ReadResult[Any, Any]:  # fmt: skip
+    def _read(
+        self,
+        items: Sequence[Any],
+        encoded: list[tuple[int, bytes]],
+        build: Callable[[bytes, int], list[tuple[Any, ...]]],
+        parse: Callable[[Any, list[Any]], Any],
+    ) -> ReadResult[Any, Any]:
         """Pipeline ``build(kb, position)`` commands per shard, then ``parse(item, replies)`` per item."""
         work: dict[int, list[int]] = {}
         for pos, (shard_idx, _) in enumerate(encoded):
@@ -518,8 +546,12 @@ class Cluster:
                 answers[pos] = ShardFailure(name, err, (pos,)) if err is not None else parse(items[pos], replies)
         return _in_order(items, answers)
 
-    def _read_each(self, items: Sequence[Any], encoded: list[tuple[int, bytes]],
-                   fetch: Callable[[Shard, bytes], list[tuple[bytes, float]]]) -> ReadResult[Any, Any]:  # fmt: skip
+    def _read_each(
+        self,
+        items: Sequence[Any],
+        encoded: list[tuple[int, bytes]],
+        fetch: Callable[[Shard, bytes], list[tuple[bytes, float]]],
+    ) -> ReadResult[Any, Any]:
         work: dict[int, list[int]] = {}
         for pos, (shard_idx, _) in enumerate(encoded):
             work.setdefault(shard_idx, []).append(pos)
@@ -547,8 +579,9 @@ class Cluster:
                     answers[pos] = [KeyScoreMember(items[pos], s, dec(m)) for m, s in value]
         return _in_order(items, answers)
 
-    def _finish(self, op: str, result: ReadResult[Any, Any], records: int, started: float,
-                strict: bool) -> ReadResult[Any, Any]:  # fmt: skip
+    def _finish(
+        self, op: str, result: ReadResult[Any, Any], records: int, started: float, strict: bool
+    ) -> ReadResult[Any, Any]:
         shards = tuple(sorted({f.shard for f in result.errors.values()}))
         self.instrumentation(OpEvent(op, records, time.perf_counter() - started, 0, shards))
         if strict and result.errors:

@@ -45,8 +45,9 @@ def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, wor
     specs = [JournalSpec(n, {"content-type": CONTENT_TYPE_NDJSON}) for n in names]
     mapping = modulo_mapping(lambda m: m.doc["user"], lambda: specs)
     prefix = cluster.layout.prefix.decode()
-    sink = ZClusterSink(cluster_where, timeline_mapper, f"demo-{int(time.time())}", journals=journals_url,
-                        prefix=prefix)  # fmt: skip
+    sink = ZClusterSink(
+        cluster_where, timeline_mapper, f"demo-{int(time.time())}", journals=journals_url, prefix=prefix
+    )
     long_txn = AsyncPublisher(store)
     with console.status("starting Spark (local[2])"):
         spark = local_session("local[2]")
@@ -54,13 +55,16 @@ def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, wor
         with console.status("publishing round 1: 3 producers, committed messages, transactions, duplicates"):
             publish(store, traffic, producers=3, messages=messages, seed=1)
             # A transaction that stays open across micro-batches: its ACK lands after the first batch.
-            long_docs = [{"user": f"u{i}", "event": f"long-txn-{i}", "ts": 1_800_000_000.0 + i, "op": "add"}
-                         for i in range(5)]  # fmt: skip
+            long_docs = [
+                {"user": f"u{i}", "event": f"long-txn-{i}", "ts": 1_800_000_000.0 + i, "op": "add"} for i in range(5)
+            ]
             for doc in long_docs:
                 long_txn.publish_uncommitted(mapping, JsonMessage(dict(doc)))
             long_txn.barrier()
-        console.print(f"published {traffic.committed:,} committed, {traffic.rolled_back:,} rolled back, "
-                      f"{traffic.duplicates:,} duplicated appends; 5 more in an open transaction")  # fmt: skip
+        console.print(
+            f"published {traffic.committed:,} committed, {traffic.rolled_back:,} rolled back, "
+            f"{traffic.duplicates:,} duplicated appends; 5 more in an open transaction"
+        )
         with console.status("micro-batch 0: sequencing and writing"):
             run_available_now(spark, sink, journals_url, workdir / "checkpoint")
         with console.status("publishing round 2, committing the long transaction"):
@@ -87,15 +91,18 @@ def report(console: Console, cluster: Cluster, traffic: Any, sink: Any) -> bool:
     table.add_column("should", justify="right")
     table.add_column("got", justify="right")
     table.add_row("committed messages applied once", f"{traffic.committed:,}", f"{delivered:,}")
-    table.add_row("duplicated appends dropped", f"{traffic.duplicates:,}",
-                  f"{sum(b.duplicates for b in sink.history):,}")  # fmt: skip
+    table.add_row(
+        "duplicated appends dropped", f"{traffic.duplicates:,}", f"{sum(b.duplicates for b in sink.history):,}"
+    )
     table.add_row("rolled-back messages delivered", "0", f"{delivered - traffic.committed:,}")
     table.add_row("timelines equal to the model", f"{len(expected):,}", f"{matching:,}")
     console.print(table)
     for b in sink.history:
-        console.print(f"batch {b.batch_id}: {b.frames:,} frames, {b.delivered:,} delivered, {b.duplicates} dup, "
-                      f"{b.rollbacks} rollbacks, {b.replays} replays, {b.applied:,} writes applied, "
-                      f"{b.seconds:.1f}s")  # fmt: skip
+        console.print(
+            f"batch {b.batch_id}: {b.frames:,} frames, {b.delivered:,} delivered, {b.duplicates} dup, "
+            f"{b.rollbacks} rollbacks, {b.replays} replays, {b.applied:,} writes applied, "
+            f"{b.seconds:.1f}s"
+        )
     key = sorted(expected, key=lambda k: -len(expected[k]))[0]
     lookups = Table(title=f"select {key} limit 3")
     for col in ("score", "member"):
@@ -109,8 +116,11 @@ def report(console: Console, cluster: Cluster, traffic: Any, sink: Any) -> bool:
     probe = KeyMember("timeline:u0", "long-txn-0")
     console.print(f"score of an event from the long transaction: {cluster.score([probe])[probe]}")
     ok = bool(matching == len(expected) and delivered == traffic.committed)
-    console.print("[bold green]exactly once: the cluster matches the model[/]" if ok else
-                  "[bold red]the cluster differs from the model[/]")  # fmt: skip
+    console.print(
+        "[bold green]exactly once: the cluster matches the model[/]"
+        if ok
+        else "[bold red]the cluster differs from the model[/]"
+    )
     return ok
 
 
@@ -128,8 +138,11 @@ def main(urls: tuple[str, ...], cluster_url: str | None, messages: int, workdir:
     work = workdir or Path(tempfile.mkdtemp(prefix="zcluster-demo-"))
     if cluster_url or urls:
         where: str | list[str] = f"redis+cluster://{cluster_url.split('://', 1)[1]}" if cluster_url else list(urls)
-        cluster = (Cluster.from_cluster_url(cluster_url, prefix=prefix) if cluster_url
-                   else Cluster.from_urls(list(urls), prefix=prefix))  # fmt: skip
+        cluster = (
+            Cluster.from_cluster_url(cluster_url, prefix=prefix)
+            if cluster_url
+            else Cluster.from_urls(list(urls), prefix=prefix)
+        )
         with cluster:
             ok = demo(console, where, cluster, work, messages)
     else:

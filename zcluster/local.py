@@ -135,13 +135,51 @@ class TlsFiles:
         d.mkdir(parents=True, exist_ok=True)
         (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
         steps = [
-            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-             "-subj", "/CN=zcluster-local-ca"],
-            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-             "-subj", "/CN=127.0.0.1"],
-            ["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf"],
-        ]  # fmt: skip
+            [
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=zcluster-local-ca",
+            ],
+            [
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+            [
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.crt",
+                "-days",
+                "2",
+                "-extfile",
+                "ext.cnf",
+            ],
+        ]
         for step in steps:
             subprocess.run([openssl, *step], cwd=d, check=True, capture_output=True)
         return cls(d / "ca.crt", d / "server.crt", d / "server.key")
@@ -173,22 +211,54 @@ class LocalServer:
     def _listen_args(self) -> list[str]:
         if self.tls is None:
             return ["--port", str(self.port)]
-        return ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
-                "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
-                "--tls-auth-clients", "no"]  # fmt: skip
+        return [
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.tls.cert),
+            "--tls-key-file",
+            str(self.tls.key),
+            "--tls-ca-cert-file",
+            str(self.tls.ca),
+            "--tls-auth-clients",
+            "no",
+        ]
 
     def start(self, timeout: float = 10.0) -> None:
         if self.process is not None and self.process.poll() is None:
             return
         args = [
-            self.binary, *self._listen_args(), "--bind", "127.0.0.1", "--dir", str(self.directory),
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no",
-            "--loglevel", "warning", "--logfile", str(self.directory / "server.log"), *self.extra,
-        ]  # fmt: skip
-        self.process = _spawn(lambda: subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent,
-        ))  # fmt: skip
+            self.binary,
+            *self._listen_args(),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "no",
+            "--loglevel",
+            "warning",
+            "--logfile",
+            str(self.directory / "server.log"),
+            *self.extra,
+        ]
+        self.process = _spawn(
+            lambda: subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent,
+            )
+        )
         self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float) -> None:
@@ -325,8 +395,7 @@ class LocalShards(_LocalGroup):
     ...     cluster = Cluster.from_urls(shards.urls)
     """
 
-    def __init__(self, n: int = 2, *, binary: str | None = None, extra: Sequence[str] = (),
-                 tls: bool = False) -> None:  # fmt: skip
+    def __init__(self, n: int = 2, *, binary: str | None = None, extra: Sequence[str] = (), tls: bool = False) -> None:
         super().__init__(binary)
         try:
             self.tls = TlsFiles.generate(self.root / "tls") if tls else None
@@ -348,8 +417,16 @@ class LocalRedisCluster(_LocalGroup):
         super().__init__(binary)
         try:
             for _ in range(masters):
-                s = self._new_server(("--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-                                      "--cluster-config-file", "nodes.conf"))  # fmt: skip
+                s = self._new_server(
+                    (
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-node-timeout",
+                        "2000",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                    )
+                )
                 s.start()
             self._form(timeout)
         except BaseException:

@@ -67,9 +67,19 @@ def create_journals(store: JournalStore, names: list[str]) -> None:
             store.create(JournalSpec(name, {"content-type": CONTENT_TYPE_NDJSON, "topic": "timelines"}))
 
 
-def publish(store: JournalStore, traffic: Traffic, *, producers: int = 3, messages: int = 1000, users: int = 50,
-            txn_every: int = 7, rollback_every: int = 4, duplicate_rate: float = 0.03, seed: int = 0,
-            start_ts: float = 1_700_000_000.0) -> Traffic:  # fmt: skip
+def publish(
+    store: JournalStore,
+    traffic: Traffic,
+    *,
+    producers: int = 3,
+    messages: int = 1000,
+    users: int = 50,
+    txn_every: int = 7,
+    rollback_every: int = 4,
+    duplicate_rate: float = 0.03,
+    seed: int = 0,
+    start_ts: float = 1_700_000_000.0,
+) -> Traffic:
     """Publish ``messages`` events per producer into ``traffic.journals``; updates and returns ``traffic``.
 
     Every ``txn_every``-th step opens a transaction of 2-6 events; every ``rollback_every``-th

@@ -32,15 +32,21 @@ def test_available_now_query_reads_only_whole_fragments(tmp_path: Path) -> None:
     assert len(frags) >= 3 and in_open > 0  # some data is still in the open (invisible) fragment
 
     spark = (
-        pyspark_sql.SparkSession.builder.master("local[1]").appName("zcluster-journal-test")
-        .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1").getOrCreate()
-    )  # fmt: skip
+        pyspark_sql.SparkSession.builder.master("local[1]")
+        .appName("zcluster-journal-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
     try:
         stream = spark.readStream.format("text").load(str(root / "pv/part-000"))
         query = (
-            stream.writeStream.format("memory").queryName("frames").trigger(availableNow=True)
-            .option("checkpointLocation", str(tmp_path / "ckpt")).start()
-        )  # fmt: skip
+            stream.writeStream.format("memory")
+            .queryName("frames")
+            .trigger(availableNow=True)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .start()
+        )
         query.awaitTermination(120)
         lines = [r.value for r in spark.sql("select value from frames").collect()]
     finally:

@@ -48,8 +48,9 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
 
     spark = local_session(args.master)
-    sink = ZClusterSink(args.urls, SlowMapper(args.sleep), args.query_name, journals=args.journals, flush=args.flush,
-                        prefix=args.prefix)  # fmt: skip
+    sink = ZClusterSink(
+        args.urls, SlowMapper(args.sleep), args.query_name, journals=args.journals, flush=args.flush, prefix=args.prefix
+    )
     run_available_now(spark, sink, args.journals, args.checkpoint)
     if args.stats:
         with open(args.stats, "w") as f:

@@ -34,8 +34,15 @@ def setup(tmp_path: Path, shards: Any) -> dict[str, Any]:
     names = [f"timelines/part-{i:03d}" for i in range(3)]
     create_journals(store, names)
     prefix = f"sink{next(_names)}:"
-    return {"store": store, "names": names, "url": f"file://{root}", "prefix": prefix, "urls": shards.urls,
-            "cluster": Cluster.from_urls(shards.urls, prefix=prefix), "query": f"q{next(_names)}"}  # fmt: skip
+    return {
+        "store": store,
+        "names": names,
+        "url": f"file://{root}",
+        "prefix": prefix,
+        "urls": shards.urls,
+        "cluster": Cluster.from_urls(shards.urls, prefix=prefix),
+        "query": f"q{next(_names)}",
+    }
 
 
 def sink_for(s: dict[str, Any], mapper: Any = timeline_mapper) -> ZClusterSink:
@@ -67,10 +74,12 @@ def test_transactions_spanning_batches_commit_once_and_rollbacks_never_appear(
     sink = sink_for(s)
     with AsyncPublisher(s["store"]) as keep, AsyncPublisher(s["store"]) as drop:
         for i in range(6):
-            keep.publish_uncommitted(mapping, JsonMessage({"user": f"u{i}", "event": f"keep{i}", "ts": 10.0 + i,
-                                                           "op": "add"}))  # fmt: skip
-            drop.publish_uncommitted(mapping, JsonMessage({"user": f"u{i}", "event": f"drop{i}", "ts": 20.0 + i,
-                                                           "op": "add"}))  # fmt: skip
+            keep.publish_uncommitted(
+                mapping, JsonMessage({"user": f"u{i}", "event": f"keep{i}", "ts": 10.0 + i, "op": "add"})
+            )
+            drop.publish_uncommitted(
+                mapping, JsonMessage({"user": f"u{i}", "event": f"drop{i}", "ts": 20.0 + i, "op": "add"})
+            )
         keep.barrier()
         drop.barrier()
         run_available_now(spark, sink, s["url"], tmp_path / "ckpt")  # batch 0: both transactions still open
@@ -143,12 +152,14 @@ def test_zcluster_writer_data_source(spark: Any, setup: dict[str, Any]) -> None:
     df = spark.createDataFrame(rows, "key string, score double, member string, op string")
     for _ in range(2):  # a second, identical write changes nothing: idempotent
         df.write.format("zcluster").option("urls", ",".join(s["urls"])).option("prefix", s["prefix"]).mode(
-            "append").save()  # fmt: skip
+            "append"
+        ).save()
     assert state_of(s["cluster"], ["k1", "k2"]) == {"k1": [("b", 2.0)], "k2": [("x", 1.0)]}
     bad = spark.createDataFrame([("k", 1.0, "m", "upsert")], "key string, score double, member string, op string")
     with pytest.raises(Exception, match="op must be 'insert' or 'delete'"):
         bad.write.format("zcluster").option("urls", ",".join(s["urls"])).option("prefix", s["prefix"]).mode(
-            "append").save()  # fmt: skip
+            "append"
+        ).save()
     s["cluster"].insert([KeyScoreMember("k3", 1.0, "m")])
 
 
@@ -164,8 +175,9 @@ def test_redis_streams_journals_into_a_redis_cluster(
     create_journals(store, names)
     traffic = Traffic(names)
     seed_url = redis_cluster.url.split("://", 1)[1]
-    sink = ZClusterSink(f"redis+cluster://{seed_url}", timeline_mapper, f"q{next(_names)}", journals=journals,
-                        prefix=prefix)  # fmt: skip
+    sink = ZClusterSink(
+        f"redis+cluster://{seed_url}", timeline_mapper, f"q{next(_names)}", journals=journals, prefix=prefix
+    )
     for seed in range(2):
         publish(store, traffic, producers=2, messages=60, seed=seed)
         run_available_now(spark, sink, journals, tmp_path / "ckpt")

@@ -188,13 +188,26 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
     total = expected_count(expected)
     cluster = Cluster.from_urls(shards.urls, prefix=prefix)
     ckpt = tmp_path / "ckpt"
-    cmd = [sys.executable, str(DRIVER), "--journals", journals.url, "--urls", *shards.urls, "--checkpoint", str(ckpt),
-           "--query-name", query_name, "--prefix", prefix]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(DRIVER),
+        "--journals",
+        journals.url,
+        "--urls",
+        *shards.urls,
+        "--checkpoint",
+        str(ckpt),
+        "--query-name",
+        query_name,
+        "--prefix",
+        prefix,
+    ]
 
     # First run: a slow mapper, small write batches; SIGKILL the driver and everything under it once writes land.
     with open(tmp_path / "run1.log", "w") as log1:
-        proc = subprocess.Popen([*cmd, "--sleep", "0.02", "--flush", "8"], stdout=log1, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [*cmd, "--sleep", "0.02", "--flush", "8"], stdout=log1, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 150
         while visible(cluster, keys) == 0:
@@ -429,8 +442,10 @@ def test_zombie_query_with_the_same_name_never_moves_state_backwards(
     cluster = Cluster.from_urls(shards.urls, prefix=prefix)
     state = StateStore(cluster, query_name)
     traffic = Traffic(journals.names)
-    sinks = [ZClusterSink(shards.urls, SlowMapper(0.005), query_name, journals=journals.url, prefix=prefix, flush=16)
-             for _ in range(2)]  # fmt: skip
+    sinks = [
+        ZClusterSink(shards.urls, SlowMapper(0.005), query_name, journals=journals.url, prefix=prefix, flush=16)
+        for _ in range(2)
+    ]
     watchers = []
     with AsyncPublisher(journals.store) as pub:
         for seed in (31, 32):
@@ -442,11 +457,15 @@ def test_zombie_query_with_the_same_name_never_moves_state_backwards(
             watcher = Monotonic(cluster, state, list(traffic.best), journals.names)
             watcher.start()
             queries = [
-                spark.readStream.format("zcluster-journal").option("journals", journals.url).load()
-                .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / f"ckpt{i}"))
-                .trigger(availableNow=True).start()
+                spark.readStream.format("zcluster-journal")
+                .option("journals", journals.url)
+                .load()
+                .writeStream.foreachBatch(sink)
+                .option("checkpointLocation", str(tmp_path / f"ckpt{i}"))
+                .trigger(availableNow=True)
+                .start()
                 for i, sink in enumerate(sinks)
-            ]  # fmt: skip
+            ]
             for q in queries:
                 q.awaitTermination()
             watcher.stop.set()
@@ -483,8 +502,9 @@ def test_task_retries_after_partial_writes_keep_exactly_once(
     markers = tmp_path / "markers"
     markers.mkdir()
     traffic = publish(journals.store, Traffic(journals.names), producers=3, messages=25, seed=41)
-    sink = ZClusterSink(shards.urls, FailFirstAttempt(markers, after=10), query_name, journals=journals.url,
-                        prefix=prefix, flush=4)  # fmt: skip
+    sink = ZClusterSink(
+        shards.urls, FailFirstAttempt(markers, after=10), query_name, journals=journals.url, prefix=prefix, flush=4
+    )
     run_available_now(spark, sink, journals.url, tmp_path / "ckpt")
     failed = sorted(p.name for p in markers.iterdir())
     assert failed, "every partition's first attempt should have failed"

@@ -49,7 +49,9 @@ def test_journal_checkpoints_only_move_forward(any_cluster: Cluster) -> None:
     assert store.load_journal("j/1").offset == 90 and set(store.load_journal("j/1").states) == {committed, other}
     assert store.save_journal("j/1", 50, [open_span]) is False  # a zombie with the older checkpoint
     assert store.load_journal("j/1") == (90, [committed, other]) or set(store.load_journal("j/1").states) == {
-        committed, other}  # fmt: skip
+        committed,
+        other,
+    }
     assert store.load_journal("j/1").offset == 90
     # superseded records were garbage-collected: one record per producer, plus the offset
     raw = store.cluster.select(["app1/journal/j/1"], limit=100)["app1/journal/j/1"]
@@ -83,7 +85,12 @@ def test_dedup_admits_once(any_cluster: Cluster) -> None:
     assert d.admit("j", u1) is False
     assert d.admit("other", u1) is True  # per journal
     assert d.admit_many([("j", u2), ("j", u2), ("j", u1), ("j", ZERO_UUID), ("j", ZERO_UUID)]) == [
-        True, False, False, True, True]  # fmt: skip
+        True,
+        False,
+        False,
+        True,
+        True,
+    ]
     assert d.prune("j", 1000) == 1
     assert d.admit("j", u1) is False  # pruned, but never admitted twice
     assert d.admit("j", build_uuid(P2, 999, 0)) is False  # too old: refused

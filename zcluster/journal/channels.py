@@ -106,11 +106,17 @@ class Channels:
         out = []
         for name in names:
             info = self.store.info(name)
-            out.append(ChannelInfo(
-                name, info.labels.get(TOPIC_LABEL, ""), info.metadata.get("owner", ""),
-                info.metadata.get("description", ""), dict(info.labels), self.store.end(name),
-                self._positions(name),
-            ))  # fmt: skip
+            out.append(
+                ChannelInfo(
+                    name,
+                    info.labels.get(TOPIC_LABEL, ""),
+                    info.metadata.get("owner", ""),
+                    info.metadata.get("description", ""),
+                    dict(info.labels),
+                    self.store.end(name),
+                    self._positions(name),
+                )
+            )
         return out
 
     def _positions(self, name: str) -> dict[str, int]:

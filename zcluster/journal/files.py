@@ -409,9 +409,11 @@ class FileJournals:
     def _report(self, report: RecoveryReport) -> None:
         log.warning(
             "journal %r recovered: cut %d torn bytes%s; removed %s",
-            report.journal, report.truncated_bytes,
-            f" (quarantined in {report.quarantined})" if report.quarantined else "", list(report.removed),
-        )  # fmt: skip
+            report.journal,
+            report.truncated_bytes,
+            f" (quarantined in {report.quarantined})" if report.quarantined else "",
+            list(report.removed),
+        )
         self.recovered.append(report)
 
     def _aged(self, st: _State) -> bool:

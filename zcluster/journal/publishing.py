@@ -39,8 +39,11 @@ __all__ = ["TRANSIENT_ERRORS", "AsyncPublisher"]
 log = logging.getLogger(__name__)
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    ConnectionError, TimeoutError, redis.ConnectionError, redis.TimeoutError,
-)  # fmt: skip
+    ConnectionError,
+    TimeoutError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+)
 """Errors retried by default: network failures and timeouts (the append may or may not have happened)."""
 
 _Item = tuple[bytes, "Future[AppendResult]", bool]  # frame, its future, whether it is an ACK

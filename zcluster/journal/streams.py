@@ -311,8 +311,10 @@ class RedisJournals:
             for raw_id, fields in got:
                 e = _entry(raw_id, fields)
                 if e.begin != pos:
-                    raise JournalError(f"journal {journal!r}: expected an entry at offset {pos}, found {e.id} "
-                                       "(trimmed under the reader?)")  # fmt: skip
+                    raise JournalError(
+                        f"journal {journal!r}: expected an entry at offset {pos}, found {e.id} "
+                        "(trimmed under the reader?)"
+                    )
                 yield e.begin, e.data
                 pos, last = e.end, e.id
             if timeout is not None:
@@ -338,9 +340,12 @@ class RedisJournals:
         """Up to `count` entries never delivered to `group` (XREADGROUP ``>``), now pending for `consumer`
         until acknowledged. `block`: seconds to wait for entries (None: do not wait)."""
         res = self._r.xreadgroup(
-            group, consumer, {self.stream_key(journal): ">"}, count=count,
+            group,
+            consumer,
+            {self.stream_key(journal): ">"},
+            count=count,
             block=None if block is None else max(1, int(block * 1000)),
-        )  # fmt: skip
+        )
         return [_entry(i, f) for i, f in res[0][1]] if res else []
 
     def group_ack(self, journal: str, group: str, ids: Sequence[str]) -> int:

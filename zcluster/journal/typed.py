@@ -98,8 +98,12 @@ class TypedMessage:
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"UUID": format_uuid(self.uuid)}
         if self.kind is not None:
-            doc.update(group=self.kind.group, kind=self.kind.name, category=self.kind.category.value,
-                       payload=_to_payload(self.body))  # fmt: skip
+            doc.update(
+                group=self.kind.group,
+                kind=self.kind.name,
+                category=self.kind.category.value,
+                payload=_to_payload(self.body),
+            )
         return doc
 
     def __repr__(self) -> str:

@@ -174,9 +174,14 @@ class WorkerPool:
             if len(frame) >= end - begin:
                 break
         doc = {
-            "journal": channel, "begin": begin, "end": end, "uuid": uuid.hex() if uuid else None,
-            "attempts": attempts, "error": error, "frame": base64.b64encode(bytes(frame[: end - begin])).decode(),
-        }  # fmt: skip
+            "journal": channel,
+            "begin": begin,
+            "end": end,
+            "uuid": uuid.hex() if uuid else None,
+            "attempts": attempts,
+            "error": error,
+            "frame": base64.b64encode(bytes(frame[: end - begin])).decode(),
+        }
         self.chans.store.append(self.dead_letter, json.dumps(doc).encode() + b"\n")
         with self._count_lock:
             self.dead_lettered += 1

@@ -9,5 +9,14 @@ from zcluster.spark.config import ClusterConfig
 from zcluster.spark.session import local_session, register, run_available_now
 from zcluster.spark.sink import BatchStats, Delete, Insert, MapperError, ZClusterSink
 
-__all__ = ["BatchStats", "ClusterConfig", "Delete", "Insert", "MapperError", "ZClusterSink", "local_session",
-           "register", "run_available_now"]  # fmt: skip
+__all__ = [
+    "BatchStats",
+    "ClusterConfig",
+    "Delete",
+    "Insert",
+    "MapperError",
+    "ZClusterSink",
+    "local_session",
+    "register",
+    "run_available_now",
+]

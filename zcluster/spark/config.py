@@ -48,10 +48,12 @@ class ClusterConfig:
             if cluster is None:
                 extra: dict[str, Any] = dict(self.options)
                 if self.cluster_url:
-                    cluster = Cluster.from_cluster_url(self.cluster_url, prefix=self.prefix, max_size=self.max_size,
-                                                       **extra)  # fmt: skip
+                    cluster = Cluster.from_cluster_url(
+                        self.cluster_url, prefix=self.prefix, max_size=self.max_size, **extra
+                    )
                 else:
-                    cluster = Cluster.from_urls(list(self.urls), prefix=self.prefix, max_size=self.max_size,
-                                                routing=self.routing, **extra)  # type: ignore[arg-type]  # fmt: skip
+                    cluster = Cluster.from_urls(
+                        list(self.urls), prefix=self.prefix, max_size=self.max_size, routing=self.routing, **extra
+                    )  # type: ignore[arg-type]
                 _CACHE[self] = cluster
             return cluster

@@ -44,17 +44,23 @@ def local_session(master: str = "local[2]", app: str = "zcluster", **conf: str) 
     return spark
 
 
-def run_available_now(spark: Any, sink: Any, journals: str, checkpoint: str | os.PathLike[str],
-                      selector: str = "") -> Any:  # fmt: skip
+def run_available_now(
+    spark: Any, sink: Any, journals: str, checkpoint: str | os.PathLike[str], selector: str = ""
+) -> Any:
     """Read everything the journals hold now into ``sink`` (a foreachBatch function) and wait for the end.
 
     One streaming query with ``trigger(availableNow=True)`` over ``zcluster-journal``; run it again with the
     same ``checkpoint`` to continue where it stopped. Returns the finished query; raises its failure.
     """
     query = (
-        spark.readStream.format("zcluster-journal").option("journals", journals).option("selector", selector)
-        .load().writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
+        spark.readStream.format("zcluster-journal")
+        .option("journals", journals)
+        .option("selector", selector)
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return query

@@ -152,8 +152,9 @@ class _Job:
         out.pop("batch_id"), out.pop("query_id"), out.pop("skipped"), out.pop("seconds")
         yield out
 
-    def _journal(self, cluster: Cluster, state: StateStore, journal: str, rows: Iterable[Any],
-                 stats: BatchStats) -> None:  # fmt: skip
+    def _journal(
+        self, cluster: Cluster, state: StateStore, journal: str, rows: Iterable[Any], stats: BatchStats
+    ) -> None:
         checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
         seq = Sequencer(states=checkpoint.states, buffer=self.ring)
         writes = _Writes(cluster, self.flush, self.retries, stats)
@@ -276,8 +277,10 @@ class _Writes:
             elif isinstance(w, Insert | KeyScoreMember | tuple) and len(w) == 3:
                 self.inserts.append(w)
             else:
-                raise MapperError(f"mapper returned {w!r} for journal {journal} offset {env.begin}: "
-                                  "expected Insert, Delete or KeyScoreMember")  # fmt: skip
+                raise MapperError(
+                    f"mapper returned {w!r} for journal {journal} offset {env.begin}: "
+                    "expected Insert, Delete or KeyScoreMember"
+                )
         if len(self.inserts) + len(self.deletes) >= self.size:
             self.flush()
 
@@ -302,8 +305,12 @@ class _Writes:
                 return applied
             if attempt == self.retries:
                 raise PartialWriteError(result)
-            log.warning("retrying %d unconfirmed %s(s): %s", len(result.failed_indices), op,
-                        "; ".join(str(f) for f in result.failures))  # fmt: skip
+            log.warning(
+                "retrying %d unconfirmed %s(s): %s",
+                len(result.failed_indices),
+                op,
+                "; ".join(str(f) for f in result.failures),
+            )
             pending = [pending[i] for i in result.failed_indices]
             time.sleep(min(0.2 * 2**attempt, 5.0))
         return applied
@@ -326,11 +333,22 @@ class ZClusterSink:
     recorded as committed, and Spark runs it again.
     """
 
-    def __init__(self, cluster: str | list[str] | ClusterConfig, mapper: Mapper, query_name: str, *,
-                 journals: str | None = None, decode: Callable[[Any], Any] | None = None,
-                 partitions: int | None = None, ring: int = 8192, flush: int = 16384, retries: int = 5,
-                 prune_horizon: float | None = None, prefix: str = "zc:",
-                 max_size: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cluster: str | list[str] | ClusterConfig,
+        mapper: Mapper,
+        query_name: str,
+        *,
+        journals: str | None = None,
+        decode: Callable[[Any], Any] | None = None,
+        partitions: int | None = None,
+        ring: int = 8192,
+        flush: int = 16384,
+        retries: int = 5,
+        prune_horizon: float | None = None,
+        prefix: str = "zc:",
+        max_size: int | None = None,
+    ) -> None:
         self.config = ClusterConfig.of(cluster, prefix=prefix, max_size=max_size)
         self.query_name = query_name
         self.partitions = partitions
