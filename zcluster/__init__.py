@@ -1,7 +1,14 @@
 """zcluster: CRDT sorted sets (a last-writer-wins 2P-set) across Redis servers, with exactly-once messages.
 
-The names below load lazily, so ``import zcluster.message`` pulls in no Redis client, and the package
-root imports no optional dependency (PySpark and prometheus-client are extras).
+The public surface is flat: everything a user of the store needs is a name of this package (below).
+Layers with their own audience are subpackages: :mod:`zcluster.message` (Gazette-compatible message
+semantics), :mod:`zcluster.journal` (journal storage), :mod:`zcluster.channels` (an at-least-once
+runtime), :mod:`zcluster.state` (checkpoints, dedup, the exactly-once applier), :mod:`zcluster.spark`
+(the ``spark`` extra), :mod:`zcluster.testing` (local servers for tests). Modules whose names start with
+``_`` are internals.
+
+Names load lazily: ``import zcluster`` imports no Redis client until a name that needs one is used, and
+never PySpark, click, rich or prometheus-client (optional extras).
 """
 
 from __future__ import annotations
@@ -10,39 +17,64 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from zcluster.cluster import Cluster, ReadResult
+    from zcluster.cluster import Cluster
+    from zcluster.config import ClusterConfig, connect
+    from zcluster.errors import (
+        ConfigError,
+        InconsistentDataError,
+        InvalidTupleError,
+        PartialReadError,
+        PartialScanError,
+        PartialWriteError,
+        RedirectLoopError,
+        ShardError,
+        ZClusterError,
+    )
     from zcluster.instrumentation import OpEvent
     from zcluster.types import (
-        ConfigError,
         Cursor,
-        InvalidTupleError,
+        Delete,
+        Insert,
         KeyMember,
         KeyScoreMember,
-        PartialReadError,
-        PartialWriteError,
         Presence,
+        ReadResult,
         ShardFailure,
+        ShardStats,
         WriteResult,
-        ZClusterError,
     )
 
 _WHERE = {
     "Cluster": "zcluster.cluster",
-    "ReadResult": "zcluster.cluster",
+    "ClusterConfig": "zcluster.config",
+    "connect": "zcluster.config",
     "OpEvent": "zcluster.instrumentation",
     **dict.fromkeys(
         [
             "ConfigError",
-            "Cursor",
+            "InconsistentDataError",
             "InvalidTupleError",
+            "PartialReadError",
+            "PartialScanError",
+            "PartialWriteError",
+            "RedirectLoopError",
+            "ShardError",
+            "ZClusterError",
+        ],
+        "zcluster.errors",
+    ),
+    **dict.fromkeys(
+        [
+            "Cursor",
+            "Delete",
+            "Insert",
             "KeyMember",
             "KeyScoreMember",
-            "PartialReadError",
-            "PartialWriteError",
             "Presence",
+            "ReadResult",
             "ShardFailure",
+            "ShardStats",
             "WriteResult",
-            "ZClusterError",
         ],
         "zcluster.types",
     ),
@@ -50,19 +82,28 @@ _WHERE = {
 
 __all__ = [
     "Cluster",
+    "ClusterConfig",
     "ConfigError",
     "Cursor",
+    "Delete",
+    "InconsistentDataError",
+    "Insert",
     "InvalidTupleError",
     "KeyMember",
     "KeyScoreMember",
     "OpEvent",
     "PartialReadError",
+    "PartialScanError",
     "PartialWriteError",
     "Presence",
     "ReadResult",
+    "RedirectLoopError",
+    "ShardError",
     "ShardFailure",
+    "ShardStats",
     "WriteResult",
     "ZClusterError",
+    "connect",
 ]
 __version__ = "0.1.0"
 
@@ -74,3 +115,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

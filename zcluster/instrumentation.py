@@ -1,7 +1,9 @@
 """Instrumentation hook: one event per public cluster call, in the spirit of roshi's instrumentation.
 
-An instrumentation is any callable taking an :class:`OpEvent`. It runs on the calling thread after the
-call completes (also when it failed); it must be fast and must not raise.
+An instrumentation is any callable taking an :class:`OpEvent`. It runs on the calling thread once per
+public call of :class:`zcluster.Cluster` (insert, delete, apply, select, select_range, score, keys,
+forget), after the call completed or failed (for ``keys``, when the iteration ends); it must be fast and
+must not raise. :mod:`zcluster.metrics` turns the events into Prometheus metrics.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class OpEvent:
-    """``op`` (insert, delete, select, select_range, score, keys) handled ``records`` tuples or keys in
-    ``seconds``; ``applied`` counts writes that took effect; ``failed_shards`` names shards that failed."""
+    """``op`` handled ``records`` tuples or keys in ``seconds``; ``applied`` counts writes that took effect;
+    ``failed_shards`` names shards that failed; ``error`` is what the call raised before any shard
+    answered (invalid input, a bug), or None."""
 
     op: str
     records: int
     seconds: float
     applied: int = 0
     failed_shards: tuple[str, ...] = ()
+    error: BaseException | None = None
 
 
 Instrumentation = Callable[[OpEvent], None]

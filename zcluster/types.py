@@ -1,4 +1,4 @@
-"""Value types and errors shared by every layer.
+"""Value types shared by every layer: tuples, writes, presence, cursors and write outcomes.
 
 Keys and members are ``str`` or ``bytes``. ``str`` is encoded as UTF-8 with the ``surrogateescape`` error
 handler, so any byte string can also be written as the ``str`` that reads return, and raw non-UTF-8 bytes
@@ -12,9 +12,13 @@ import base64
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
+
+from zcluster.errors import PartialWriteError
 
 Blob = str | bytes
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class KeyScoreMember(NamedTuple):
@@ -23,6 +27,27 @@ class KeyScoreMember(NamedTuple):
     key: Blob
     score: float
     member: Blob
+
+
+class Insert(NamedTuple):
+    """A write that adds ``member`` to ``key`` at ``score`` (see :meth:`zcluster.Cluster.apply`)."""
+
+    key: Blob
+    score: float
+    member: Blob
+
+
+class Delete(NamedTuple):
+    """A write that removes ``member`` from ``key`` at ``score``, leaving a tombstone."""
+
+    key: Blob
+    score: float
+    member: Blob
+
+
+Write = Insert | Delete
+"""One CRDT write: the only spelling of a write in zcluster (a plain 3-tuple or KeyScoreMember is an insert
+where an :class:`Insert` is accepted)."""
 
 
 class KeyMember(NamedTuple):
@@ -95,23 +120,6 @@ class Cursor:
         return cls(score, from_bytes(member))
 
 
-class ZClusterError(Exception):
-    """Base class of every error zcluster raises on purpose."""
-
-
-class InvalidTupleError(ZClusterError, ValueError):
-    """A tuple of a write or read was rejected before anything was sent.
-
-    ``index`` is the position of the first bad tuple in the caller's sequence; nothing of the call was sent.
-    """
-
-    def __init__(self, index: int, value: object, reason: str) -> None:
-        self.index = index
-        self.value = value
-        self.reason = reason
-        super().__init__(f"tuple #{index} {value!r}: {reason}; nothing of this call was sent")
-
-
 @dataclass(frozen=True)
 class ShardFailure:
     """A shard that could not complete its part of a call.
@@ -162,36 +170,35 @@ class WriteResult:
         return self
 
 
-class PartialWriteError(ZClusterError):
-    """Some shards failed a write. ``result`` says which tuples were applied and which are unknown."""
+@dataclass(frozen=True)
+class ShardStats:
+    """What :meth:`zcluster.Cluster.stats` reports of one master shard.
 
-    def __init__(self, result: WriteResult) -> None:
-        self.result = result
-        lines = "; ".join(str(f) for f in result.failures)
-        super().__init__(
-            f"{len(result.failed_indices)} of {len(result.applied)} tuple(s) not confirmed ({lines}); "
-            f"{result.applied_count} applied; resending the unconfirmed tuples is safe"
-        )
+    ``keys`` and ``removed_only`` count the cluster's logical keys (those with an add set, and those
+    holding only tombstones); both are None when the scan was skipped. ``error`` is set (and the other
+    figures are None) when the shard did not answer.
+    """
 
-
-class PartialReadError(ZClusterError):
-    """Some shards failed a read: ``results`` holds the answers that arrived, ``errors`` the failed keys."""
-
-    def __init__(self, results: dict[object, object], errors: dict[object, ShardFailure]) -> None:
-        self.results = results
-        self.errors = errors
-        causes = {f.shard: f"{type(f.error).__name__}: {f.error}" for f in errors.values()}
-        detail = "; ".join(f"{shard} ({cause})" for shard, cause in sorted(causes.items()))
-        super().__init__(f"{len(errors)} key(s) unanswered; failed shard(s): {detail}")
+    shard: str
+    dbsize: int | None = None
+    keys: int | None = None
+    removed_only: int | None = None
+    used_memory: int | None = None
+    used_memory_human: str | None = None
+    script_loaded: bool | None = None
+    version: str | None = None
+    error: str | None = None
 
 
-class ConfigError(ZClusterError, ValueError):
-    """A cluster or server configuration is invalid (bad URL, prefix, option)."""
+class ReadResult(dict[K, V], Generic[K, V]):
+    """A dict of answers per key; ``errors`` maps keys whose shard failed to the failure (empty if none).
 
+    Returned by reads with ``strict=False``; with ``strict=True`` (default) a failure raises
+    :class:`zcluster.PartialReadError` instead, carrying the same two parts.
+    """
 
-def check_limit(limit: int, offset: int = 0) -> None:
-    """Validate select paging arguments: ``limit`` > 0 and ``offset`` >= 0."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-        raise ValueError(f"limit must be a positive int, got {limit!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+    errors: dict[K, ShardFailure]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors = {}

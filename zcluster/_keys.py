@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from binascii import crc_hqx
 
-from zcluster.types import Blob, ConfigError, to_bytes
+from zcluster.errors import ConfigError
+from zcluster.types import Blob, to_bytes
 
 SLOTS = 16384
 ADD, REMOVE, FLOOR = b"}+", b"}-", b"}~"
@@ -50,6 +51,11 @@ class KeyLayout:
 
     def floor(self, key: bytes) -> bytes:
         return self.head + key + FLOOR
+
+    def script_keys(self, key: bytes, floors: bool) -> tuple[bytes, ...]:
+        """The KEYS a write-script call passes for ``key``: K+, K- and, with floors, the floor."""
+        base = self.head + key
+        return (base + ADD, base + REMOVE, base + FLOOR) if floors else (base + ADD, base + REMOVE)
 
     def slot(self, key: bytes) -> int:
         """The Redis Cluster hash slot of every Redis key of logical key ``key``."""

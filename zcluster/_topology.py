@@ -1,7 +1,8 @@
 """Which Redis server owns a key: standalone shards (client-side routing) or a native Redis Cluster.
 
-Both topologies route by the hash slot of the key's Redis keys (see :mod:`zcluster.keys`), except roshi's
+Both topologies route by the hash slot of the key's Redis keys (see :mod:`zcluster._keys`), except roshi's
 routing, which hashes the logical key with murmur3 for compatibility with existing roshi deployments.
+:class:`Topology` is the protocol the cluster and the transport see; the two classes implement it.
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import Any, Literal, Protocol
 
 import mmh3
 import redis
 
-from zcluster.keys import SLOTS
-from zcluster.types import ConfigError
+from zcluster._keys import SLOTS
+from zcluster._urls import client_from_url, safe_name, with_host
+from zcluster.errors import ConfigError
 
 Routing = Literal["jump", "roshi"]
 
@@ -44,26 +45,36 @@ def murmur3(data: bytes) -> int:
     return int(mmh3.hash(data, 0, signed=False))
 
 
-def safe_name(url: str) -> str:
-    """``host:port`` of a Redis URL, dropping user, password and query."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"unsupported URL scheme {parts.scheme!r} (use redis://, rediss:// or unix://)")
-    if parts.scheme == "unix":
-        return parts.path
-    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+class Topology(Protocol):
+    """Where each key lives, and a client per server.
 
+    ``shards`` grows only (a Redis Cluster adds nodes it is redirected to); indices into it are stable.
+    ``single_slot_calls`` is True where one script call may only carry keys of one hash slot (a Redis
+    Cluster), so calls are packed per slot rather than per shard.
+    """
 
-def client_from_url(url: str, **options: Any) -> redis.Redis:
-    """A binary-safe redis-py client for ``url`` (ACL user/password, ``rediss://`` TLS options in the query)."""
-    options.setdefault("decode_responses", False)
-    options.setdefault("health_check_interval", 0)
-    options.setdefault("socket_connect_timeout", 5.0)
-    options.setdefault("socket_timeout", 30.0)
-    try:
-        return redis.Redis.from_url(url, **options)
-    except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL for {safe_name(url)}: {exc}") from None
+    shards: list[Shard]
+    single_slot_calls: bool
+
+    def shard_of(self, key: bytes, slot: int) -> int:
+        """Index in ``shards`` of the server owning logical ``key`` (whose hash slot is ``slot``)."""
+        ...
+
+    def masters(self) -> list[Shard]:
+        """The servers that hold data (each once), for scans and stats."""
+        ...
+
+    def redirect(self, host: str, port: int) -> Shard:
+        """The shard a MOVED/ASK redirect names; standalone shards raise :class:`ConfigError`."""
+        ...
+
+    def refresh(self) -> None:
+        """Reload the key -> server map (after MOVED)."""
+        ...
+
+    def close(self) -> None:
+        """Close every client."""
+        ...
 
 
 class StandaloneTopology:
@@ -74,7 +85,7 @@ class StandaloneTopology:
     ``murmur3(key) % n`` over the logical key (without prefix), for reading data roshi wrote.
     """
 
-    by_slot = False
+    single_slot_calls = False
 
     def __init__(self, urls: Sequence[str], routing: Routing = "jump", **options: Any) -> None:
         if not urls:
@@ -112,15 +123,11 @@ class ClusterTopology:
     the caller refresh the slot map and resend; ASK sends ``ASKING`` and the command to the importing node.
     """
 
-    by_slot = True
+    single_slot_calls = True
 
     def __init__(self, url: str, **options: Any) -> None:
         self._options = options
         self._seed_url = url
-        parts = urlsplit(url)
-        self._scheme = parts.scheme
-        self._netloc_auth = parts.netloc.rpartition("@")[0]
-        self._query = parts.query
         self._lock = threading.Lock()
         self.shards: list[Shard] = []
         self._index: dict[str, int] = {}
@@ -131,9 +138,7 @@ class ClusterTopology:
         name = f"{host}:{port}"
         idx = self._index.get(name)
         if idx is None:
-            auth = f"{self._netloc_auth}@" if self._netloc_auth else ""
-            url = f"{self._scheme}://{auth}{host}:{port}" + (f"?{self._query}" if self._query else "")
-            self.shards.append(Shard(name, client_from_url(url, **self._options)))
+            self.shards.append(Shard(name, client_from_url(with_host(self._seed_url, host, port), **self._options)))
             idx = self._index[name] = len(self.shards) - 1
         return idx
 
@@ -176,5 +181,3 @@ class ClusterTopology:
         for s in self.shards:
             s.client.close()
 
-
-Topology = StandaloneTopology | ClusterTopology

@@ -1,0 +1,160 @@
+"""Validation and encoding: caller tuples and keys into Redis keys and write-script calls.
+
+Everything here runs before anything is sent, so a bad tuple raises :class:`InvalidTupleError` (naming
+its index) with nothing of the call applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zcluster._keys import KeyLayout
+from zcluster._topology import Topology
+from zcluster.errors import InvalidTupleError
+from zcluster.types import Blob, to_bytes
+
+INSERT, DELETE = b"+", b"-"
+"""The write script's op argument: the only place a write is spelled as bytes."""
+
+MAX_EXACT_INT = 1 << 53
+
+
+def check_score(value: object) -> float:
+    """``value`` as a finite double; raises ValueError (or TypeError for non-numbers) saying why.
+
+    Integers must be exact as doubles: above 2**53 only those a double holds exactly are accepted.
+    """
+    if type(value) is float:
+        if value - value == 0.0:  # false for NaN and both infinities
+            return value
+        raise ValueError(f"score must be a finite number, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        if -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+            return float(value)
+        try:
+            as_float = float(value)
+        except OverflowError:
+            raise ValueError(f"integer score {value} is beyond the range of a double") from None
+        if as_float == value:
+            return as_float
+        raise ValueError(f"integer score {value} is not exact as a double (|x| > 2**53)")
+    if isinstance(value, float):  # a float subclass
+        return check_score(float(value))
+    raise TypeError(f"score must be int or float, not {type(value).__name__}")
+
+
+def score(value: object, index: int, item: object) -> float:
+    """:func:`check_score` for tuple ``index`` of a call: failures are :class:`InvalidTupleError`."""
+    if type(value) is float and value - value == 0.0:  # the common case, inline
+        return value
+    try:
+        return check_score(value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidTupleError(index, item, str(exc)) from None
+
+
+def blob(value: object, index: int, item: object, what: str) -> bytes:
+    """A key or member as stored bytes; anything but str/bytes is :class:`InvalidTupleError`."""
+    if type(value) is bytes:
+        return value
+    if type(value) is str:
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, bytes | str):  # subclasses
+        return to_bytes(value)
+    raise InvalidTupleError(index, item, f"{what} must be str or bytes, not {type(value).__name__}")
+
+
+def check_limit(limit: int, offset: int = 0) -> None:
+    """Validate select paging arguments: ``limit`` > 0 and ``offset`` >= 0."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+
+
+def score_pairs(raw: list[Any]) -> list[tuple[bytes, float]]:
+    """(member, score) pairs of a WITHSCORES reply, flat (older redis-py) or already paired (redis-py 8)."""
+    if raw and isinstance(raw[0], list | tuple):
+        return [(m, float(s)) for m, s in raw]
+    return [(raw[j], float(raw[j + 1])) for j in range(0, len(raw), 2)]
+
+
+@dataclass
+class Call:
+    """One write-script call: the caller's indices of its tuples, its KEYS, and its per-key ARGV."""
+
+    indices: list[int]
+    keys: list[bytes]
+    argv: list[Any]
+
+
+class Encoder:
+    """Routes and packs tuples for one layout over one topology."""
+
+    def __init__(self, layout: KeyLayout, topology: Topology, floors: bool, batch_size: int) -> None:
+        self.layout, self.topology, self.floors, self.batch_size = layout, topology, floors, batch_size
+
+    def keys(self, keys: Sequence[Blob]) -> list[tuple[int, bytes]]:
+        """(shard index, encoded key) per key; a bad or empty key is :class:`InvalidTupleError`."""
+        out = []
+        layout, topo = self.layout, self.topology
+        for i, key in enumerate(keys):
+            kb = blob(key, i, key, "key")
+            if not kb:
+                raise InvalidTupleError(i, key, "key must not be empty")
+            out.append((topo.shard_of(kb, layout.slot(kb)), kb))
+        return out
+
+    def writes(self, items: Sequence[Any], indices: Sequence[int] | None = None) -> dict[int, list[Call]]:
+        """Validate every tuple, then pack them into script calls per shard (per slot on a Redis Cluster).
+
+        ``indices[j]`` is the caller's position of ``items[j]`` (default: j). A call holds groups of
+        tuples of one logical key each (its Redis keys are sent once, and the script reads and writes
+        each group's sets in a few commands); a key's tuples keep the caller's order. A call never holds
+        more than ``batch_size`` tuples, so a key's tuples up to that many are applied by one call,
+        atomically.
+        """
+        layout, topo = self.layout, self.topology
+        floors = self.floors
+        one_slot = topo.single_slot_calls
+        keyed: dict[bytes, tuple[tuple[int, int], list[int], list[Any]]] = {}
+        for j, item in enumerate(items):
+            i = j if indices is None else indices[j]
+            try:
+                key, value, member = item
+            except (TypeError, ValueError):
+                raise InvalidTupleError(i, item, "expected a (key, score, member) tuple") from None
+            kb = blob(key, i, item, "key")
+            mb = blob(member, i, item, "member")
+            s = score(value, i, item)
+            entry = keyed.get(kb)
+            if entry is None:
+                if not kb:
+                    raise InvalidTupleError(i, item, "key must not be empty")
+                slot = layout.slot(kb)
+                entry = keyed[kb] = ((topo.shard_of(kb, slot), slot if one_slot else 0), [], [])
+            entry[1].append(i)
+            entry[2].extend((s, mb))
+        per_shard: dict[int, list[Call]] = {}
+        filling: dict[tuple[int, int], Call] = {}
+        size = self.batch_size
+        for kb, (group, idx, argv) in keyed.items():
+            rkeys = layout.script_keys(kb, floors)
+            done = 0
+            while done < len(idx):
+                call = filling.get(group)
+                if call is None:
+                    call = filling[group] = Call([], [], [])
+                take = min(size - len(call.indices), len(idx) - done)
+                call.keys += rkeys
+                call.argv.append(take)
+                call.argv += argv[2 * done : 2 * (done + take)]
+                call.indices += idx[done : done + take]
+                done += take
+                if len(call.indices) >= size:
+                    per_shard.setdefault(group[0], []).append(filling.pop(group))
+        for group, call in filling.items():
+            per_shard.setdefault(group[0], []).append(call)
+        return per_shard

@@ -1,0 +1,111 @@
+"""Where the cluster is: every way of naming it, parsed in one place.
+
+Forms accepted by :func:`connect` and :meth:`ClusterConfig.of` (also by the CLI, the Spark sink and writer,
+and the demo):
+
+* ``"redis://host:port"`` or ``"rediss://..."`` (TLS) — one standalone shard;
+* a list of such URLs — standalone shards, routed client-side (their order matters, as for
+  :meth:`Cluster.from_urls`);
+* ``"redis+cluster://host:port"`` or ``"rediss+cluster://..."`` — a seed node of a native Redis Cluster;
+* a :class:`ClusterConfig`.
+
+URLs may carry ACL credentials (``redis://user:password@host``); they never appear in an error message
+(see :mod:`zcluster._urls`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zcluster._topology import Routing
+from zcluster._urls import redact_url, safe_name
+from zcluster.cluster import Cluster
+from zcluster.errors import ConfigError
+
+__all__ = ["ClusterConfig", "Where", "connect"]
+
+_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+_SHARED: dict[ClusterConfig, Cluster] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Standalone shard ``urls`` or a Redis Cluster seed ``cluster_url`` (a plain ``redis://`` URL), plus
+    the Cluster options. A picklable, hashable value: Spark ships it to executors, which reconnect from it.
+    """
+
+    urls: tuple[str, ...] = ()
+    cluster_url: str | None = None
+    prefix: str = "zc:"
+    max_size: int | None = None
+    routing: Routing = "jump"
+    options: tuple[tuple[str, Any], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if bool(self.urls) == bool(self.cluster_url):
+            raise ConfigError("give either standalone shard urls or a cluster_url (a Redis Cluster seed), not both")
+        for url in (*self.urls, self.cluster_url or ""):
+            if url:
+                safe_name(url)  # validates, with a redacted message
+        if self.routing not in ("jump", "roshi"):
+            raise ConfigError(f"unknown routing {self.routing!r}: use 'jump' or 'roshi'")
+        if self.cluster_url and self.routing != "jump":
+            raise ConfigError("routing applies to standalone shards only; a Redis Cluster routes by hash slot")
+
+    @classmethod
+    def of(cls, where: Where, **options: Any) -> ClusterConfig:
+        """A config from any of the forms in the module docstring; ``options`` are the Cluster options
+        (``prefix``, ``max_size``, ``routing``; anything else goes to the Cluster constructor)."""
+        if isinstance(where, ClusterConfig):
+            return where
+        known = {k: options.pop(k) for k in ("prefix", "max_size", "routing") if k in options}
+        extra = tuple(sorted(options.items()))
+        if isinstance(where, str):
+            scheme, sep, rest = where.partition("://")
+            if sep and scheme in _CLUSTER_SCHEMES:
+                return cls(cluster_url=f"{_CLUSTER_SCHEMES[scheme]}://{rest}", options=extra, **known)
+            return cls(urls=(where,), options=extra, **known)
+        if isinstance(where, Sequence) and all(isinstance(u, str) for u in where):
+            clustered = [u for u in where if u.partition("://")[0] in _CLUSTER_SCHEMES]
+            if clustered:
+                raise ConfigError(f"{redact_url(clustered[0])!r}: a Redis Cluster is given as one seed URL, not a list")
+            return cls(urls=tuple(where), options=extra, **known)
+        raise ConfigError(f"expected a URL, a list of URLs or a ClusterConfig, not {type(where).__name__}")
+
+    def open(self) -> Cluster:
+        """A new Cluster for this config; the caller closes it."""
+        options: dict[str, Any] = {"prefix": self.prefix, "max_size": self.max_size, **dict(self.options)}
+        if self.cluster_url:
+            return Cluster.from_cluster_url(self.cluster_url, **options)
+        return Cluster.from_urls(list(self.urls), routing=self.routing, **options)
+
+    def shared(self) -> Cluster:
+        """This process's one Cluster for this config, opened on first use and never closed (Spark
+        reuses Python workers, so executors keep their connections across tasks and batches)."""
+        with _LOCK:
+            cluster = _SHARED.get(self)
+            if cluster is None:
+                cluster = _SHARED[self] = self.open()
+            return cluster
+
+    def __repr__(self) -> str:
+        where = f"cluster_url={redact_url(self.cluster_url)!r}" if self.cluster_url else (
+            f"urls={tuple(redact_url(u) for u in self.urls)!r}"
+        )
+        return f"ClusterConfig({where}, prefix={self.prefix!r}, max_size={self.max_size})"
+
+
+Where = str | Sequence[str] | ClusterConfig
+
+
+def connect(where: Where, **options: Any) -> Cluster:
+    """A Cluster for ``where`` (see the module docstring); ``options`` as for :class:`Cluster`.
+
+    Raises :class:`ConfigError` for a URL that does not parse (its password redacted). Connections are
+    opened lazily, so an unreachable server is reported by the first call that needs it.
+    """
+    return ClusterConfig.of(where, **options).open()
