@@ -47,7 +47,7 @@ from zcluster import Cluster
 from zcluster.journal.files import FileJournals
 from zcluster.local import LocalShards
 from zcluster.spark import Delete, Insert, ZClusterSink, local_session
-from zcluster.spark.source import JournalRange, read_frames
+from zcluster.spark.source import JournalRange, read_partition
 from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = [
                 Row(*r)
                 for n in sorted(names)
-                for r in read_frames(url, JournalRange(n, "application/x-ndjson", 0, ends[n]))
+                for r in read_partition(url, JournalRange(n, "application/x-ndjson", 0, ends[n]))
             ]
             frames = len(rows)
             print(

@@ -27,7 +27,7 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True)
     script = (
-        "import sys, zcluster, zcluster.scripts as s\n"
+        "import sys, zcluster, zcluster._scripts as s\n"
         "assert 'site-packages' in zcluster.__file__, zcluster.__file__\n"
         "c = zcluster.Cluster.from_urls([sys.argv[1]])\n"
         "r = c.insert([zcluster.KeyScoreMember('k', 1.0, 'm')])\n"

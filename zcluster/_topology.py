@@ -180,4 +180,3 @@ class ClusterTopology:
     def close(self) -> None:
         for s in self.shards:
             s.client.close()
-

@@ -242,7 +242,7 @@ class Cluster:
                     raise error
             side[0].append(w)
             side[1].append(i)
-        ops = [(INSERT, ins[0], ins[1]), (DELETE, dels[0], dels[1])]
+        ops: list[tuple[bytes, Sequence[Any], list[int] | None]] = [(INSERT, *ins), (DELETE, *dels)]
         return self._write("apply", ops, len(items), raise_on_error)
 
     def _write(
@@ -400,7 +400,10 @@ class Cluster:
                 self._transport,
                 items,
                 encoded,
-                lambda kb, pos: [("ZSCORE", layout.adds(kb), members[pos]), ("ZSCORE", layout.removes(kb), members[pos])],
+                lambda kb, pos: [
+                    ("ZSCORE", layout.adds(kb), members[pos]),
+                    ("ZSCORE", layout.removes(kb), members[pos]),
+                ],
                 presence,
             )
         return self._finish("score", result, len(items), started, strict)
@@ -541,7 +544,9 @@ class Cluster:
         out = []
         for idx, res in outcome.items():
             name = topology.shards[idx].name
-            out.append(ShardStats(name, error=f"{type(res).__name__}: {res}") if isinstance(res, BaseException) else res)
+            out.append(
+                ShardStats(name, error=f"{type(res).__name__}: {res}") if isinstance(res, BaseException) else res
+            )
         return out
 
     def ping(self) -> dict[str, BaseException | None]:

@@ -93,8 +93,10 @@ class ClusterConfig:
             return cluster
 
     def __repr__(self) -> str:
-        where = f"cluster_url={redact_url(self.cluster_url)!r}" if self.cluster_url else (
-            f"urls={tuple(redact_url(u) for u in self.urls)!r}"
+        where = (
+            f"cluster_url={redact_url(self.cluster_url)!r}"
+            if self.cluster_url
+            else (f"urls={tuple(redact_url(u) for u in self.urls)!r}")
         )
         return f"ClusterConfig({where}, prefix={self.prefix!r}, max_size={self.max_size})"
 

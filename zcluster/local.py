@@ -32,8 +32,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from zcluster.keys import SLOTS
-from zcluster.types import ZClusterError
+from zcluster._keys import SLOTS
+from zcluster.errors import ZClusterError
 
 ENV_BINARY = "ZCLUSTER_REDIS_SERVER"
 

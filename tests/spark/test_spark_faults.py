@@ -23,6 +23,7 @@ import pytest
 from pyspark import TaskContext, cloudpickle
 
 from zcluster import Cluster, KeyMember
+from zcluster._keys import KeyLayout
 from zcluster.journal.files import FileJournals
 from zcluster.journal.publishing import AsyncPublisher
 from zcluster.local import LocalShards
@@ -110,8 +111,7 @@ def expected_count(expected: Expected, tag: str = "") -> int:
 
 
 def shard_of(cluster: Cluster, key: str) -> int:
-    kb = key.encode()
-    return cluster.topology.shard_of(kb, cluster.layout.slot(kb))
+    return cluster.shards.index(cluster.shard_of(key))
 
 
 def open_transaction(j: Journals, pub: AsyncPublisher, users: range, tag: str, ts: float) -> list[dict[str, Any]]:
@@ -281,7 +281,7 @@ def test_replayed_batch_is_skipped_and_reapplied_batch_is_harmless(
     progress = f"{query_name}/progress".encode()
     owner = shard_of(state.cluster, progress.decode())
     with shards.servers[owner].client() as r:
-        assert r.zrem(state.cluster.layout.adds(progress), first.query_id) == 1
+        assert r.zrem(KeyLayout(state.cluster.prefix).adds(progress), first.query_id) == 1
     assert state.committed_batch(first.query_id) is None
     lose_commit_marker()
     run_available_now(spark, sink, journals.url, ckpt)

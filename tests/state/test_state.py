@@ -79,7 +79,7 @@ def test_progress_is_monotonic(any_cluster: Cluster) -> None:
 
 
 def test_dedup_admits_once(any_cluster: Cluster) -> None:
-    d = DedupStore(any_cluster, namespace=f"{any_cluster.layout.prefix.decode()}dd:")
+    d = DedupStore(any_cluster, namespace=f"{any_cluster.prefix.decode()}dd:")
     u1, u2 = build_uuid(P1, 1000, 0), build_uuid(P1, 1001, 0)
     assert d.admit("j", u1) is True
     assert d.admit("j", u1) is False

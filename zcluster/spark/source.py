@@ -15,8 +15,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from zcluster.journal.frames import RawFrame, read_frames
 from zcluster.journal.urls import open_store
-from zcluster.message.framing import CONTENT_TYPE_NDJSON, FramingError, framing_for
 
 SCHEMA = "journal string, begin long, end long, content_type string, data binary, error string"
 
@@ -28,67 +28,13 @@ class JournalRange(InputPartition):
         self.journal, self.content_type, self.begin, self.end = journal, content_type, begin, end
 
 
-def read_frames(url: str, part: JournalRange) -> Iterator[tuple[Any, ...]]:
-    """The frames of ``part`` as rows of :data:`SCHEMA`; bytes that do not frame become error rows.
-
-    ndjson is only split at newlines here (the sink parses each line once, and reports a line that is not
-    JSON with its offsets); other content types go through their framing's decoder.
-    """
+def read_partition(url: str, part: JournalRange) -> Iterator[RawFrame]:
+    """The frames of ``part`` as rows of :data:`SCHEMA` (see :func:`zcluster.journal.frames.read_frames`)."""
     store = open_store(url)
     try:
-        chunks = _clipped(store.read(part.journal, part.begin), part.end)
-        if part.content_type == CONTENT_TYPE_NDJSON:
-            yield from _lines(part, chunks)
-        else:
-            yield from _decoded(part, chunks)
+        yield from read_frames(store, part.journal, part.content_type, part.begin, part.end)
     finally:
         _close(store)
-
-
-def _clipped(chunks: Iterator[tuple[int, bytes]], end: int) -> Iterator[tuple[int, bytes]]:
-    for begin, chunk in chunks:
-        if begin >= end:
-            return
-        yield begin, chunk[: end - begin]
-        if begin + len(chunk) >= end:
-            return
-
-
-def _lines(part: JournalRange, chunks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[Any, ...]]:
-    journal, ctype = part.journal, part.content_type
-    pending, base = b"", part.begin  # bytes not yet framed, starting at offset `base`
-    for _, chunk in chunks:
-        data = pending + chunk if pending else chunk
-        start = 0
-        while (nl := data.find(b"\n", start)) >= 0:
-            yield (journal, base + start, base + nl + 1, ctype, data[start : nl + 1], None)
-            start = nl + 1
-        pending, base = data[start:], base + start
-    if pending:
-        yield (journal, base, base + len(pending), ctype, None, f"unexpected end: no newline after offset {base}")
-
-
-def _decoded(part: JournalRange, chunks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[Any, ...]]:
-    decoder = framing_for(part.content_type).decoder(part.begin)
-    buf, base = bytearray(), part.begin  # raw bytes from offset `base`, to slice each frame's bytes out of
-    for _, chunk in chunks:
-        buf += chunk
-        for item in decoder.feed(chunk):
-            yield _row(part, item, buf, base)
-        # Frames never start before the last one reported: drop what lies behind it.
-        done = max(0, min(len(buf), decoder.offset - base))
-        if done:
-            del buf[:done]
-            base += done
-    for item in decoder.close():
-        yield _row(part, item, buf, base)
-
-
-def _row(part: JournalRange, item: Any, buf: bytearray, base: int) -> tuple[Any, ...]:
-    if isinstance(item, FramingError):
-        return (part.journal, item.begin, item.end, part.content_type, None, str(item))
-    data = bytes(buf[item.begin - base : item.end - base])
-    return (part.journal, item.begin, item.end, part.content_type, data, None)
 
 
 def _close(store: object) -> None:
@@ -131,9 +77,9 @@ class JournalStreamReader(DataSourceStreamReader):
             if stop > start.get(name, 0) and name in types
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[RawFrame]:
         assert isinstance(partition, JournalRange)
-        return read_frames(self.url, partition)
+        return read_partition(self.url, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: journals keep their data (retention is the store's business)."""

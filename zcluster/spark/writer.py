@@ -3,8 +3,9 @@
 Rows need ``key``, ``score`` and ``member`` columns and may have ``op`` (``"insert"``, the default, or
 ``"delete"``). Options: ``urls`` (comma-separated shard URLs) or ``cluster_url`` (a Redis Cluster seed),
 ``prefix``, ``max_size``, ``batch`` (tuples per write call). Every write is a CRDT write, so a retried task
-or a replayed micro-batch rewrites the same tuples harmlessly: the writer is idempotent. Shard failures
-fail the task (after the cluster reported which tuples it could not confirm), and Spark retries it.
+or a replayed micro-batch rewrites the same tuples harmlessly: the writer is idempotent. Unconfirmed
+tuples are resent as the sink's are (same buffer, 5 retries with backoff); a shard that keeps failing
+fails the task, and Spark retries it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from zcluster.spark.config import ClusterConfig
+from zcluster.config import ClusterConfig
+from zcluster.errors import ConfigError
+from zcluster.state.applier import BatchStats, WriteBuffer
+from zcluster.types import Delete, Insert
 
 
 @dataclass
@@ -30,41 +34,31 @@ def _config(options: dict[str, str]) -> ClusterConfig:
     extra: dict[str, Any] = {"prefix": options.get("prefix", "zc:")}
     if options.get("max_size"):
         extra["max_size"] = int(options["max_size"])
-    if options.get("cluster_url"):
-        return ClusterConfig(cluster_url=options["cluster_url"], **extra)
-    if not options.get("urls"):
-        raise ValueError("the zcluster data source needs the 'urls' or 'cluster_url' option")
-    return ClusterConfig(urls=tuple(u.strip() for u in options["urls"].split(",") if u.strip()), **extra)
+    if options.get("cluster_url"):  # a seed node's redis:// or rediss:// URL
+        scheme, _, rest = options["cluster_url"].partition("://")
+        return ClusterConfig.of(f"{scheme.removesuffix('+cluster')}+cluster://{rest}", **extra)
+    urls = [u.strip() for u in options.get("urls", "").split(",") if u.strip()]
+    if not urls:
+        raise ConfigError("the zcluster data source needs the 'urls' or 'cluster_url' option")
+    return ClusterConfig.of(urls, **extra)
 
 
-def write_rows(config: ClusterConfig, rows: Iterator[Any], batch: int) -> Written:
-    """Send rows in batches; raises on an unknown op (naming it) or a shard failure."""
-    cluster = config.connect()
-    inserts: list[tuple[Any, Any, Any]] = []
-    deletes: list[tuple[Any, Any, Any]] = []
-    sent = applied = 0
-
-    def flush() -> None:
-        nonlocal sent, applied, inserts, deletes
-        for items, write in ((inserts, cluster.insert), (deletes, cluster.delete)):
-            if items:
-                applied += write(items).applied_count
-                sent += len(items)
-        inserts, deletes = [], []
-
+def write_rows(config: ClusterConfig, rows: Iterator[Any], batch: int, retries: int = 5) -> Written:
+    """Send rows as Insert/Delete writes in batches, resending unconfirmed ones (the applier's
+    :class:`WriteBuffer`); raises on an unknown op (naming the row) or a shard that keeps failing."""
+    stats = BatchStats()
+    buffer = WriteBuffer(config.shared(), batch, retries, stats)
     for row in rows:
         op = row.asDict().get("op", "insert")
-        item = (row["key"], row["score"], row["member"])
         if op in (None, "insert"):
-            inserts.append(item)
+            write: Insert | Delete = Insert(row["key"], row["score"], row["member"])
         elif op == "delete":
-            deletes.append(item)
+            write = Delete(row["key"], row["score"], row["member"])
         else:
-            raise ValueError(f"row {row!r}: op must be 'insert' or 'delete', not {op!r}")
-        if len(inserts) + len(deletes) >= batch:
-            flush()
-    flush()
-    return Written(sent, applied)
+            raise ConfigError(f"row {row!r}: op must be 'insert' or 'delete', not {op!r}")
+        buffer.add((write,), lambda: "the zcluster writer")
+    buffer.flush()
+    return Written(stats.inserts + stats.deletes, stats.applied)
 
 
 class _RowSender:

@@ -1,12 +1,58 @@
-"""Exactly-once state kept in the cluster itself, as KeyScoreMember tuples written by the 2P-set script.
+"""Exactly-once state kept in the cluster itself, and the applier that keeps it.
+
+* :class:`Applier`: journal frames -> Sequencer -> mapper -> CRDT writes -> checkpoint (the exactly-once
+  logic, shared by the Spark sink and :class:`Consumer`, the plain Python exactly-once consumer).
+* :class:`StateStore`: per-journal checkpoints (offset + producer states) and batch progress.
+* :class:`DedupStore`: admit each message UUID once, for at-least-once consumers of your own.
 
 Every record is ordered by its score, so a stale writer (an older batch, a zombie process) can never move
 state backwards: its writes are stale by the CRDT's own rules. Clocks are stored as scores with exact
-64-bit ordering (:mod:`zcluster.state.clocks`).
+64-bit ordering (:mod:`zcluster.state.clocks`). Names load lazily.
 """
 
-from zcluster.state.clocks import clock_to_score, score_to_clock
-from zcluster.state.dedup import DedupStore
-from zcluster.state.store import StateStore
+from __future__ import annotations
 
-__all__ = ["DedupStore", "StateStore", "clock_to_score", "score_to_clock"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zcluster.state.applier import Applier, BatchStats, Mapper, MapperError
+    from zcluster.state.clocks import clock_to_score, score_to_clock
+    from zcluster.state.consumer import Consumer
+    from zcluster.state.dedup import DedupStore
+    from zcluster.state.store import JournalCheckpoint, StateStore
+
+_WHERE = {
+    "Applier": "zcluster.state.applier",
+    "BatchStats": "zcluster.state.applier",
+    "Mapper": "zcluster.state.applier",
+    "MapperError": "zcluster.state.applier",
+    "Consumer": "zcluster.state.consumer",
+    "DedupStore": "zcluster.state.dedup",
+    "JournalCheckpoint": "zcluster.state.store",
+    "StateStore": "zcluster.state.store",
+    "clock_to_score": "zcluster.state.clocks",
+    "score_to_clock": "zcluster.state.clocks",
+}
+
+__all__ = [
+    "Applier",
+    "BatchStats",
+    "Consumer",
+    "DedupStore",
+    "JournalCheckpoint",
+    "Mapper",
+    "MapperError",
+    "StateStore",
+    "clock_to_score",
+    "score_to_clock",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zcluster.state' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

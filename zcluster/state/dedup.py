@@ -5,12 +5,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from zcluster.cluster import Cluster
+from zcluster.errors import InvalidTupleError
 from zcluster.message.uuid import ZERO_UUID, get_clock, parse_uuid
 from zcluster.state.clocks import clock_to_score
 
 
-def _uuid_bytes(uuid: bytes | str) -> bytes:
-    return parse_uuid(uuid) if isinstance(uuid, str) else uuid
+def _checked(i: int, journal: object, uuid: object) -> tuple[str, bytes]:
+    """(journal, 16 UUID bytes) of message ``i``, or :class:`InvalidTupleError` naming it."""
+    if not isinstance(journal, str) or not journal:
+        raise InvalidTupleError(i, (journal, uuid), "journal must be a non-empty str")
+    if isinstance(uuid, str):
+        try:
+            return journal, parse_uuid(uuid)
+        except ValueError as exc:
+            raise InvalidTupleError(i, (journal, uuid), f"not a UUID: {exc}") from None
+    if isinstance(uuid, bytes | bytearray | memoryview):
+        raw = bytes(uuid)
+        if len(raw) == 16:
+            return journal, raw
+        raise InvalidTupleError(i, (journal, uuid), f"a UUID is 16 bytes, got {len(raw)}")
+    raise InvalidTupleError(i, (journal, uuid), f"uuid must be str or bytes, not {type(uuid).__name__}")
 
 
 class DedupStore:
@@ -22,13 +36,15 @@ class DedupStore:
     (Gazette's convention). ``prune(journal, clock)`` forgets UUIDs with clocks at or below ``clock``;
     afterwards such old messages are refused (reported as duplicates), never admitted twice.
 
-    Errors: an unreachable shard raises :class:`zcluster.PartialWriteError`; a call that raised may or may
-    not have admitted its messages, so retrying it can report a message as a duplicate that this caller
-    admitted (at-most-once for that caller's retry; never twice overall).
+    Errors: a journal that is not a non-empty str, or a UUID that is not 16 bytes or its string form,
+    raises :class:`zcluster.InvalidTupleError` naming its position before anything is sent. An unreachable
+    shard raises :class:`zcluster.PartialWriteError`; a call that raised may or may not have admitted its
+    messages, so retrying it can report a message as a duplicate that this caller admitted (at-most-once
+    for that caller's retry; never twice overall).
     """
 
     def __init__(self, cluster: Cluster, namespace: str = "zcdedup:") -> None:
-        self.cluster = Cluster(cluster.topology, prefix=namespace, floors=True)
+        self.cluster = cluster.view(namespace, floors=True)
 
     @staticmethod
     def key(journal: str) -> str:
@@ -45,8 +61,8 @@ class DedupStore:
         """
         verdicts = [True] * len(messages)
         tuples, positions = [], []
-        for i, (journal, uuid) in enumerate(messages):
-            raw = _uuid_bytes(uuid)
+        checked = [_checked(i, journal, uuid) for i, (journal, uuid) in enumerate(messages)]
+        for i, (journal, raw) in enumerate(checked):
             if raw == ZERO_UUID:
                 continue
             tuples.append((self.key(journal), clock_to_score(get_clock(raw)), raw))

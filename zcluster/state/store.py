@@ -9,8 +9,9 @@ Layout (namespace prefix ``zcstate:``, one logical set each):
   are deleted after each save.
 * ``<app>/progress``: member = query id, score = the last committed batch id.
 
-A checkpoint is saved with one script call (one logical key lives on one shard, and the state cluster
-never splits a call), so its offset and states change together or not at all. Every record only moves
+A checkpoint is saved with one write of one logical key, through a view whose ``batch_size`` exceeds the
+records a checkpoint can hold: :class:`zcluster.Cluster` applies a key's tuples of one call, up to
+``batch_size``, with one script call, so its offset and states change together or not at all. Every record only moves
 forward: a write carrying an older clock, offset or batch id is stale for the 2P-set script, so a zombie
 or a replayed batch cannot roll any of it back.
 """
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from zcluster.cluster import Cluster
+from zcluster.errors import ConfigError
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import clock_to_score, score_to_clock
@@ -57,10 +59,10 @@ class StateStore:
 
     def __init__(self, cluster: Cluster, app: str, namespace: str = "zcstate:") -> None:
         if not app or "/" in app:
-            raise ValueError(f"app id must be non-empty and without '/', got {app!r}")
+            raise ConfigError(f"app id must be non-empty and without '/', got {app!r}")
         self.app = app
-        # One call per save, never split: a journal's checkpoint changes atomically.
-        self.cluster = Cluster(cluster.topology, prefix=namespace, floors=True, batch_size=_ALL)
+        # One call per save, never split: a journal's checkpoint changes atomically (see the module).
+        self.cluster = cluster.view(namespace, floors=True, batch_size=_ALL)
 
     def _journal_key(self, journal: str) -> str:
         return f"{self.app}/journal/{journal}"

@@ -130,7 +130,7 @@ def test_large_batches_are_split_and_fully_applied(any_cluster: Cluster) -> None
     assert c.insert(tuples).applied_count == 5000
     assert sum(len(v) for v in c.select([f"big{i}" for i in range(7)], limit=5000).values()) == 5000
     # ARGV far above Lua's unpack limit in a single call
-    huge = Cluster(c.topology, prefix=c.layout.prefix, batch_size=20000)
+    huge = c.view(c.prefix, batch_size=20000)
     assert huge.insert([KSM("one", float(i), f"m{i}") for i in range(12000)]).applied_count == 12000
     assert len(c.select(["one"], limit=20000)["one"]) == 12000
 
@@ -201,7 +201,7 @@ def test_trimmed_tombstone_does_not_resurrect_an_older_insert(bounded: Cluster) 
 
 
 def test_forget_drops_old_records_and_blocks_their_replays(any_cluster: Cluster) -> None:
-    c = Cluster(any_cluster.topology, prefix=any_cluster.layout.prefix, floors=True)
+    c = any_cluster.view(any_cluster.prefix, floors=True)
     c.insert([KSM("ret", float(i), f"m{i}") for i in range(10)])
     c.delete([KSM("ret", 3.5, "m3"), KSM("ret", 20.0, "late-ghost")])
     assert c.forget(["ret", "never"], up_to=4.0) == 5  # m0 m1 m2 m4 (m3 is K-) and m3's tombstone
@@ -217,7 +217,7 @@ def test_forget_drops_old_records_and_blocks_their_replays(any_cluster: Cluster)
 def test_floor_judges_only_members_without_a_record(bounded: Cluster) -> None:
     # Found by the bounded property test: a floor raised by other members' trimmed tombstones must not
     # freeze a live member at an older score.
-    c = Cluster(bounded.topology, prefix=bounded.layout.prefix, max_size=1)
+    c = bounded.view(bounded.prefix, max_size=1)
     c.insert([KSM("f", 0.0, "c")])
     c.delete([KSM("f", 1.0, "a")])
     c.delete([KSM("f", 1.0, "b")])  # K- holds one tombstone: a's is trimmed, the floor rises to 1

@@ -58,7 +58,7 @@ def test_counts_calls_records_and_applied(cluster: Cluster, metrics: Metrics) ->
     assert metrics.value("zcluster_records_total", op="score") == 2
     assert metrics.value("zcluster_call_seconds_count", op="insert") == 2
     assert metrics.value("zcluster_call_seconds_sum", op="insert") > 0
-    assert metrics.value("zcluster_shard_errors_total", op="insert", shard=cluster.topology.shards[0].name) == 0
+    assert metrics.value("zcluster_shard_errors_total", op="insert", shard=cluster.shards[0]) == 0
 
 
 def test_failed_shard_increments_the_error_counter(shards: LocalShards, prefix: str, metrics: Metrics) -> None:

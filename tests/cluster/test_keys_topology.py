@@ -8,8 +8,9 @@ import pytest
 import redis
 
 from zcluster import ConfigError
-from zcluster.keys import KeyLayout
-from zcluster.topology import StandaloneTopology, jump_hash, murmur3, safe_name
+from zcluster._keys import KeyLayout
+from zcluster._topology import StandaloneTopology, jump_hash, murmur3
+from zcluster._urls import safe_name
 
 
 def test_murmur3_matches_roshi_vector() -> None:

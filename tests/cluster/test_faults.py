@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from zcluster import Cluster, KeyScoreMember, PartialReadError, PartialWriteError
+from zcluster._keys import KeyLayout
 from zcluster.local import LocalRedisCluster, LocalShards
 
 KSM = KeyScoreMember
@@ -46,7 +47,7 @@ def test_killed_shard_is_reported_and_other_shards_apply() -> None:
     with LocalShards(2) as s:
         c = Cluster.from_urls(s.urls, connection={"socket_connect_timeout": 0.5})
         tuples = [KSM(f"k{i}", 1.0, "m") for i in range(200)]
-        dead_name = c.topology.shards[1].name
+        dead_name = c.shards[1]
         s.kill(1)
         with pytest.raises(PartialWriteError) as info:
             c.insert(tuples)
@@ -54,7 +55,7 @@ def test_killed_shard_is_reported_and_other_shards_apply() -> None:
         assert [f.shard for f in result.failures] == [dead_name]
         assert dead_name in str(info.value)
         failed = set(result.failed_indices)
-        on_dead = {i for i, t in enumerate(tuples) if c.topology.shard_of(kb := t.key.encode(), c.layout.slot(kb)) == 1}
+        on_dead = {i for i, t in enumerate(tuples) if c.shard_of(t.key) == dead_name}
         assert failed == on_dead and 0 < len(failed) < len(tuples)
         assert all(result.applied[i] for i in range(len(tuples)) if i not in failed)
         # reads name the failed shard per key instead of dropping the answers
@@ -79,8 +80,9 @@ def test_slot_migration_under_concurrent_writes_loses_nothing() -> None:
         c = Cluster.from_cluster_url(rc.url)
         # keys that all live in one slot, so the migration really moves them while we write
         keys = [f"{{hot}}:{i}" for i in range(50)]  # braces inside a logical key: tag is prefix + "{hot"
-        slot = c.layout.slot(keys[0].encode())
-        assert {c.layout.slot(k.encode()) for k in keys} == {slot}
+        layout = KeyLayout(c.prefix)
+        slot = layout.slot(keys[0].encode())
+        assert {layout.slot(k.encode()) for k in keys} == {slot}
         src = rc.slot_owner(slot)
         dst = (src + 1) % 3
         c.insert([KSM(k, 0.0, f"seed{j}") for k in keys for j in range(20)])

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from zcluster import Cursor, InvalidTupleError, KeyScoreMember
-from zcluster.cluster import _score
+from zcluster._encode import score as _score
 from zcluster.types import from_bytes, to_bytes
 
 
@@ -55,6 +55,7 @@ def test_raw_bytes_round_trip_through_str() -> None:
         (None, "int or float"),
         (True, "int or float"),
         ((1 << 53) + 1, "not exact"),
+        (2**1024, "range of a double"),
     ],
 )
 def test_bad_scores_are_rejected_with_reason(score: object, reason: str) -> None:

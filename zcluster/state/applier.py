@@ -1,0 +1,345 @@
+"""The exactly-once applier: journal frames -> Sequencer -> mapper -> CRDT writes -> checkpoint.
+
+This is the whole exactly-once logic; it knows nothing of Spark. The Spark sink runs it on executors (one
+task per group of journals), :class:`zcluster.state.Consumer` runs it in a plain Python process.
+
+Per journal, :meth:`Applier.apply`:
+
+1. restores a Sequencer from the producer states stored in the cluster (:class:`StateStore`);
+2. skips frames below the stored checkpoint offset (already sequenced), queues the others in offset order
+   and dequeues read-committed messages (duplicates dropped, rolled-back transactions dropped,
+   transactions whose ACK arrives later replayed from the journal);
+3. passes each non-ACK message to the mapper and writes its inserts and deletes in batches, resending
+   unconfirmed tuples (writes are idempotent);
+4. stores the new producer states with the read-through offset, atomically, only after the writes.
+
+Why this is exactly-once: every effect is a CRDT write, so applying a message's tuples again (a retried
+task, a replayed batch, a crash before step 4, a zombie) changes nothing; producer states only move
+forward (their scores are clocks); and the Sequencer's states keep duplicates and rolled-back messages
+out. Guaranteed only for a deterministic mapper (a replay must map a message to the same writes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol, TypeVar
+
+from zcluster.cluster import Cluster
+from zcluster.errors import ConfigError, PartialReadError, PartialWriteError, ZClusterError
+from zcluster.journal.store import JournalStore
+from zcluster.journal.urls import open_store
+from zcluster.message.envelope import Envelope
+from zcluster.message.framing import FramingError, JsonFraming, framing_for
+from zcluster.message.journals import JournalSpec
+from zcluster.message.readers import ReadUncommittedIter
+from zcluster.message.sequencer import QueueOutcome, Sequencer
+from zcluster.message.uuid import clock_span
+from zcluster.state.store import StateStore
+from zcluster.types import Delete, Insert, KeyScoreMember, Write
+
+__all__ = ["Applier", "BatchStats", "Mapper", "MapperError", "retrying"]
+
+log = logging.getLogger("zcluster.state")
+
+T = TypeVar("T")
+
+Mapper = Callable[[Any], Iterable[Insert | Delete | KeyScoreMember]]
+"""Turns one committed message into writes; must be deterministic (a replay must write the same tuples).
+A :class:`KeyScoreMember` or plain (key, score, member) tuple is an insert."""
+
+
+class MapperError(ZClusterError):
+    """The mapper raised or returned something that is not a write; names the journal, offset and message
+    kind. Nothing of that journal's batch was checkpointed, so it is read again (the writes that were
+    already sent are idempotent)."""
+
+
+class FrameLike(Protocol):
+    """What the applier reads of a frame: a :class:`zcluster.journal.frames.RawFrame` or a Spark Row."""
+
+    @property
+    def journal(self) -> str: ...
+    @property
+    def begin(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def content_type(self) -> str: ...
+    @property
+    def data(self) -> bytes | bytearray | None: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+@dataclass
+class BatchStats:
+    """What one batch did (summed over journals and tasks): frames read, messages seen, delivered and
+    dropped, writes sent and applied."""
+
+    batch_id: int = -1
+    query_id: str = ""
+    skipped: bool = False
+    frames: int = 0
+    seen: int = 0
+    delivered: int = 0
+    acks: int = 0
+    duplicates: int = 0
+    rollbacks: int = 0
+    replays: int = 0
+    malformed: int = 0
+    inserts: int = 0
+    deletes: int = 0
+    applied: int = 0
+    seconds: float = 0.0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def counters(self) -> dict[str, Any]:
+        """The summable part (counts and outcomes), as plain values a Spark task can return."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name in _COUNTERS}
+        out["outcomes"] = dict(self.outcomes)
+        return out
+
+    def add(self, other: dict[str, Any]) -> None:
+        """Add another part's :meth:`counters`."""
+        for name, value in other.items():
+            if name == "outcomes":
+                for k, v in value.items():
+                    self.outcomes[k] = self.outcomes.get(k, 0) + v
+            elif name in _COUNTERS:
+                setattr(self, name, getattr(self, name) + value)
+
+
+_COUNTERS = frozenset(f.name for f in fields(BatchStats) if f.type == "int" and f.name != "batch_id")
+_DUPLICATE = {
+    QueueOutcome.OUTSIDE_ALREADY_ACKED,
+    QueueOutcome.CONTINUE_ALREADY_ACKED,
+    QueueOutcome.CONTINUE_TXN_CLOCK_LARGER,  # a copy of a message of the still-open span
+}
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (0-based): 0.2 s doubling, at most 5 s."""
+    return float(min(0.2 * 2**attempt, 5.0))
+
+
+def retrying(call: Callable[[], T], retries: int, what: str) -> T:
+    """``call()``, again after a backoff while a shard fails, at most ``retries`` more times (for state
+    reads and writes, which are idempotent); then the last :class:`ShardError` propagates."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except (PartialReadError, PartialWriteError) as exc:
+            if attempt == retries:
+                raise
+            log.warning("%s: retrying after a shard failure: %s", what, exc)
+            time.sleep(backoff(attempt))
+            attempt += 1
+
+
+class WriteBuffer:
+    """Buffers writes and sends them in batches of ``size``; unconfirmed tuples are resent (idempotent)
+    up to ``retries`` times, then :class:`PartialWriteError` propagates."""
+
+    def __init__(self, cluster: Cluster, size: int, retries: int, stats: BatchStats) -> None:
+        self.cluster, self.size, self.retries, self.stats = cluster, size, retries, stats
+        self.writes: list[Write] = []
+
+    def add(self, writes: Iterable[Any], where: Callable[[], str]) -> None:
+        """Queue ``writes`` (Insert, Delete, or an insert as KeyScoreMember / 3-tuple); ``where()`` names
+        their origin for a :class:`MapperError` on anything else."""
+        out = self.writes
+        for w in writes:
+            kind = type(w)
+            if kind is Insert or kind is Delete or isinstance(w, Insert | Delete):  # exact types are cheap
+                out.append(w)
+            elif isinstance(w, tuple) and len(w) == 3:
+                out.append(Insert(*w))
+            else:
+                raise MapperError(f"mapper returned {w!r} for {where()}: expected Insert, Delete or KeyScoreMember")
+        if len(out) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self.writes = self.writes, []
+        if not pending:
+            return
+        inserts = sum(1 for w in pending if type(w) is Insert)
+        self.stats.inserts += inserts
+        self.stats.deletes += len(pending) - inserts
+        for attempt in range(self.retries + 1):
+            result = self.cluster.apply(pending, raise_on_error=False)
+            self.stats.applied += result.applied_count
+            if result.ok:
+                return
+            if attempt == self.retries:
+                raise PartialWriteError(result)
+            log.warning(
+                "retrying %d unconfirmed write(s): %s",
+                len(result.failed_indices),
+                "; ".join(str(f) for f in result.failures),
+            )
+            pending = [pending[i] for i in result.failed_indices]
+            time.sleep(backoff(attempt))
+
+
+def _kind(message: Any) -> str:
+    kind = getattr(message, "kind", None)
+    return str(kind) if kind is not None else type(message).__name__
+
+
+@dataclass(frozen=True)
+class Applier:
+    """Applies journal frames into ``cluster`` exactly once for application ``app`` (see the module).
+
+    ``journals``: the journal store (or its URL) to replay transactions that span batches from.
+    ``decode``: record -> message (e.g. a ``KindRegistry``'s ``decode``); default: the framing's own.
+    ``ring``: the Sequencer's buffer of messages of open transactions. ``flush``: writes per batch sent.
+    ``retries``: resends of unconfirmed writes and state calls (with backoff up to 5 s).
+    ``prune_horizon``: seconds after which quiet producers are forgotten (their later duplicates would be
+    delivered again), or None to keep every producer.
+
+    Errors: :class:`MapperError` for a failing mapper; :class:`zcluster.ShardError` subclasses when a
+    shard still fails after the retries. Either way that journal's checkpoint is not saved.
+    """
+
+    cluster: Cluster
+    app: str
+    mapper: Mapper
+    journals: JournalStore | str | None = None
+    decode: Callable[[Any], Any] | None = None
+    ring: int = 8192
+    flush: int = 16384
+    retries: int = 5
+    prune_horizon: float | None = None
+
+    def state(self) -> StateStore:
+        return StateStore(self.cluster, self.app)
+
+    def checkpoint_offset(self, journal: str) -> int:
+        """The offset through which ``journal`` is applied (0: nothing yet)."""
+        state = self.state()
+        return retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}").offset
+
+    def apply(self, journal: str, frames: Iterable[FrameLike], stats: BatchStats) -> None:
+        """Apply ``frames`` of ``journal`` (in offset order, from any offset up to a frame boundary)."""
+        state = self.state()
+        checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
+        seq = Sequencer(states=checkpoint.states, buffer=self.ring)
+        writes = WriteBuffer(self.cluster, self.flush, self.retries, stats)
+        content_type = ""
+        read_through = checkpoint.offset
+        for row in frames:
+            stats.frames += 1
+            content_type = row.content_type
+            if row.end <= checkpoint.offset:
+                # Already sequenced by this application (a retried task, a replayed batch, a new Spark
+                # checkpoint re-reading from 0): its effects and the states after it are stored.
+                stats.seen += 1
+                continue
+            read_through = max(read_through, row.end)
+            if row.error is not None:
+                stats.malformed += 1
+                log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, row.end, row.error)
+                continue
+            env = self._envelope(journal, row)
+            if env is None:
+                stats.malformed += 1
+                continue
+            outcome = seq.queue_uncommitted(env)
+            stats.outcomes[outcome.name] = stats.outcomes.get(outcome.name, 0) + 1
+            if outcome in _DUPLICATE:
+                stats.duplicates += 1
+            elif outcome is QueueOutcome.ACK_ROLLBACK:
+                stats.rollbacks += 1
+            elif outcome is QueueOutcome.ACK_COMMIT_REPLAY:
+                stats.replays += 1
+                seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
+            while (out := seq.step()) is not None:
+                if out.is_ack:
+                    stats.acks += 1
+                    continue
+                stats.delivered += 1
+                writes.add(self._map(journal, out), _where(journal, out.begin))
+        writes.flush()  # effects first: a crash before the checkpoint re-runs them, harmlessly
+        states = seq.checkpoint().states
+        retrying(
+            lambda: state.save_journal(journal, read_through, states), self.retries, f"save checkpoint of {journal}"
+        )
+        if self.prune_horizon and states:
+            bound = max(s.last_ack for s in states) - clock_span(self.prune_horizon)
+            if bound > 0:
+                state.prune_producers(journal, bound)
+
+    def _envelope(self, journal: str, row: FrameLike) -> Envelope | None:
+        framing = framing_for(row.content_type)
+        decode = self.decode or framing.default_decode()
+        data = bytes(row.data or b"")
+        if type(framing) is JsonFraming and decode is not None and data.find(b"\n") == len(data) - 1:
+            # Fast path, same result as the decoder below: exactly one newline-terminated line.
+            try:
+                record = json.loads(data.decode())  # str: json.loads(bytes) sniffs the encoding first
+            except ValueError:  # includes UnicodeDecodeError
+                pass  # the decoder below reports it, with its offsets
+            else:
+                return self._message(journal, row, decode, record)
+        decoder = framing.decoder(row.begin)
+        items = decoder.feed(data) + decoder.close()
+        frames = [i for i in items if not isinstance(i, FramingError)]
+        if len(frames) != 1 or decode is None:
+            log.error("journal %s bytes %d..%d: not exactly one decodable frame", journal, row.begin, row.end)
+            return None
+        return self._message(journal, row, decode, frames[0].record)
+
+    @staticmethod
+    def _message(journal: str, row: FrameLike, decode: Callable[[Any], Any], record: Any) -> Envelope | None:
+        try:
+            message = decode(record)
+        except (ValueError, TypeError) as exc:  # e.g. an unknown message kind: reported, the stream goes on
+            log.error("journal %s offset %d: undecodable message: %s", journal, row.begin, exc)
+            return None
+        return Envelope(journal, row.begin, row.end, message)
+
+    def _replay(self, journal: str, content_type: str, begin: int, end: int) -> Iterator[Envelope]:
+        if self.journals is None:
+            raise ConfigError(
+                f"journal {journal}: a transaction needs bytes {begin}..{end} replayed, but no journal store "
+                "was given to read them from ('journals')"
+            )
+        store = open_store(self.journals) if isinstance(self.journals, str) else self.journals
+        spec = JournalSpec(journal, {"content-type": content_type})
+        it = ReadUncommittedIter(store, spec, begin, end=end, decode=self.decode)
+        try:
+            while True:
+                try:
+                    yield next(it)
+                except FramingError:
+                    continue  # reported when the batch that held these bytes read them
+                except StopIteration:
+                    return
+        finally:
+            if isinstance(self.journals, str):
+                _close(store)
+
+    def _map(self, journal: str, env: Envelope) -> Iterable[Any]:
+        try:
+            return list(self.mapper(env.message))
+        except Exception as exc:
+            raise MapperError(
+                f"mapper failed on journal {journal} offset {env.begin} (message kind {_kind(env.message)}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _where(journal: str, offset: int) -> Callable[[], str]:
+    return lambda: f"journal {journal} offset {offset}"
+
+
+def _close(store: object) -> None:
+    close = getattr(store, "close", None)
+    if close is not None:
+        close()
