@@ -133,8 +133,9 @@ def _streamed(client: redis.Redis, chunks: list[list[Command]]) -> list[Any]:
     """Send chunk k+1 before reading chunk k's replies, so the client packs while the server works.
 
     Replies are raw (no redis-py response callbacks) and in order; error replies are values. A lost
-    connection is not resent here (the client's retry policy has no retries): the shard's calls are
-    reported as unconfirmed, and the caller decides whether to resend them.
+    connection resends every chunk on a fresh one only under a retry policy given in the connection
+    options (redis-py's default has none): otherwise the shard's calls are reported unconfirmed and the
+    caller decides (the applier resends them; writes are idempotent).
     """
     pool = client.connection_pool
     conn = pool.get_connection()

@@ -53,13 +53,21 @@ def _split(url: str) -> tuple[str, str, int | None]:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port
     except ValueError as exc:
-        reason = redact(str(exc), [url])
-        hint = " (a password with '/', '#', '?' or '@' must be percent-encoded)" if "@" in url else ""
+        # urllib's message may quote a piece of a password that an unescaped '/', '#' or '?' cut off
+        reason = "does not parse" if "@" in url else str(exc)
+        hint = (
+            ": check the port (0-65535) and the host; a password holding '/', '#', '?' or '@' must be percent-encoded"
+            if "@" in url
+            else ""
+        )
         raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: {reason}{hint}") from None
     if parts.scheme not in SCHEMES:
         raise ConfigError(
             f"unsupported URL scheme {parts.scheme!r} in {redact_url(url)!r} (use redis://, rediss:// or unix://)"
         )
+    db = parts.path.lstrip("/")
+    if parts.scheme != "unix" and db and not db.isdigit():
+        raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: the path must be a database number, not {db!r}")
     return parts.scheme, host or "", port
 
 

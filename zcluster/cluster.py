@@ -226,7 +226,9 @@ class Cluster:
         """Inserts and deletes in one call (one round of shard I/O); ``applied`` follows ``writes``' order.
 
         Every element must be an :class:`Insert` or a :class:`Delete`. Since writes are order-independent,
-        the result is the same as applying them one by one (with a size bound: see the class notes).
+        the visible state is the same as applying them one by one, in any order (with a size bound: see the
+        class notes). The ``applied`` bits of writes to the same member within one call depend on the order
+        the servers apply them in, which is not the caller's.
         """
         items = writes if isinstance(writes, list | tuple) else list(writes)
         ins: tuple[list[Any], list[int]] = ([], [])

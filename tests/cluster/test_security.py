@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 
 from zcluster import Cluster, KeyScoreMember, PartialWriteError
@@ -43,3 +45,34 @@ def test_acl_user_and_password_and_no_leak() -> None:
         assert f"127.0.0.1:{port}" in str(info.value)
         assert secret not in str(info.value) and secret not in repr(info.value.result)
         bad.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://alice:s3/cr3t@127.0.0.1:6379",  # an unescaped '/' splits the address early
+        "redis://alice:s3#cr3t@127.0.0.1:6379",
+        "redis://alice:s3?cr3t@127.0.0.1:6379",
+        "redis://alice:s3cr3t@127.0.0.1:notaport",
+        "redis://alice:s3cr3t@127.0.0.1:99999",
+        "redis://alice:s3cr3t@[::1",
+        "redis://alice:s3cr3t@127.0.0.1:6379/abc",  # a path that is not a database number
+        "http://alice:s3cr3t@127.0.0.1:6379",
+    ],
+)
+@pytest.mark.parametrize("how", ["from_urls", "from_cluster_url", "connect", "connect_cluster"])
+def test_a_bad_url_is_one_clear_config_error_without_the_password(url: str, how: str) -> None:
+    from zcluster import ConfigError, connect
+
+    with pytest.raises(ConfigError) as info:
+        if how == "from_urls":
+            Cluster.from_urls([url])
+        elif how == "from_cluster_url":
+            Cluster.from_cluster_url(url)
+        elif how == "connect":
+            connect(url)
+        else:
+            connect(url.replace("redis://", "redis+cluster://", 1))
+    text = "".join(traceback.format_exception(info.value))
+    assert "cr3t" not in text and "s3" not in text.replace("s3cr3t", "")
+    assert "***" in str(info.value) or "scheme" in str(info.value)

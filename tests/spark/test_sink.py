@@ -16,7 +16,7 @@ from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
 from zcluster.spark import MapperError, ZClusterSink, run_available_now
-from zcluster.state import StateStore
+from zcluster.state import Consumer, StateStore
 from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
 
 pytestmark = pytest.mark.spark
@@ -186,3 +186,20 @@ def test_redis_streams_journals_into_a_redis_cluster(
     assert state_of(cluster, list(expected)) == expected
     assert sum(b.delivered for b in sink.history) == traffic.committed
     assert traffic.rolled_back > 0 and sum(b.rollbacks for b in sink.history) > 0
+
+
+def test_the_plain_consumer_and_the_sink_leave_the_same_state(
+    spark: Any, setup: dict[str, Any], tmp_path: Path
+) -> None:
+    s = setup
+    traffic = Traffic(s["names"])
+    sink = sink_for(s)
+    plain = Cluster.from_urls(s["urls"], prefix=f"plain{next(_names)}:")
+    app = f"plain{next(_names)}"
+    for seed in range(2):  # the same journals, read twice as they grow: by the sink and by the consumer
+        publish(s["store"], traffic, producers=3, messages=120, seed=seed)
+        run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
+        Consumer(plain, s["url"], timeline_mapper, app).poll()
+    expected = traffic.expected()
+    assert state_of(plain, list(expected)) == state_of(s["cluster"], list(expected)) == expected
+    plain.close()

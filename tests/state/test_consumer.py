@@ -1,0 +1,74 @@
+"""The plain Python exactly-once consumer (the applier without Spark), against real Redis servers."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zcluster import Cluster, Insert
+from zcluster.journal.files import FileJournals
+from zcluster.state import BatchStats, Consumer, MapperError, StateStore
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
+
+_names = itertools.count()
+
+
+def state_of(cluster: Cluster, keys: list[str]) -> dict[str, list[tuple[str, float]]]:
+    return {k: [(t.member, t.score) for t in v] for k, v in cluster.select(keys, limit=100000).items()}
+
+
+@pytest.fixture
+def journals(tmp_path: Path) -> tuple[FileJournals, list[str], str]:
+    root = tmp_path / "journals"
+    store = FileJournals(root)
+    names = [f"timelines/part-{i:03d}" for i in range(3)]
+    create_journals(store, names)
+    return store, names, f"file://{root}"
+
+
+def test_consumer_applies_exactly_once_across_polls_and_restarts(
+    shards: Any, journals: tuple[FileJournals, list[str], str]
+) -> None:
+    store, names, url = journals
+    app = f"app{next(_names)}"
+    traffic = Traffic(names)
+    with Cluster.from_urls(shards.urls, prefix=f"cons{next(_names)}:") as cluster:
+        delivered = 0
+        for seed in range(3):  # each poll runs in a fresh consumer: a restarted process
+            publish(store, traffic, producers=3, messages=100, seed=seed)
+            with Consumer(cluster, url, timeline_mapper, app) as consumer:
+                stats = consumer.poll()
+                delivered += stats.delivered
+                assert consumer.poll().delivered == 0  # nothing new: nothing delivered again
+        assert traffic.duplicates > 0 and traffic.rolled_back > 0
+        assert delivered == traffic.committed
+        expected = traffic.expected()
+        assert state_of(cluster, list(expected)) == expected
+        assert all(StateStore(cluster, app).load_journal(n).offset == store.end(n) for n in names)
+
+
+def test_a_mapper_failure_checkpoints_nothing_and_the_next_poll_is_exact(
+    shards: Any, journals: tuple[FileJournals, list[str], str]
+) -> None:
+    store, names, url = journals
+    traffic = Traffic(names)
+    publish(store, traffic, producers=2, messages=150, seed=7)
+    calls = itertools.count()
+
+    def flaky(message: Any) -> list[Insert]:
+        if next(calls) == 40:
+            raise RuntimeError("boom")
+        return list(timeline_mapper(message))  # type: ignore[arg-type]
+
+    app = f"app{next(_names)}"
+    with Cluster.from_urls(shards.urls, prefix=f"cons{next(_names)}:") as cluster:
+        with pytest.raises(MapperError, match="boom") as info:
+            Consumer(cluster, store, flaky, app).poll()
+        assert "journal timelines/part-" in str(info.value) and "offset" in str(info.value)
+        stats = Consumer(cluster, store, timeline_mapper, app).poll()
+        assert isinstance(stats, BatchStats) and stats.frames > 0
+        expected = traffic.expected()
+        assert state_of(cluster, list(expected)) == expected

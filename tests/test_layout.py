@@ -1,0 +1,166 @@
+"""The house rules, checked: the public surface, the error tree, the import direction, module sizes."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zcluster
+from zcluster.errors import ZClusterError
+
+ROOT = Path(zcluster.__file__).parent
+
+# Layers, lowest first: a module may import its own layer and the layers below, never above.
+LAYERS = [
+    ["zcluster.errors", "zcluster.types", "zcluster.instrumentation"],
+    ["zcluster.message"],
+    ["zcluster._keys", "zcluster._urls", "zcluster._scripts", "zcluster._topology", "zcluster._encode"],
+    ["zcluster._transport"],
+    ["zcluster.cluster", "zcluster.metrics"],
+    ["zcluster.config"],
+    ["zcluster.journal"],
+    ["zcluster.channels"],
+    ["zcluster.state"],
+    ["zcluster.spark"],
+    ["zcluster.cli", "zcluster.testing"],
+    ["zcluster.demo"],
+]
+
+
+def _modules() -> list[str]:
+    names = ["zcluster"]
+    for info in pkgutil.walk_packages([str(ROOT)], "zcluster."):
+        names.append(info.name)
+    return sorted(names)
+
+
+def _layer(module: str) -> int:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    raise AssertionError(f"{module} belongs to no layer: add it to LAYERS in {__file__}")
+
+
+def _source(module: str) -> Path:
+    path = ROOT.joinpath(*module.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _imports(module: str) -> set[str]:
+    tree = ast.parse(_source(module).read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("zcluster")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("zcluster") and not node.level:
+            out.add(node.module)
+    # lazy re-exports by name (the packages' __getattr__ tables)
+    out |= set(re.findall(r'"(zcluster(?:\.\w+)+)"', _source(module).read_text()))
+    return out
+
+
+def test_every_module_is_in_a_layer_and_imports_point_down() -> None:
+    upward = []
+    for module in _modules():
+        if module == "zcluster":
+            continue
+        for target in _imports(module):
+            if target == "zcluster":
+                continue
+            if _layer(target) > _layer(module):
+                upward.append(f"{module} -> {target}")
+    assert upward == []
+
+
+def test_message_layer_imports_nothing_redis_specific() -> None:
+    for module in _modules():
+        if module.startswith("zcluster.message"):
+            outside = {t for t in _imports(module) if not t.startswith("zcluster.message")} - {"zcluster.errors"}
+            assert outside == set(), module
+            assert "import redis" not in _source(module).read_text(), module
+
+
+@pytest.mark.parametrize("package", ["zcluster", "zcluster.state", "zcluster.journal", "zcluster.channels"])
+def test_exports_match_all(package: str) -> None:
+    mod = importlib.import_module(package)
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None, f"{package}.{name}"
+    public = {n for n in dir(mod) if not n.startswith("_")} - {"annotations", "importlib", "TYPE_CHECKING", "Any"}
+    submodules = {info.name for info in pkgutil.iter_modules(mod.__path__)}
+    assert public - submodules - set(mod.__all__) == set(), "names exported but missing from __all__"
+
+
+def _error_classes() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for module in _modules():
+        if module.startswith(("zcluster.cli", "zcluster.demo")) and importlib.util.find_spec("click") is None:
+            continue
+        mod = importlib.import_module(module)
+        for name, obj in vars(mod).items():
+            if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__.startswith("zcluster"):
+                found[name] = obj
+    return found
+
+
+def _drawn_tree() -> dict[str, str | None]:
+    """Child -> parent, as drawn in zcluster.errors' docstring."""
+    doc = importlib.import_module("zcluster.errors").__doc__ or ""
+    parents: dict[str, str | None] = {}
+    stack: list[tuple[int, str]] = []
+    for line in doc.splitlines():
+        m = re.match(r"^(\s*(?:[│ ]   )*(?:[├└]── )?)([A-Z]\w+)(\s|$)", line)
+        if not m or ("──" not in line and m.group(2) != "ZClusterError"):
+            continue
+        depth = len(m.group(1))
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        parents[m.group(2)] = stack[-1][1] if stack else None
+        stack.append((depth, m.group(2)))
+    return parents
+
+
+def test_the_error_tree_in_the_docstring_is_true() -> None:
+    drawn = _drawn_tree()
+    classes = _error_classes()
+    assert drawn["ZClusterError"] is None
+    assert set(classes) == set(drawn), "every error class is drawn, and every drawn class exists"
+    for name, cls in classes.items():
+        assert issubclass(cls, ZClusterError), f"{name} is not a ZClusterError"
+        if name == "ZClusterError":
+            continue
+        nearest = next(b for b in cls.__mro__[1:] if issubclass(b, ZClusterError))
+        assert nearest.__name__ == drawn[name], f"{name}: drawn under {drawn[name]}, derives from {nearest.__name__}"
+
+
+def test_modules_over_400_lines_say_why() -> None:
+    long = []
+    for module in _modules():
+        text = _source(module).read_text()
+        if text.count("\n") > 400 and "Why this module is long" not in text[:3000]:
+            long.append(module)
+    assert long == []
+
+
+@pytest.mark.parametrize("package", ["zcluster", "zcluster.journal", "zcluster.message", "zcluster.state"])
+def test_importing_the_library_pulls_in_no_optional_dependency(package: str) -> None:
+    code = (
+        f"import sys, {package}\n"
+        "bad = sorted(m for m in ('click', 'rich', 'pyspark', 'prometheus_client', 'pandas') if m in sys.modules)\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    assert out == ""
+
+
+def test_importing_zcluster_or_its_journals_loads_no_redis_client() -> None:
+    code = "import sys, zcluster, zcluster.journal, zcluster.message\nprint('redis' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    assert out == "False"
