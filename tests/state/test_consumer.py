@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 from zcluster import Cluster, Insert
 from zcluster.journal.files import FileJournals
 from zcluster.state import BatchStats, Consumer, MapperError, StateStore
-from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 _names = itertools.count()
 
@@ -53,7 +53,7 @@ def test_consumer_applies_exactly_once_across_polls_and_restarts(
 def test_a_mapper_failure_checkpoints_nothing_and_the_next_poll_is_exact(
     shards: Any, journals: tuple[FileJournals, list[str], str]
 ) -> None:
-    store, names, url = journals
+    store, names, _ = journals
     traffic = Traffic(names)
     publish(store, traffic, producers=2, messages=150, seed=7)
     calls = itertools.count()
