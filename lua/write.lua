@@ -170,6 +170,38 @@ local function grouped(adds, rems, floor, pos, count)
   sliced("ZREM", rems, rem_del, 1)
 end
 
+-- One tuple for a set (spread keys): no tables, two or three commands. ZADD GT CH adds a new member or
+-- raises its score and says whether it did, so it decides and writes at once where the other set's record
+-- (read first) does not decide. A member is never in both sets, so one record read suffices.
+local function single(adds, rems, floor, stext, m)
+  local s = tonumber(stext)
+  if insert then
+    local d = num(redis.call("ZSCORE", rems, m))
+    if d then
+      if s <= d then return "0" end
+      redis.call("ZREM", rems, m)
+      redis.call("ZADD", adds, stext, m)
+      return "1"
+    end
+    if floor and s <= floor then  -- the floor judges a member without a record: is it in K+?
+      local i = num(redis.call("ZSCORE", adds, m))
+      if not i or s <= i then return "0" end
+    end
+    if redis.call("ZADD", adds, "GT", "CH", stext, m) == 1 then return "1" end
+    return "0"
+  end
+  local i = num(redis.call("ZSCORE", adds, m))
+  if i then
+    if s < i then return "0" end
+    redis.call("ZREM", adds, m)
+    if not (floor and s <= floor) then redis.call("ZADD", rems, stext, m) end
+    return "1"
+  end
+  if floor and s <= floor then return "0" end  -- a tombstone there is redundant: the floor rejects older inserts
+  if redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then return "1" end
+  return "0"
+end
+
 local pos, base = 4, 0
 while pos <= #ARGV do
   local count = tonumber(ARGV[pos])
@@ -181,6 +213,8 @@ while pos <= #ARGV do
   end
   if bound > 0 then
     bounded(adds, rems, floorkey, floor, pos + 1, count)
+  elseif count == 1 then
+    out[#out + 1] = single(adds, rems, floor, ARGV[pos + 1], ARGV[pos + 2])
   else
     grouped(adds, rems, floor, pos + 1, count)
   end

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zcluster._keys import KeyLayout
+from zcluster._keys import SLOTS, KeyLayout
 from zcluster._topology import Topology
 from zcluster.errors import InvalidTupleError
 from zcluster.types import Blob, to_bytes
@@ -117,44 +117,59 @@ class Encoder:
         atomically.
         """
         layout, topo = self.layout, self.topology
-        floors = self.floors
-        one_slot = topo.single_slot_calls
-        keyed: dict[bytes, tuple[tuple[int, int], list[int], list[Any]]] = {}
+        # Pass 1: validate, and group by logical key as flat [index, score, member, index, ...] lists.
+        keyed: dict[bytes, list[Any]] = {}
+        get = keyed.get
         for j, item in enumerate(items):
             i = j if indices is None else indices[j]
             try:
                 key, value, member = item
             except (TypeError, ValueError):
                 raise InvalidTupleError(i, item, "expected a (key, score, member) tuple") from None
-            kb = blob(key, i, item, "key")
-            mb = blob(member, i, item, "member")
-            s = score(value, i, item)
-            entry = keyed.get(kb)
+            kb = key if type(key) is bytes else blob(key, i, item, "key")
+            mb = member if type(member) is bytes else blob(member, i, item, "member")
+            s = value if type(value) is float and value - value == 0.0 else score(value, i, item)
+            entry = get(kb)
             if entry is None:
                 if not kb:
                     raise InvalidTupleError(i, item, "key must not be empty")
-                slot = layout.slot(kb)
-                entry = keyed[kb] = ((topo.shard_of(kb, slot), slot if one_slot else 0), [], [])
-            entry[1].append(i)
-            entry[2].extend((s, mb))
+                keyed[kb] = [i, s, mb]
+            else:
+                entry += (i, s, mb)
+        # Pass 2: route each key once and pack its tuples into calls of its shard (or slot).
         per_shard: dict[int, list[Call]] = {}
-        filling: dict[tuple[int, int], Call] = {}
-        size = self.batch_size
-        for kb, (group, idx, argv) in keyed.items():
-            rkeys = layout.script_keys(kb, floors)
+        filling: dict[int, Call] = {}
+        size, floors = self.batch_size, self.floors
+        one_slot = topo.single_slot_calls
+        only = 0 if len(topo.shards) == 1 and not one_slot else None  # one server: no routing at all
+        slot_of, shard_of, script_keys = layout.slot, topo.shard_of, layout.script_keys
+        for kb, entry in keyed.items():
+            if only is None:
+                slot = slot_of(kb)
+                shard = shard_of(kb, slot)
+                group = shard * SLOTS + slot if one_slot else shard
+            else:
+                shard = group = only
+            rkeys = script_keys(kb, floors)
+            n = len(entry) // 3
             done = 0
-            while done < len(idx):
+            while done < n:
                 call = filling.get(group)
                 if call is None:
                     call = filling[group] = Call([], [], [])
-                take = min(size - len(call.indices), len(idx) - done)
+                take = min(size - len(call.indices), n - done)
                 call.keys += rkeys
-                call.argv.append(take)
-                call.argv += argv[2 * done : 2 * (done + take)]
-                call.indices += idx[done : done + take]
+                if take == 1:
+                    call.argv += (1, entry[3 * done + 1], entry[3 * done + 2])
+                    call.indices.append(entry[3 * done])
+                else:
+                    run = entry[3 * done : 3 * (done + take)]
+                    call.argv.append(take)
+                    call.argv += [x for k in range(0, len(run), 3) for x in (run[k + 1], run[k + 2])]
+                    call.indices += run[0::3]
                 done += take
                 if len(call.indices) >= size:
-                    per_shard.setdefault(group[0], []).append(filling.pop(group))
+                    per_shard.setdefault(shard, []).append(filling.pop(group))
         for group, call in filling.items():
-            per_shard.setdefault(group[0], []).append(call)
+            per_shard.setdefault(group // SLOTS if one_slot else group, []).append(call)
         return per_shard
