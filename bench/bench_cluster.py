@@ -1,6 +1,6 @@
 """Cluster write/read throughput and memory against plain-Redis baselines, in one run on the same servers.
 
-Measures, on local ``redis-server`` processes started by :class:`zcluster.local.LocalShards`:
+Measures, on local ``redis-server`` processes started by :class:`zcluster.testing.LocalShards`:
 
   (a) ``Cluster.insert`` (the library: batched 2P-set Lua script, pipelined, shards in parallel)
   (b) redis-py pipelined plain ZADD, one command per tuple (no CRDT logic at all)
@@ -45,7 +45,7 @@ from typing import Any
 import redis
 
 from zcluster import Cluster, KeyScoreMember
-from zcluster.local import LocalShards, server_version
+from zcluster.testing import LocalShards, server_version
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import redis
 
 from zcluster.journal import FileJournals, RedisJournals
-from zcluster.local import LocalShards
 from zcluster.message import CONTENT_TYPE_NDJSON, JournalSpec
+from zcluster.testing import LocalShards
 
 RESULTS = Path(__file__).with_name("results")
 SPEC = {"content-type": CONTENT_TYPE_NDJSON}

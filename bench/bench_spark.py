@@ -1,7 +1,7 @@
 """The exactly-once Spark sink against a naive foreachBatch writer, in one run on the same servers and journals.
 
-Starts two local ``redis-server`` shards (:class:`zcluster.local.LocalShards`), publishes synthetic timeline
-traffic (:mod:`zcluster.traffic`: committed messages, transactions, rolled-back transactions, duplicated
+Starts two local ``redis-server`` shards (:class:`zcluster.testing.LocalShards`), publishes synthetic timeline
+traffic (:mod:`zcluster.testing.traffic`: committed messages, transactions, rolled-back transactions, duplicated
 appends) into file journals once, starts one ``local[2]`` SparkSession, and measures, every repetition on
 flushed servers with a fresh query name and checkpoint:
 
@@ -45,10 +45,10 @@ import redis
 
 from zcluster import Cluster
 from zcluster.journal.files import FileJournals
-from zcluster.local import LocalShards
 from zcluster.spark import Delete, Insert, ZClusterSink, local_session
 from zcluster.spark.source import JournalRange, read_partition
-from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
+from zcluster.testing import LocalShards
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cluster import machine_info, med
@@ -56,7 +56,7 @@ from bench_cluster import machine_info, med
 RESULTS = Path(__file__).resolve().parent / "results"
 PRODUCERS = 4
 JOURNALS = 4
-FRAMES_PER_STEP = 1.95  # journal frames per producer step published by zcluster.traffic.publish (measured)
+FRAMES_PER_STEP = 1.95  # journal frames per producer step published by zcluster.testing.traffic.publish (measured)
 
 
 class Row(NamedTuple):

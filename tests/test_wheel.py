@@ -1,4 +1,5 @@
-"""The built wheel carries the Lua scripts: install it into a fresh venv outside the checkout and write."""
+"""The built wheel carries the Lua scripts: install it into a fresh venv outside the checkout and write;
+without the ``cli`` extra, the ``zcluster`` command says how to get it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zcluster.local import LocalShards
+from zcluster.testing import LocalShards
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,3 +43,6 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
             cwd=tmp_path,
         ).stdout.split()
     assert out[:2] == ["[True]", "m"]
+    # click and rich are the cli extra: without them the command says so in one line (exit 2).
+    command = subprocess.run([str(venv / "bin" / "zcluster"), "keys"], capture_output=True, text=True, cwd=tmp_path)
+    assert command.returncode == 2 and "zcluster[cli]" in command.stderr and len(command.stderr.splitlines()) == 1

@@ -17,7 +17,8 @@ import redis
 
 from zcluster._keys import SLOTS
 from zcluster._urls import client_from_url, safe_name, with_host
-from zcluster.errors import ConfigError
+from zcluster.errors import ConfigError, ShardError
+from zcluster.types import ShardFailure
 
 Routing = Literal["jump", "roshi"]
 
@@ -145,13 +146,15 @@ class ClusterTopology:
     def refresh(self) -> None:
         """Reload the slot map from the first node that answers; raises if none does."""
         with self._lock:
-            candidates = [s.client for s in self.shards] or [client_from_url(self._seed_url, **self._options)]
-            last: Exception | None = None
-            for client in candidates:
+            candidates = self.shards or [
+                Shard(safe_name(self._seed_url), client_from_url(self._seed_url, **self._options))
+            ]
+            failures: list[ShardFailure] = []
+            for shard in candidates:
                 try:
-                    ranges = client.execute_command("CLUSTER", "SLOTS")
-                except redis.RedisError as exc:
-                    last = exc
+                    ranges = shard.client.execute_command("CLUSTER", "SLOTS")
+                except (redis.RedisError, OSError) as exc:
+                    failures.append(ShardFailure(shard.name, exc, ()))
                     continue
                 table = [-1] * SLOTS
                 for row in ranges:
@@ -161,12 +164,13 @@ class ClusterTopology:
                     table[start : end + 1] = [idx] * (end - start + 1)
                 self._slots = table
                 return
-            raise ConfigError(f"no Redis Cluster node answered CLUSTER SLOTS (last error: {last})")
+            detail = "; ".join(f"{f.shard} ({type(f.error).__name__}: {f.error})" for f in failures)
+            raise ShardError(f"no Redis Cluster node answered CLUSTER SLOTS: {detail}", failures)
 
     def shard_of(self, key: bytes, slot: int) -> int:
         idx = self._slots[slot]
         if idx < 0:
-            raise ConfigError(f"hash slot {slot} is not served by any node of the Redis Cluster")
+            raise ShardError(f"hash slot {slot} is not served by any node of the Redis Cluster", [])
         return idx
 
     def masters(self) -> list[Shard]:

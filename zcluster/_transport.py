@@ -18,14 +18,14 @@ from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
 
 from zcluster._scripts import Script
 from zcluster._topology import Shard, Topology
-from zcluster.errors import RedirectLoopError
+from zcluster.errors import RedirectLoopError, ShardError
 from zcluster.types import ReadResult, ShardFailure
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_REDIRECTS = 32
-SHARD_ERRORS = (redis.RedisError, OSError)
+SHARD_ERRORS = (redis.RedisError, OSError, ShardError)
 """Errors that mean "this shard could not do it"; anything else is a bug and propagates."""
 
 Command = tuple[Any, ...]

@@ -4,6 +4,9 @@ Writes go through one Lua script (``lua/write.lua``) that applies many tuples pe
 Tuples are grouped by shard (by hash slot on a Redis Cluster), split into calls of at most ``batch_size``
 tuples, pipelined per shard, and the shards run in parallel threads. Encoding lives in
 :mod:`zcluster._encode`, shard I/O in :mod:`zcluster._transport`, routing in :mod:`zcluster._topology`.
+
+Why this module is long: it is one class, the store's whole public contract, and most of its lines are the
+docstrings that state it; everything that is not the API already lives in the private modules above.
 """
 
 from __future__ import annotations

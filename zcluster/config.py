@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from zcluster._keys import KeyLayout
 from zcluster._topology import Routing
 from zcluster._urls import redact_url, safe_name
 from zcluster.cluster import Cluster
@@ -55,11 +56,17 @@ class ClusterConfig:
             raise ConfigError(f"unknown routing {self.routing!r}: use 'jump' or 'roshi'")
         if self.cluster_url and self.routing != "jump":
             raise ConfigError("routing applies to standalone shards only; a Redis Cluster routes by hash slot")
+        KeyLayout(self.prefix)  # validates the prefix
+        if self.max_size is not None and (
+            isinstance(self.max_size, bool) or not isinstance(self.max_size, int) or self.max_size <= 0
+        ):
+            raise ConfigError(f"max_size must be a positive int or None, got {self.max_size!r}")
 
     @classmethod
-    def of(cls, where: Where, **options: Any) -> ClusterConfig:
+    def of(cls, where: Where, *, cluster: bool = False, **options: Any) -> ClusterConfig:
         """A config from any of the forms in the module docstring; ``options`` are the Cluster options
-        (``prefix``, ``max_size``, ``routing``; anything else goes to the Cluster constructor)."""
+        (``prefix``, ``max_size``, ``routing``; anything else goes to the Cluster constructor).
+        ``cluster=True`` reads one plain ``redis://``/``rediss://`` URL as a Redis Cluster seed."""
         if isinstance(where, ClusterConfig):
             return where
         known = {k: options.pop(k) for k in ("prefix", "max_size", "routing") if k in options}
@@ -68,7 +75,11 @@ class ClusterConfig:
             scheme, sep, rest = where.partition("://")
             if sep and scheme in _CLUSTER_SCHEMES:
                 return cls(cluster_url=f"{_CLUSTER_SCHEMES[scheme]}://{rest}", options=extra, **known)
+            if cluster:
+                return cls(cluster_url=where, options=extra, **known)
             return cls(urls=(where,), options=extra, **known)
+        if cluster:
+            raise ConfigError("cluster=True takes one seed URL, not a list")
         if isinstance(where, Sequence) and all(isinstance(u, str) for u in where):
             clustered = [u for u in where if u.partition("://")[0] in _CLUSTER_SCHEMES]
             if clustered:

@@ -6,7 +6,6 @@ import os
 import signal
 
 import pytest
-from zcluster.testing import LocalShards
 
 from zcluster import (
     Cluster,
@@ -20,6 +19,7 @@ from zcluster import (
     PartialWriteError,
     ShardError,
 )
+from zcluster.testing import LocalShards
 
 
 def test_a_view_shares_connections_and_instrumentation_but_not_ownership(any_cluster: Cluster) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from zcluster import Cluster, KeyScoreMember, PartialReadError, PartialWriteError
 from zcluster._keys import KeyLayout
-from zcluster.local import LocalRedisCluster, LocalShards
+from zcluster.testing import LocalRedisCluster, LocalShards
 
 KSM = KeyScoreMember
 

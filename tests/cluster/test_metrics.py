@@ -10,8 +10,8 @@ pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry
 
 from zcluster import Cluster, KeyMember, KeyScoreMember
-from zcluster.local import LocalShards, free_port
 from zcluster.metrics import PrometheusInstrumentation
+from zcluster.testing import LocalShards, free_port
 
 
 class Metrics:

@@ -7,7 +7,7 @@ import traceback
 import pytest
 
 from zcluster import Cluster, KeyScoreMember, PartialWriteError
-from zcluster.local import LocalShards, TlsUnsupported
+from zcluster.testing import LocalShards, TlsUnsupported
 
 
 def test_tls_urls_work_against_a_real_tls_server() -> None:

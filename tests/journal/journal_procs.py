@@ -22,17 +22,17 @@ def file_append(root: str, journal: str, tag: str, count: str) -> None:
 
 def file_crash_mid_append(root: str, journal: str) -> None:
     """Append one whole record, then die by SIGKILL after writing half of the next one."""
-    from zcluster.journal import FileJournals, files
+    from zcluster.journal import FileJournals, fragments
 
     with FileJournals(root, recover=False) as fj:
         fj.append(journal, b"whole-1\n")
-        real = files._write_all
+        real = fragments.write_all
 
         def torn(fd: int, data: bytes | memoryview, pos: int) -> None:
             real(fd, bytes(data)[: len(data) // 2], pos)
             os.kill(os.getpid(), signal.SIGKILL)
 
-        files._write_all = torn
+        fragments.write_all = torn
         fj.append(journal, b"torn-record-that-never-completes\n" * 4)
 
 
@@ -43,17 +43,6 @@ def stream_group_consume_and_die(url: str, cluster: str, prefix: str, journal: s
     rj = RedisJournals.from_url(url, prefix=prefix, cluster=cluster == "cluster")
     entries = rj.group_read(journal, group, "doomed", count=int(n))
     print(json.dumps([e.id for e in entries]), flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def channel_consume_and_die(backend: str, where: str, prefix: str, channel: str, group: str, n: str) -> None:
-    """Consume `n` messages of `channel` in `group`, acknowledge none, print their offsets, die by SIGKILL."""
-    from zcluster.journal import Channels, FileJournals, RedisJournals
-
-    store = FileJournals(where) if backend == "file" else RedisJournals.from_url(where, prefix=prefix)
-    ch = Channels(store)
-    got = ch.consume(group, channel, int(n))
-    print(json.dumps([e.begin for e in got]), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -27,6 +27,8 @@ class FlakyStore:
     """Wraps a store: some appends succeed but report a connection error (so the publisher retries and
     duplicates them), others fail before appending."""
 
+    transient_errors = (redis.ConnectionError,)  # what it injects: the publisher's default retries them
+
     def __init__(self, inner: JournalStore, seed: int) -> None:
         self.inner = inner
         self.rng = random.Random(seed)

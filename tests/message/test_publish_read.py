@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import pytest
@@ -16,6 +17,7 @@ from zcluster.message import (
     JsonMessage,
     OffsetOutOfRangeError,
     Publisher,
+    QueueOutcome,
     ReadCommittedIter,
     ReadUncommittedIter,
     Sequencer,
@@ -111,6 +113,57 @@ def test_transaction_commit_and_rollback() -> None:
     journals.append(specs[0].name, intents[0].intent)
     assert list(ReadCommittedIter(journals, specs[0], seq)) == []
     assert seq.checkpoint().states[0].last_ack == ack_clock  # Back at the last ACK; n=4 is gone.
+
+
+def sequenced(journals: InMemoryJournals, spec: JournalSpec, buffer: int) -> tuple[list[QueueOutcome], list[str]]:
+    """Every QueueOutcome of `spec`'s journal, and the "n" of each committed non-ACK message, in order."""
+    seq = Sequencer(buffer=buffer)
+    outcomes: list[QueueOutcome] = []
+    delivered: list[str] = []
+    for env in ReadUncommittedIter(journals, spec):
+        outcomes.append(seq.queue_uncommitted(env))
+        if outcomes[-1] is QueueOutcome.ACK_COMMIT_REPLAY:
+            _, begin, end = seq.replay_range()
+            seq.start_replay(ReadUncommittedIter(journals, spec, begin, end=end))
+        while (out := seq.step()) is not None:
+            if not out.is_ack:
+                delivered.append(out.message.doc["n"])
+    return outcomes, delivered
+
+
+def test_publisher_rollback_is_read_as_a_rollback(caplog: pytest.LogCaptureFixture) -> None:
+    journals, specs = setup(chunk_size=5)
+    pub = Publisher(journals)
+    m0, m1 = to_journal(specs[0].name), to_journal(specs[1].name)
+    pub.publish_committed(m0, JsonMessage({"n": "c0"}))  # journal 0 has a last ACK: this message
+    pub.publish_uncommitted(m0, JsonMessage({"n": "r0"}))
+    pub.publish_uncommitted(m1, JsonMessage({"n": "r1"}))  # journal 1 has none: the span is all there is
+    pub.publish_uncommitted(m0, JsonMessage({"n": "r2"}))
+    intents = pub.build_rollback_intents()
+    assert [i.journal for i in intents] == [specs[0].name, specs[1].name]
+    assert pub.build_rollback_intents() == [] and pub.build_ack_intents() == []  # A new transaction begins.
+    pub.append_ack_intents(intents)
+    pub.append_ack_intents(intents)  # Appending a rollback again is harmless.
+    pub.publish_uncommitted(m0, JsonMessage({"n": "k0"}))
+    pub.publish_uncommitted(m1, JsonMessage({"n": "k1"}))
+    pub.append_ack_intents(pub.build_ack_intents())
+    pub.publish_uncommitted(m1, JsonMessage({"n": "r3"}))  # Rolled back to the commit's ACK.
+    pub.append_ack_intents(pub.build_rollback_intents())
+
+    Q = QueueOutcome
+    for buffer in (1024, 1):  # Ring or replay: the same outcomes and messages.
+        with caplog.at_level(logging.ERROR, logger="zcluster.message.sequencer"):
+            out0, got0 = sequenced(journals, specs[0], buffer)
+            out1, got1 = sequenced(journals, specs[1], buffer)
+        assert caplog.records == []  # No "ACK below the last ACK": a rollback, not a reset.
+        commit = Q.ACK_COMMIT_RING if buffer > 1 else Q.ACK_COMMIT_REPLAY
+        begin, extend, rollback = Q.CONTINUE_BEGIN_SPAN, Q.CONTINUE_EXTEND_SPAN, Q.ACK_ROLLBACK
+        assert out0 == [Q.OUTSIDE_COMMIT, begin, extend, rollback, rollback, begin, commit]
+        assert out1 == [begin, rollback, rollback, begin, commit, begin, rollback]
+        assert (got0, got1) == (["c0", "k0"], ["k1"])
+    for spec, want in zip(specs, (["c0", "k0"], ["k1"]), strict=True):
+        envs = ReadCommittedIter(journals, spec, Sequencer(buffer=2))
+        assert [e.message.doc["n"] for e in envs if not e.is_ack] == want
 
 
 def test_validation_happens_before_mapping() -> None:

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from zcluster.spark import ZClusterSink, local_session, run_available_now
-from zcluster.traffic import timeline_mapper
+from zcluster.testing.traffic import timeline_mapper
 
 
 class SlowMapper:

@@ -17,7 +17,7 @@ from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
 from zcluster.spark import MapperError, ZClusterSink, run_available_now
 from zcluster.state import Consumer, StateStore
-from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 pytestmark = pytest.mark.spark
 _names = itertools.count()

@@ -26,14 +26,14 @@ from zcluster import Cluster, KeyMember
 from zcluster._keys import KeyLayout
 from zcluster.journal.files import FileJournals
 from zcluster.journal.publishing import AsyncPublisher
-from zcluster.local import LocalShards
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
 from zcluster.spark import ZClusterSink, run_available_now
 from zcluster.state import StateStore
-from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
+from zcluster.testing import LocalShards
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 pytestmark = pytest.mark.spark
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import this test module

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 from zcluster import Cluster, Insert
 from zcluster.journal.files import FileJournals
 from zcluster.state import BatchStats, Consumer, MapperError, StateStore
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 _names = itertools.count()
 

@@ -1,57 +1,66 @@
-"""Journals: append-only byte streams with byte offsets, in files (embedded) or Redis Streams.
+"""Journals: append-only byte streams with byte offsets, in files (embedded) or Redis Streams. Storage only.
 
-* Backends: :class:`FileJournals` (fragment files, no server) and :class:`RedisJournals` (one Redis stream
-  per journal) implement the message layer's journal SPI plus :class:`JournalStore` (management, batched
-  appends, durable consumer-group positions).
-* :class:`Channels`: Milvus-style channel operations (create/destroy/describe, produce, broadcast,
-  consume/ack/nack/seek in groups, time-tick ``consume_until``).
-* Typed messages (:class:`KindRegistry`, :class:`TypedMessage`, :class:`TypedReader`), a
-  :class:`Dispatcher` of commands and events, and a :class:`WorkerPool` consumer with dead letters.
-* :class:`AsyncPublisher`: futures per message, batched appends, a write barrier, transient retries.
+* :class:`JournalStore` (``store``): the contract both backends implement: the message layer's journal
+  SPI plus management, batched appends, the end offset, durable consumer-group positions, and
+  ``transient_errors`` (what a retry may cure).
+* :class:`FileJournals` (``files``, over ``fragments`` and ``filefmt``): fragment files, no server.
+* :class:`RedisJournals` (``streams``): one Redis stream per journal, native consumer groups, retention.
+* :func:`open_store` (``urls``): a store from a picklable URL. ``frames``: a byte range as raw frames.
+* :class:`AsyncPublisher` (``publishing``): futures per message, batched appends, a write barrier,
+  transient retries.
 
-Importing this package never imports PySpark.
+The at-least-once runtime over these stores (channels, typed messages, dispatch, worker pools) is
+:mod:`zcluster.channels`. Names load lazily: importing this package imports no Redis client (only
+:class:`RedisJournals` and :func:`open_store` need one), and never PySpark.
 """
 
-from zcluster.journal.channels import ChannelInfo, Channels
-from zcluster.journal.dispatch import Context, Dispatcher, Handler, NoHandlerError
-from zcluster.journal.files import FileJournals, RecoveryReport
-from zcluster.journal.publishing import TRANSIENT_ERRORS, AsyncPublisher
-from zcluster.journal.store import JournalExistsError, JournalInfo, JournalStore
-from zcluster.journal.streams import ClaimResult, RedisJournals, StreamEntry
-from zcluster.journal.typed import (
-    Category,
-    Kind,
-    KindRegistry,
-    TypedMessage,
-    TypedReader,
-    UndecodableMessageError,
-    UnknownKindError,
-)
-from zcluster.journal.workers import WorkerPool
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zcluster.journal.files import FileJournals, RecoveryReport
+    from zcluster.journal.publishing import AsyncPublisher
+    from zcluster.journal.store import JournalExistsError, JournalInfo, JournalStore
+    from zcluster.journal.streams import ClaimResult, RedisJournals, StreamEntry
+    from zcluster.journal.urls import open_store
+
+_WHERE = {
+    "AsyncPublisher": "zcluster.journal.publishing",
+    "ClaimResult": "zcluster.journal.streams",
+    "FileJournals": "zcluster.journal.files",
+    "JournalExistsError": "zcluster.journal.store",
+    "JournalInfo": "zcluster.journal.store",
+    "JournalStore": "zcluster.journal.store",
+    "RecoveryReport": "zcluster.journal.files",
+    "RedisJournals": "zcluster.journal.streams",
+    "StreamEntry": "zcluster.journal.streams",
+    "open_store": "zcluster.journal.urls",
+}
 
 __all__ = [
-    "TRANSIENT_ERRORS",
     "AsyncPublisher",
-    "Category",
-    "ChannelInfo",
-    "Channels",
     "ClaimResult",
-    "Context",
-    "Dispatcher",
     "FileJournals",
-    "Handler",
     "JournalExistsError",
     "JournalInfo",
     "JournalStore",
-    "Kind",
-    "KindRegistry",
-    "NoHandlerError",
     "RecoveryReport",
     "RedisJournals",
     "StreamEntry",
-    "TypedMessage",
-    "TypedReader",
-    "UndecodableMessageError",
-    "UnknownKindError",
-    "WorkerPool",
+    "open_store",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zcluster.journal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,7 +1,9 @@
 """File-fragment journals: the embedded backend, no server needed.
 
 Each journal is a directory under a root (``root/<journal name>/``) laid out as :mod:`filefmt` describes:
-complete fragments ``<begin>-<end>.frag`` plus one hidden open fragment ``.open`` taking appends.
+complete fragments ``<begin>-<end>.frag`` plus one hidden open fragment ``.open`` taking appends. This
+module is the store: the journals under a root, their metadata and group positions, the locks, when to
+roll, blocking reads; :mod:`zcluster.journal.fragments` does the work inside one journal's directory.
 
 Guarantees:
 
@@ -39,24 +41,10 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from zcluster.journal.filefmt import (
-    HEADER,
-    LOCK_NAME,
-    META_NAME,
-    OPEN_NAME,
-    POSITIONS_DIR,
-    QUARANTINE_DIR,
-    RECORD,
-    TMP_PREFIX,
-    fragment_name,
-    pack_header,
-    pack_record,
-    parse_fragment_name,
-    scan_records,
-    unpack_header,
-)
+from zcluster.journal.filefmt import META_NAME, POSITIONS_DIR, TMP_PREFIX
+from zcluster.journal.fragments import JournalDir, RecoveryReport, ScanCursor, fsync_dir, write_all
 from zcluster.journal.store import (
     JournalExistsError,
     JournalInfo,
@@ -65,77 +53,13 @@ from zcluster.journal.store import (
     validate_journal_name,
     validate_labels,
 )
-from zcluster.message.journals import (
-    AppendResult,
-    JournalError,
-    JournalNotFoundError,
-    JournalSpec,
-    OffsetOutOfRangeError,
-)
+from zcluster.message.errors import JournalNotFoundError, OffsetOutOfRangeError
+from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector, parse_selector
 
 __all__ = ["FileJournals", "RecoveryReport"]
 
 log = logging.getLogger(__name__)
-
-
-class RecoveryReport(NamedTuple):
-    """What recovery did to one journal: bytes cut from the open fragment's tail (and the quarantine
-    file now holding them, if any), and redundant files removed (temporaries of an interrupted roll,
-    an open fragment already rolled into a fragment file)."""
-
-    journal: str
-    truncated_bytes: int
-    quarantined: Path | None
-    removed: tuple[str, ...]
-
-
-class _Cursor:
-    """Where a scan of an open fragment got to: its inode and begin, a file position and the journal offset there."""
-
-    __slots__ = ("begin", "fpos", "ino", "jpos")
-
-    def __init__(self) -> None:
-        self.ino, self.begin, self.fpos, self.jpos = -1, -1, 0, 0
-
-
-class _State:
-    """In-process state of one journal. Writer fields are valid only while holding `lock` and the flock."""
-
-    def __init__(self, name: str, directory: Path) -> None:
-        self.name = name
-        self.dir = directory
-        self.lock = threading.Lock()
-        self.lock_fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        self.open_fd: int | None = None
-        self.open_ino = -1
-        self.open_begin = 0
-        self.open_created = 0.0
-        self.open_size = 0  # file bytes of valid records (header included)
-        self.end = 0  # journal end offset
-        self.end_lock = threading.Lock()
-        self.end_cursor = _Cursor()
-
-    def close(self) -> None:
-        if self.open_fd is not None:
-            os.close(self.open_fd)
-            self.open_fd = None
-        os.close(self.lock_fd)
-
-
-def _write_all(fd: int, data: bytes | memoryview, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view, pos = view[n:], pos + n
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileJournals:
@@ -145,6 +69,11 @@ class FileJournals:
     :class:`zcluster.journal.store.JournalStore`. Safe for concurrent use by threads; any number of
     processes may open the same root. Call :meth:`close` (or use ``with``) to release file descriptors.
     """
+
+    transient_errors: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+    """What a retry may cure: the built-in network and timeout errors (e.g. of a network file system). Other
+    OSErrors (disk full, permissions) are not retried: they seldom clear within a retry's backoff. A failed
+    append leaves nothing behind (the open fragment is cut back), so retrying never duplicates a record."""
 
     def __init__(
         self,
@@ -168,7 +97,7 @@ class FileJournals:
         self._fsync = fsync
         self._chunk_size = chunk_size
         self._poll = poll_interval
-        self._states: dict[str, _State] = {}
+        self._states: dict[str, JournalDir] = {}
         self._states_lock = threading.Lock()
         self._cond = threading.Condition()
         self.recovered: builtins.list[RecoveryReport] = []
@@ -282,14 +211,14 @@ class FileJournals:
         tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}-{threading.get_ident()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, data, 0)
+            write_all(fd, data, 0)
             if self._fsync:
                 os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
         if self._fsync:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
     # -- positions -----------------------------------------------------------------------------------
 
@@ -316,18 +245,20 @@ class FileJournals:
 
     # -- writer --------------------------------------------------------------------------------------
 
-    def _state(self, journal: str) -> _State:
+    def _state(self, journal: str) -> JournalDir:
         st = self._states.get(journal)
         if st is None:
             d = self._existing(journal)
             with self._states_lock:
                 st = self._states.get(journal)
                 if st is None:
-                    st = self._states[journal] = _State(journal, d)
+                    st = self._states[journal] = JournalDir(
+                        journal, d, chunk_size=self._chunk_size, fsync=self._fsync, report=self._report
+                    )
         return st
 
     @contextlib.contextmanager
-    def _flocked(self, st: _State) -> Iterator[None]:
+    def _flocked(self, st: JournalDir) -> Iterator[None]:
         fcntl.flock(st.lock_fd, fcntl.LOCK_EX)
         try:
             yield
@@ -343,27 +274,14 @@ class FileJournals:
         payload = b"".join(items)
         st = self._state(journal)
         with st.lock, self._flocked(st):
-            self._sync(st)
+            st.sync()
             begin = st.end
             if payload:
                 if st.open_fd is not None and self._aged(st):
-                    self._roll(st)
-                if st.open_fd is None:
-                    self._create_open(st)
-                fd = st.open_fd
-                assert fd is not None
-                rec = pack_record(payload)
-                try:
-                    _write_all(fd, rec, st.open_size)
-                    if self._fsync:
-                        os.fsync(fd)
-                except BaseException:
-                    os.ftruncate(fd, st.open_size)
-                    raise
-                st.open_size += len(rec)
-                st.end += len(payload)
+                    st.roll()
+                st.append_record(payload)
                 if st.end - st.open_begin >= self._fragment_bytes:
-                    self._roll(st)
+                    st.roll()
         if payload:
             with self._cond:
                 self._cond.notify_all()
@@ -373,10 +291,10 @@ class FileJournals:
         """Roll the open fragment of `journal` into a fragment file now; False if it held no data."""
         st = self._state(journal)
         with st.lock, self._flocked(st):
-            self._sync(st)
+            st.sync()
             if st.open_fd is None or st.end == st.open_begin:
                 return False
-            self._roll(st)
+            st.roll()
             return True
 
     def roll_aged(self) -> builtins.list[str]:
@@ -387,9 +305,9 @@ class FileJournals:
         for spec in self.list(""):
             st = self._state(spec.name)
             with st.lock, self._flocked(st):
-                self._sync(st)
+                st.sync()
                 if st.open_fd is not None and st.end > st.open_begin and self._aged(st):
-                    self._roll(st)
+                    st.roll()
                     rolled.append(spec.name)
         return rolled
 
@@ -398,12 +316,8 @@ class FileJournals:
         st = self._state(journal)
         before = len(self.recovered)
         with st.lock, self._flocked(st):
-            removed = [n for n in os.listdir(st.dir) if n.startswith(TMP_PREFIX)]
-            for n in removed:
-                os.unlink(st.dir / n)
-            if removed:
-                self._report(RecoveryReport(journal, 0, None, tuple(removed)))
-            self._sync(st)
+            st.remove_temporaries()
+            st.sync()
         return self.recovered[-1] if len(self.recovered) > before else None
 
     def _report(self, report: RecoveryReport) -> None:
@@ -416,193 +330,14 @@ class FileJournals:
         )
         self.recovered.append(report)
 
-    def _aged(self, st: _State) -> bool:
+    def _aged(self, st: JournalDir) -> bool:
         return self._fragment_age is not None and time.time() - st.open_created >= self._fragment_age
-
-    def _drop_open(self, st: _State) -> None:
-        if st.open_fd is not None:
-            os.close(st.open_fd)
-        st.open_fd, st.open_ino = None, -1
-
-    def _sync(self, st: _State) -> None:
-        """Under the locks: bring the writer state up to date with the directory, recovering torn tails."""
-        path = st.dir / OPEN_NAME
-        try:
-            s = os.stat(path)
-        except FileNotFoundError:
-            self._drop_open(st)
-            st.end = self._fragments_end(st.dir)
-            return
-        if st.open_fd is not None and s.st_ino == st.open_ino and s.st_size == st.open_size:
-            return
-        if st.open_fd is None or s.st_ino != st.open_ino or s.st_size < st.open_size:
-            self._drop_open(st)
-            fd = os.open(path, os.O_RDWR)
-            hdr = unpack_header(os.pread(fd, HEADER.size, 0))
-            frags_end = self._fragments_end(st.dir)
-            if hdr is None or hdr.begin < frags_end:
-                # A header-less file cannot be (opens are created by rename), and an open fragment that
-                # starts before the last fragment's end was rolled already (crash before its unlink).
-                os.close(fd)
-                if hdr is None or any(b == hdr.begin for b, _ in self._fragments(st.dir)):
-                    os.unlink(path)
-                    self._report(RecoveryReport(st.name, 0, None, (OPEN_NAME,)))
-                    st.end = frags_end
-                    return
-                raise JournalError(
-                    f"journal {st.name!r} in {st.dir}: open fragment begins at {hdr.begin}, "
-                    f"inside fragments ending at {frags_end}"
-                )
-            if hdr.begin > frags_end:
-                os.close(fd)
-                raise JournalError(
-                    f"journal {st.name!r} in {st.dir}: gap between fragments ending at {frags_end} "
-                    f"and open fragment at {hdr.begin}"
-                )
-            st.open_fd, st.open_ino = fd, s.st_ino
-            st.open_begin, st.open_created = hdr.begin, hdr.created
-            st.open_size, st.end = HEADER.size, hdr.begin
-        fd = st.open_fd
-        size = os.fstat(fd).st_size
-        pos = st.open_size
-        while pos < size:
-            buf = os.pread(fd, max(self._chunk_size, RECORD.size), pos)
-            recs, used = scan_records(buf, pos)
-            if not recs and len(buf) >= RECORD.size:
-                need = RECORD.size + RECORD.unpack_from(buf)[0]
-                if pos + need <= size:
-                    buf = os.pread(fd, need, pos)
-                    recs, used = scan_records(buf, pos)
-            if not recs:
-                break
-            st.end += sum(r.size for r in recs)
-            pos += used
-        st.open_size = pos
-        if pos < size:
-            self._quarantine(st, pos, size)
-
-    def _quarantine(self, st: _State, pos: int, size: int) -> None:
-        fd = st.open_fd
-        assert fd is not None
-        torn = os.pread(fd, size - pos, pos)
-        qdir = st.dir / QUARANTINE_DIR
-        qdir.mkdir(exist_ok=True)
-        qpath = qdir / f"{st.open_begin:020d}-at-{pos}-{time.time_ns()}.torn"
-        qpath.write_bytes(torn)
-        os.ftruncate(fd, pos)
-        if self._fsync:
-            os.fsync(fd)
-        self._report(RecoveryReport(st.name, len(torn), qpath, ()))
-
-    def _create_open(self, st: _State) -> None:
-        now = time.time()
-        tmp = st.dir / f"{TMP_PREFIX}open-{os.getpid()}"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, pack_header(st.end, now), 0)
-            if self._fsync:
-                os.fsync(fd)
-            os.rename(tmp, st.dir / OPEN_NAME)
-        except BaseException:
-            os.close(fd)
-            raise
-        st.open_fd, st.open_ino = fd, os.fstat(fd).st_ino
-        st.open_begin, st.open_created, st.open_size = st.end, now, HEADER.size
-
-    def _roll(self, st: _State) -> None:
-        fd = st.open_fd
-        assert fd is not None
-        name = fragment_name(st.open_begin, st.end)
-        tmp = st.dir / f"{TMP_PREFIX}{name}"
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            pos, wpos = HEADER.size, 0
-            while pos < st.open_size:
-                buf = os.pread(fd, max(self._chunk_size, RECORD.size), pos)
-                recs, used = scan_records(buf, pos)
-                if not recs:
-                    need = RECORD.size + RECORD.unpack_from(buf)[0]
-                    buf = os.pread(fd, need, pos)
-                    recs, used = scan_records(buf, pos)
-                    if not recs:
-                        raise JournalError(f"journal {st.name!r}: corrupt record at {OPEN_NAME} position {pos}")
-                view = memoryview(buf)
-                for r in recs:
-                    _write_all(out, view[r.pos - pos : r.pos - pos + r.size], wpos)
-                    wpos += r.size
-                pos += used
-            if wpos != st.end - st.open_begin:
-                raise JournalError(
-                    f"journal {st.name!r}: rolling {OPEN_NAME} found {wpos} bytes, expected {st.end - st.open_begin}"
-                )
-            if self._fsync:
-                os.fsync(out)
-        finally:
-            os.close(out)
-        os.rename(tmp, st.dir / name)
-        os.unlink(st.dir / OPEN_NAME)
-        if self._fsync:
-            _fsync_dir(st.dir)
-        self._drop_open(st)
 
     # -- reader --------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _fragments(d: Path) -> builtins.list[tuple[int, int]]:
-        out = []
-        for n in os.listdir(d):
-            r = parse_fragment_name(n)
-            if r is not None:
-                out.append(r)
-        out.sort()
-        return out
-
-    def _fragments_end(self, d: Path) -> int:
-        frags = self._fragments(d)
-        return frags[-1][1] if frags else 0
-
     def end(self, journal: str) -> int:
         """The end offset of the bytes currently readable (whole appends only)."""
-        st = self._state(journal)
-        with st.end_lock:
-            cur = st.end_cursor
-            try:
-                fd = os.open(st.dir / OPEN_NAME, os.O_RDONLY)
-            except FileNotFoundError:
-                return self._fragments_end(st.dir)
-            try:
-                for _ in self._open_records(fd, cur, None):
-                    pass
-            finally:
-                os.close(fd)
-            return max(cur.jpos, self._fragments_end(st.dir))
-
-    def _open_records(self, fd: int, cur: _Cursor, want: int | None) -> Iterator[tuple[int, memoryview]]:
-        """Scan the open fragment `fd` from `cur` (reset if `fd` is another file), advancing `cur`; yield
-        (journal offset, payload) of whole records ending past `want` (None: yield nothing, only scan)."""
-        # An inode number can be reused once a rolled open fragment is closed: (inode, begin) names one.
-        ino = os.fstat(fd).st_ino
-        hdr = unpack_header(os.pread(fd, HEADER.size, 0))
-        if hdr is None:
-            return
-        if (cur.ino, cur.begin) != (ino, hdr.begin):
-            cur.ino, cur.begin, cur.fpos, cur.jpos = ino, hdr.begin, HEADER.size, hdr.begin
-        while True:
-            buf = os.pread(fd, max(self._chunk_size, RECORD.size), cur.fpos)
-            recs, used = scan_records(buf, cur.fpos)
-            if not recs and len(buf) >= RECORD.size:
-                buf = os.pread(fd, RECORD.size + RECORD.unpack_from(buf)[0], cur.fpos)
-                recs, used = scan_records(buf, cur.fpos)
-            if not recs:
-                return
-            view = memoryview(buf)
-            base = cur.fpos
-            for r in recs:
-                jpos = cur.jpos
-                cur.jpos += r.size
-                if want is not None and cur.jpos > want:
-                    yield jpos, view[r.pos - base : r.pos - base + r.size]
-            cur.fpos += used
+        return self._state(journal).readable_end()
 
     def read(
         self, journal: str, offset: int, *, block: bool = False, timeout: float | None = None
@@ -617,12 +352,12 @@ class FileJournals:
             raise OffsetOutOfRangeError(f"journal {journal!r}: offset {offset} outside [0, {end}]")
         return self._read(self._state(journal), offset, block, timeout)
 
-    def _read(self, st: _State, pos: int, block: bool, timeout: float | None) -> Iterator[tuple[int, bytes]]:
-        cur = _Cursor()
+    def _read(self, st: JournalDir, pos: int, block: bool, timeout: float | None) -> Iterator[tuple[int, bytes]]:
+        cur = ScanCursor()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             advanced = False
-            for begin, chunk in self._available(st, pos, cur):
+            for begin, chunk in st.available(pos, cur):
                 yield begin, chunk
                 pos = begin + len(chunk)
                 advanced = True
@@ -638,48 +373,3 @@ class FileJournals:
                 wait = min(wait, remaining)
             with self._cond:
                 self._cond.wait(wait)
-
-    def _available(self, st: _State, pos: int, cur: _Cursor) -> Iterator[tuple[int, bytes]]:
-        """Yield every whole chunk readable now from `pos` on, following roll-overs."""
-        relisted = False
-        while True:
-            covering = next(((b, e) for b, e in self._fragments(st.dir) if b <= pos < e), None)
-            if covering is not None:
-                b, e = covering
-                with open(st.dir / fragment_name(b, e), "rb", buffering=0) as f:
-                    f.seek(pos - b)
-                    while pos < e:
-                        chunk = f.read(min(self._chunk_size, e - pos))
-                        if not chunk:
-                            raise JournalError(f"journal {st.name!r}: fragment {fragment_name(b, e)} is short")
-                        yield pos, chunk
-                        pos += len(chunk)
-                relisted = False
-                continue
-            try:
-                fd = os.open(st.dir / OPEN_NAME, os.O_RDONLY)
-            except FileNotFoundError:
-                if relisted:
-                    return
-                relisted = True  # it may have been rolled between listing and opening: list again
-                continue
-            try:
-                hdr = unpack_header(os.pread(fd, HEADER.size, 0))
-                if hdr is None or hdr.begin > pos:
-                    if relisted:
-                        raise JournalError(f"journal {st.name!r}: no fragment holds offset {pos}")
-                    relisted = True
-                    continue
-                if cur.jpos > pos:
-                    cur.ino = -1  # rescan from the header to reach `pos`
-                for jpos, payload in self._open_records(fd, cur, pos):
-                    start = max(pos - jpos, 0)
-                    for i in range(start, len(payload), self._chunk_size):
-                        piece = bytes(payload[i : i + self._chunk_size])
-                        yield jpos + i, piece
-                    pos = jpos + len(payload)
-                if os.fstat(fd).st_nlink > 0:
-                    return  # still the open fragment: everything whole has been read
-                relisted = False  # rolled while we read it: continue in the fragments
-            finally:
-                os.close(fd)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from zcluster.message.framing import CONTENT_TYPE_NDJSON, Frame, FramingError, framing_for
+from zcluster.message.errors import FramingError
+from zcluster.message.framing import CONTENT_TYPE_NDJSON, Frame, framing_for
 from zcluster.message.journals import JournalReader
 
 __all__ = ["RawFrame", "read_frames"]

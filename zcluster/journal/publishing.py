@@ -1,8 +1,10 @@
 """Asynchronous publishing: a future per message, batched appends, a write barrier, transient retries.
 
-:class:`AsyncPublisher` stamps messages with Gazette UUIDs exactly as the message layer's Publisher
-does (OUTSIDE_TXN, or CONTINUE_TXN inside a transaction closed by ACK_TXN intents), queues the frames
-per journal, and a background thread appends each journal's queue in batches with ``append_many``.
+:class:`AsyncPublisher` stamps messages with Gazette UUIDs through the message layer's
+:class:`~zcluster.message.producer.Producer`, as the synchronous Publisher does (OUTSIDE_TXN, or
+CONTINUE_TXN inside a transaction closed by ACK_TXN intents; the Producer's module docstring states the
+clock and ACK rules), queues the frames per journal, and a background thread appends each journal's queue
+in batches with ``append_many``.
 
 Guarantees: per journal, frames are appended in the order their publish calls returned, and UUID clocks
 increase in that order; each message's future resolves to its byte range, or to the error that made
@@ -12,7 +14,8 @@ UUID; a batch never extends past an ACK, so a duplicated batch never replays an 
 newer one (which would break exactly-once in the sequencer). ``barrier()`` waits until everything
 published before it is appended (or failed) and raises the first failure. ``commit()`` appends the
 transaction's ACKs after all its messages; ``rollback()`` appends ACKs that roll the open transaction
-back (clock of the producer's previous ACK in that journal).
+back (clock of the producer's previous ACK in that journal). Transient errors are the store's
+(``store.transient_errors``) unless given.
 """
 
 from __future__ import annotations
@@ -23,28 +26,17 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any
-
-import redis
 
 from zcluster.journal.store import JournalStore
-from zcluster.message.framing import Framing
+from zcluster.message.envelope import Message
 from zcluster.message.journals import AppendResult
 from zcluster.message.mapping import MappingFunc
-from zcluster.message.publisher import route
-from zcluster.message.uuid import Clock, Flags, ProducerID, build_uuid, get_clock, new_producer_id
+from zcluster.message.producer import Producer
+from zcluster.message.uuid import Clock, ProducerID
 
-__all__ = ["TRANSIENT_ERRORS", "AsyncPublisher"]
+__all__ = ["AsyncPublisher"]
 
 log = logging.getLogger(__name__)
-
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    ConnectionError,
-    TimeoutError,
-    redis.ConnectionError,
-    redis.TimeoutError,
-)
-"""Errors retried by default: network failures and timeouts (the append may or may not have happened)."""
 
 _Item = tuple[bytes, "Future[AppendResult]", bool]  # frame, its future, whether it is an ACK
 
@@ -54,7 +46,9 @@ class AsyncPublisher:
 
     Use as a context manager or call ``close()`` (which waits for everything queued). Safe for concurrent
     ``publish_committed`` calls; a transaction (``publish_uncommitted`` / ``commit`` / ``rollback``)
-    has one writer.
+    has one writer. `producer` (6 bytes) and `clock` are the Producer's: without a clock, an internal one
+    is raised to wall time on every publish; a caller's clock is only ticked. `transient`: the errors
+    retried (default: ``store.transient_errors``, the store's network failures and timeouts).
     """
 
     def __init__(
@@ -66,23 +60,20 @@ class AsyncPublisher:
         max_batch: int = 1024,
         retries: int = 5,
         backoff: float = 0.01,
-        transient: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
+        transient: tuple[type[BaseException], ...] | None = None,
     ) -> None:
         if max_batch < 1 or retries < 0 or backoff < 0:
             raise ValueError("max_batch must be positive, retries and backoff non-negative")
         self.store = store
-        self.producer = ProducerID(producer) if producer is not None else new_producer_id()
-        self.clock = clock or Clock()
+        self._stamper = Producer(clock, producer)
         self._max_batch = max_batch
         self._retries = retries
         self._backoff = backoff
-        self._transient = transient
+        self._transient = store.transient_errors if transient is None else transient
         self._cond = threading.Condition()
         self._queues: dict[str, deque[_Item]] = {}
         self._inflight: list[Future[AppendResult]] = []
         self._closed = False
-        self._txn: dict[str, tuple[Any, Framing]] = {}
-        self._last_ack: dict[str, int] = {}
         self._thread = threading.Thread(target=self._loop, name="zcluster-async-publisher", daemon=True)
         self._thread.start()
 
@@ -92,55 +83,49 @@ class AsyncPublisher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def producer(self) -> ProducerID:
+        return self._stamper.id
+
+    @property
+    def clock(self) -> Clock:
+        return self._stamper.clock
+
     # -- publishing ----------------------------------------------------------------------------------
 
-    def publish_committed(self, mapping: MappingFunc, msg: Any) -> Future[AppendResult]:
-        """Stamp `msg` OUTSIDE_TXN and queue it; the future resolves to its byte range."""
-        return self._publish(mapping, msg, Flags.OUTSIDE_TXN)[1]
+    def publish_committed(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
+        """Stamp `msg` OUTSIDE_TXN and queue it; the future resolves to its byte range.
 
-    def publish_uncommitted(self, mapping: MappingFunc, msg: Any) -> Future[AppendResult]:
+        Raises at once what the message Publisher raises before appending (``msg.validate()``'s errors,
+        EmptyPartitionsError, UnknownContentTypeError, TypeError for an unframeable message), and
+        RuntimeError once closed."""
+        stamper = self._stamper
+        stamper.update_clock()
+        journal, framing = stamper.route(mapping, msg)
+        with self._cond:  # Queue order is append order: stamp and queue as one step.
+            stamper.stamp_committed(msg, journal)
+            return self._enqueue(journal, framing.marshal(msg), False)
+
+    def publish_uncommitted(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
         """Stamp `msg` CONTINUE_TXN (part of the open transaction) and queue it."""
-        journal, fut, framing = self._publish(mapping, msg, Flags.CONTINUE_TXN)
-        if journal not in self._txn:
-            self._txn[journal] = (msg.new_acknowledgement(journal), framing)
-            # Without an earlier ACK here, a rollback ACKs just below the span (where a sequencer that first
-            # meets this producer puts its last ACK), not below every clock: that would read as a reset.
-            self._last_ack.setdefault(journal, get_clock(msg.get_uuid()) - 1)
-        return fut
+        stamper = self._stamper
+        stamper.update_clock()
+        journal, framing = stamper.route(mapping, msg)
+        with self._cond:
+            stamper.stamp_uncommitted(msg, journal, framing)
+            return self._enqueue(journal, framing.marshal(msg), False)
 
     def commit(self) -> list[Future[AppendResult]]:
         """Queue an ACK_TXN per journal of the open transaction (committing it) and start a new one."""
-        return self._close_txn(rollback=False)
+        with self._cond:
+            return [self._enqueue(i.journal, i.intent, True) for i in self._stamper.commit_intents()]
 
     def rollback(self) -> list[Future[AppendResult]]:
         """Queue ACKs that roll the open transaction back: each carries the producer's previous ACK clock
         in that journal (its last committed message or transaction ACK there; if none, the clock just below
         the transaction's first message there), so the sequencer discards the open span."""
-        return self._close_txn(rollback=True)
-
-    def _close_txn(self, rollback: bool) -> list[Future[AppendResult]]:
-        out = []
         with self._cond:
-            for journal, (ack, framing) in self._txn.items():
-                clock = self._last_ack[journal] if rollback else self.clock.tick()
-                ack.set_uuid(build_uuid(self.producer, clock, Flags.ACK_TXN))
-                if not rollback:
-                    self._last_ack[journal] = clock
-                out.append(self._enqueue(journal, framing.marshal(ack), True))
-            self._txn.clear()
-        return out
-
-    def _publish(self, mapping: MappingFunc, msg: Any, flags: int) -> tuple[str, Future[AppendResult], Framing]:
-        self.clock.update(time.time_ns())
-        journal, framing = route(mapping, msg)
-        with self._cond:
-            clock = self.clock.tick()
-            msg.set_uuid(build_uuid(self.producer, clock, flags))
-            if flags == Flags.OUTSIDE_TXN:
-                # A committed message acknowledges itself: a later rollback ACK must not go below it, or
-                # the sequencer reads a reset (ACK below the last ACK) and exactly-once is lost.
-                self._last_ack[journal] = clock
-            return journal, self._enqueue(journal, framing.marshal(msg), False), framing
+            return [self._enqueue(i.journal, i.intent, True) for i in self._stamper.rollback_intents()]
 
     def _enqueue(self, journal: str, data: bytes, is_ack: bool) -> Future[AppendResult]:
         if self._closed:

@@ -2,8 +2,8 @@
 
 :class:`JournalStore` extends the message layer's journal SPI (``JournalWriter``, ``JournalReader``,
 ``JournalLister``) with what the channel, dispatch and publishing layers need: creating and destroying
-journals, owner/description metadata, batched appends, the end offset, and durable per-group read
-positions kept in the journal's own store.
+journals, owner/description metadata, batched appends, the end offset, durable per-group read
+positions kept in the journal's own store, and which of its errors are transient.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from zcluster.message.journals import AppendResult, JournalError, JournalSpec
+from zcluster.message.errors import JournalError
+from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector
 
 __all__ = [
@@ -99,6 +100,10 @@ class JournalStore(Protocol):
     one), serialised and ordered; offsets are byte offsets starting at 0; readers see exactly the bytes
     appended, in order. Unknown journals raise JournalNotFoundError.
     """
+
+    transient_errors: tuple[type[BaseException], ...]
+    """The errors of this store after which an append may or may not have happened and a retry may
+    succeed (network failures, timeouts): what ``AsyncPublisher`` retries by default."""
 
     def create(self, spec: JournalSpec, metadata: Mapping[str, str] | None = None) -> None:
         """Create an empty journal. JournalExistsError if it exists; ValueError for a bad name or labels."""

@@ -38,13 +38,8 @@ from zcluster.journal.store import (
     validate_journal_name,
     validate_labels,
 )
-from zcluster.message.journals import (
-    AppendResult,
-    JournalError,
-    JournalNotFoundError,
-    JournalSpec,
-    OffsetOutOfRangeError,
-)
+from zcluster.message.errors import JournalError, JournalNotFoundError, OffsetOutOfRangeError
+from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector, parse_selector
 
 __all__ = ["ClaimResult", "RedisJournals", "StreamEntry"]
@@ -107,6 +102,15 @@ class RedisJournals:
     :class:`zcluster.journal.store.JournalStore`. Safe for concurrent use by threads when the client is.
     Redis errors (connection, timeout) propagate as redis-py exceptions.
     """
+
+    transient_errors: tuple[type[BaseException], ...] = (
+        redis.ConnectionError,
+        redis.TimeoutError,
+        ConnectionError,
+        TimeoutError,
+    )
+    """Network failures and timeouts: the command may or may not have run, and retrying an append is safe
+    for read-committed readers (a duplicate is dropped by UUID)."""
 
     def __init__(
         self,

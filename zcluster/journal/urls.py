@@ -1,4 +1,6 @@
-"""Opening a journal store from a URL, so Spark executors can reconnect from a picklable string."""
+"""Opening a journal store from a URL, so Spark executors can reconnect from a picklable string.
+
+Only a Redis URL imports redis-py (file stores work without it loaded)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from zcluster.journal.files import FileJournals
 from zcluster.journal.store import JournalStore
-from zcluster.journal.streams import RedisJournals
+
+__all__ = ["open_store"]
 
 
 def open_store(url: str) -> JournalStore:
@@ -16,6 +19,8 @@ def open_store(url: str) -> JournalStore:
     if parts.scheme in ("", "file"):
         return FileJournals(parts.path or url)
     if parts.scheme in ("redis", "rediss", "redis+cluster"):
+        from zcluster.journal.streams import RedisJournals  # only Redis URLs load a Redis client
+
         query = parse_qs(parts.query)
         prefix = query.pop("prefix", ["zcj:"])[0]
         cluster = parts.scheme == "redis+cluster"

@@ -5,44 +5,56 @@ append it to a journal; readers turn the at-least-once journal contents into exa
 read-committed messages with a Sequencer. UUIDs, framings and mappings are bit-compatible with
 Gazette's ``message`` package, so Python and Go producers and readers interoperate.
 
-Modules: ``uuid`` (UUIDs, Clock, Flags), ``framing`` (content-type registry and framings),
-``labels`` and ``mapping`` (selectors, journal choice), ``envelope`` and ``records`` (messages),
-``journals`` (the journal SPI), ``publisher``, ``sequencer`` and ``readers``.
+Modules: ``errors`` (the layer's errors, under :class:`MessageError`), ``uuid`` (UUIDs, Clock,
+Flags), ``envelope`` (the Message protocol, Envelope), ``framing`` (content-type registry and
+framings), ``records`` (ready-made messages), ``labels`` and ``mapping`` (selectors, journal choice),
+``journals`` (the journal SPI), ``producer`` (UUID stamping and the transaction rules every publisher
+shares), ``publisher``, ``sequencer`` and ``readers``. The package imports nothing of zcluster but
+:mod:`zcluster.errors`, and nothing Redis-specific.
 """
 
 from zcluster.message.envelope import Envelope, Message, Validator
+from zcluster.message.errors import (
+    DecodeError,
+    DesyncError,
+    EmptyPartitionsError,
+    FramingError,
+    JournalError,
+    JournalNotFoundError,
+    MessageError,
+    OffsetOutOfRangeError,
+    ReplayError,
+    ReplayRequiredError,
+    SelectorError,
+    SequencerError,
+    UnexpectedEndError,
+    UnknownContentTypeError,
+)
 from zcluster.message.framing import (
     CONTENT_TYPE_CSV,
     CONTENT_TYPE_NDJSON,
     CONTENT_TYPE_PROTO_FIXED,
     CsvFraming,
-    DecodeError,
+    DecodeFunc,
     Decoder,
-    DesyncError,
     FixedFraming,
     Frame,
     Framing,
-    FramingError,
     JsonFraming,
-    UnexpectedEndError,
-    UnknownContentTypeError,
     framing_for,
+    register_default_decode,
     register_framing,
 )
 from zcluster.message.journals import (
     AppendResult,
     InMemoryJournals,
-    JournalError,
     JournalLister,
-    JournalNotFoundError,
     JournalReader,
     JournalSpec,
     JournalWriter,
-    OffsetOutOfRangeError,
 )
-from zcluster.message.labels import LabelSelector, SelectorError, parse_selector
+from zcluster.message.labels import LabelSelector, parse_selector
 from zcluster.message.mapping import (
-    EmptyPartitionsError,
     MappingFunc,
     PartitionsFunc,
     fnv1a32,
@@ -51,18 +63,16 @@ from zcluster.message.mapping import (
     random_mapping,
     rendezvous_mapping,
 )
-from zcluster.message.publisher import AckIntent, Publisher
+from zcluster.message.producer import AckIntent, Producer
+from zcluster.message.publisher import Publisher
 from zcluster.message.readers import ReadCommittedIter, ReadUncommittedIter
 from zcluster.message.records import CsvRecord, JsonMessage
 from zcluster.message.sequencer import (
     Checkpoint,
     ProducerState,
     QueueOutcome,
-    ReplayError,
     ReplayRange,
-    ReplayRequiredError,
     Sequencer,
-    SequencerError,
 )
 from zcluster.message.uuid import (
     ZERO_UUID,
@@ -72,6 +82,7 @@ from zcluster.message.uuid import (
     build_uuid,
     clock_from_datetime,
     clock_from_unix_ns,
+    clock_span,
     clock_to_datetime,
     clock_to_unix_ns,
     format_uuid,
@@ -94,6 +105,7 @@ __all__ = [
     "CsvFraming",
     "CsvRecord",
     "DecodeError",
+    "DecodeFunc",
     "Decoder",
     "DesyncError",
     "EmptyPartitionsError",
@@ -115,8 +127,10 @@ __all__ = [
     "LabelSelector",
     "MappingFunc",
     "Message",
+    "MessageError",
     "OffsetOutOfRangeError",
     "PartitionsFunc",
+    "Producer",
     "ProducerID",
     "ProducerState",
     "Publisher",
@@ -135,6 +149,7 @@ __all__ = [
     "build_uuid",
     "clock_from_datetime",
     "clock_from_unix_ns",
+    "clock_span",
     "clock_to_datetime",
     "clock_to_unix_ns",
     "fnv1a32",
@@ -149,6 +164,7 @@ __all__ = [
     "parse_uuid",
     "partitions_from",
     "random_mapping",
+    "register_default_decode",
     "register_framing",
     "rendezvous_mapping",
 ]

@@ -1,7 +1,7 @@
 """Messages and envelopes.
 
-A message is any object with a UUID; the layer asks nothing else of it, except that a Publisher
-needs ``set_uuid`` and ``new_acknowledgement`` and calls ``validate()`` when a message has one. An
+A message is any object with a UUID; the layer asks nothing else of it, except that publishing (the
+Producer) needs ``set_uuid`` and ``new_acknowledgement`` and calls ``validate()`` when a message has one. An
 Envelope is a message read from a journal: where it came from (journal and byte range) plus its
 16-byte UUID, taken once from the message so sequencing never calls back into message code.
 """
@@ -43,6 +43,9 @@ class Envelope:
     Envelopes compare equal when all five fields are equal. `is_ack` tells applications which
     delivered envelopes are ACK_TXN messages (delivered by read-committed readers, as in Gazette,
     and usually skipped by applications).
+
+    `message` is typed Any on purpose: it is whatever the reader's decode function built (a
+    :class:`Message` when the UUID is read from it), and applications use it as their own class.
     """
 
     __slots__ = ("begin", "end", "journal", "message", "uuid")

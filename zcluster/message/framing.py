@@ -3,7 +3,9 @@
 Each Framing marshals one message into one frame, and makes incremental Decoders that split a byte
 stream (fed in chunks that may cut frames anywhere) into frames. A decoded frame carries its exact
 byte range and a *record*: the parsed JSON value (ndjson), the list of fields (csv) or the payload
-bytes (protobuf-fixed). Turning records into message objects is the reader's job.
+bytes (protobuf-fixed). Turning records into message objects is the reader's job, with a decode
+function it is given or the framing's default one (registered by :mod:`zcluster.message.records`, which
+sits above this module, for ndjson and csv).
 
 Malformed input never loses what follows it. Decoders report problems as FramingError values, in
 stream order among the frames, each naming the byte range it covers:
@@ -23,7 +25,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
-from zcluster.message.records import CsvRecord, JsonMessage
+from zcluster.message.envelope import Message
+from zcluster.message.errors import (
+    DecodeError,
+    DesyncError,
+    FramingError,
+    UnexpectedEndError,
+    UnknownContentTypeError,
+)
 
 __all__ = [
     "CONTENT_TYPE_CSV",
@@ -33,6 +42,7 @@ __all__ = [
     "FIXED_FRAME_WORD",
     "CsvFraming",
     "DecodeError",
+    "DecodeFunc",
     "Decoder",
     "DesyncError",
     "FixedFraming",
@@ -43,6 +53,7 @@ __all__ = [
     "UnexpectedEndError",
     "UnknownContentTypeError",
     "framing_for",
+    "register_default_decode",
     "register_framing",
 ]
 
@@ -54,36 +65,14 @@ FIXED_FRAME_WORD = b"\x66\x33\x93\x36"
 FIXED_FRAME_HEADER_LENGTH = 8  # Magic word, then a 4-byte little-endian payload length.
 
 
+DecodeFunc = Callable[[Any], Message]
+"""Turns a framing's record into a message (e.g. ``JsonMessage.from_json``)."""
+
+
 class Frame(NamedTuple):
     begin: int  # Stream offset of the frame's first byte.
     end: int  # Stream offset just past its last byte.
     record: Any  # Framing-specific content: JSON value, list of CSV fields, or payload bytes.
-
-
-class FramingError(Exception):
-    """Bytes [begin, end) of the stream could not be decoded into a frame."""
-
-    def __init__(self, begin: int, end: int, reason: str) -> None:
-        super().__init__(f"{reason} (bytes {begin}..{end})")
-        self.begin = begin
-        self.end = end
-        self.reason = reason
-
-
-class DecodeError(FramingError):
-    """A complete frame whose content is malformed; exactly that frame was consumed."""
-
-
-class DesyncError(FramingError):
-    """Bytes that are not a frame were skipped, up to the next frame boundary."""
-
-
-class UnexpectedEndError(FramingError):
-    """The stream ended in the middle of a frame."""
-
-
-class UnknownContentTypeError(LookupError):
-    """No Framing is registered for a content type."""
 
 
 Decoded = Frame | FramingError
@@ -125,12 +114,13 @@ class Framing(ABC):
 
     content_type: ClassVar[str]
 
-    def default_decode(self) -> Callable[[Any], Any] | None:
-        """The record-to-message function readers use when given none (None: they must be given one)."""
-        return None
+    def default_decode(self) -> DecodeFunc | None:
+        """The record-to-message function readers use when given none (None: they must be given one):
+        the one registered for this content type with :func:`register_default_decode`."""
+        return _default_decoders.get(self.content_type)
 
     @abstractmethod
-    def marshal(self, msg: Any) -> bytes:
+    def marshal(self, msg: Message) -> bytes:
         """Return `msg` as exactly one frame. Raises TypeError if `msg` lacks this framing's method."""
 
     @abstractmethod
@@ -185,10 +175,7 @@ class JsonFraming(Framing):
 
     content_type = CONTENT_TYPE_NDJSON
 
-    def default_decode(self) -> Callable[[Any], Any] | None:
-        return JsonMessage.from_json
-
-    def marshal(self, msg: Any) -> bytes:
+    def marshal(self, msg: Message) -> bytes:
         to_json = getattr(msg, "to_json", None)
         if to_json is None:
             raise TypeError(f"{msg!r} is not JSON-frameable (no to_json method)")
@@ -243,10 +230,7 @@ class CsvFraming(Framing):
 
     content_type = CONTENT_TYPE_CSV
 
-    def default_decode(self) -> Callable[[Any], Any] | None:
-        return CsvRecord.from_csv
-
-    def marshal(self, msg: Any) -> bytes:
+    def marshal(self, msg: Message) -> bytes:
         to_csv = getattr(msg, "to_csv", None)
         if to_csv is None:
             raise TypeError(f"{msg!r} is not CSV-frameable (no to_csv method)")
@@ -313,7 +297,7 @@ class FixedFraming(Framing):
 
     content_type = CONTENT_TYPE_PROTO_FIXED
 
-    def marshal(self, msg: Any) -> bytes:
+    def marshal(self, msg: Message) -> bytes:
         to_bytes = getattr(msg, "to_bytes", None)
         if to_bytes is None:
             raise TypeError(f"{msg!r} is not fixed-frameable (no to_bytes method)")
@@ -327,11 +311,19 @@ class FixedFraming(Framing):
 
 
 _registry: dict[str, Framing] = {}
+_default_decoders: dict[str, DecodeFunc] = {}
 
 
 def register_framing(framing: Framing) -> None:
     """Register `framing` under its content type, replacing any earlier one."""
     _registry[framing.content_type] = framing
+
+
+def register_default_decode(content_type: str, decode: DecodeFunc) -> None:
+    """Make `decode` the default record-to-message function of `content_type`'s framing, replacing any
+    earlier one. :mod:`zcluster.message.records` registers ``JsonMessage.from_json`` (ndjson) and
+    ``CsvRecord.from_csv`` (csv) when imported, which importing any module of the package does."""
+    _default_decoders[content_type] = decode
 
 
 def framing_for(content_type: str) -> Framing:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from zcluster.message.errors import JournalError, JournalNotFoundError, OffsetOutOfRangeError
 from zcluster.message.labels import LabelSelector, parse_selector
 
 __all__ = [
@@ -39,18 +40,6 @@ class JournalSpec:
 class AppendResult(NamedTuple):
     begin: int  # byte offset where the appended bytes start
     end: int  # byte offset just past them
-
-
-class JournalError(Exception):
-    """Base class of errors raised by journal implementations."""
-
-
-class JournalNotFoundError(JournalError, LookupError):
-    """The named journal does not exist."""
-
-
-class OffsetOutOfRangeError(JournalError, ValueError):
-    """A read offset is negative or beyond the journal's current end."""
 
 
 class JournalWriter(Protocol):

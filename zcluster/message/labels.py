@@ -17,11 +17,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from zcluster.message.errors import SelectorError
+
 __all__ = ["LabelSelector", "SelectorError", "parse_selector"]
-
-
-class SelectorError(ValueError):
-    """A selector string is malformed. The message names the offending position and text."""
 
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._/-]*"

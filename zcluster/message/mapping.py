@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from zcluster.message.envelope import Message
+from zcluster.message.errors import EmptyPartitionsError, SelectorError
 from zcluster.message.journals import JournalLister, JournalSpec
-from zcluster.message.labels import LabelSelector, SelectorError, parse_selector
+from zcluster.message.labels import LabelSelector, parse_selector
 
 __all__ = [
     "EmptyPartitionsError",
@@ -32,21 +34,20 @@ __all__ = [
     "rendezvous_mapping",
 ]
 
-MappingFunc = Callable[[Any], tuple[str, str]]
-"""Maps a message to (journal name, content type of that journal)."""
-
 PartitionsFunc = Callable[[], Sequence[JournalSpec]]
 """Returns the current candidate journals, in a stable order."""
+
+# MappingFunc and KeyFunc take Any, not Message, on purpose: publishers call them with Messages, but a
+# user's mapping or key function is typed for its own message class (``def key(m: Order) -> str``), which
+# a Callable[[Message], ...] would reject (callables are contravariant in their parameters).
+MappingFunc = Callable[[Any], tuple[str, str]]
+"""Maps a message to (journal name, content type of that journal)."""
 
 KeyFunc = Callable[[Any], bytes | str]
 """Extracts a message's mapping key; str keys are hashed as their UTF-8 bytes."""
 
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
-
-
-class EmptyPartitionsError(LookupError):
-    """No journal currently matches the mapping's partitions (Gazette: ErrEmptyListResponse)."""
 
 
 def fnv1a32(data: bytes | str) -> int:
@@ -69,7 +70,7 @@ def _require(parts: Sequence[JournalSpec]) -> None:
 def random_mapping(partitions: PartitionsFunc) -> MappingFunc:
     """Map each message to a uniformly random partition."""
 
-    def mapping(msg: Any) -> tuple[str, str]:
+    def mapping(msg: Message) -> tuple[str, str]:
         parts = partitions()
         _require(parts)
         spec = parts[random.randrange(len(parts))]
@@ -84,7 +85,7 @@ def modulo_mapping(key: KeyFunc, partitions: PartitionsFunc) -> MappingFunc:
     Stable while the partition list is unchanged; most keys move when it changes size.
     """
 
-    def mapping(msg: Any) -> tuple[str, str]:
+    def mapping(msg: Message) -> tuple[str, str]:
         parts = partitions()
         _require(parts)
         spec = parts[fnv1a32(key(msg)) % len(parts)]
@@ -102,7 +103,7 @@ def rendezvous_mapping(key: KeyFunc, partitions: PartitionsFunc) -> MappingFunc:
     lock = threading.Lock()
     cache: list[Any] = [None, []]  # [last partitions object, its name hashes]
 
-    def mapping(msg: Any) -> tuple[str, str]:
+    def mapping(msg: Message) -> tuple[str, str]:
         parts = partitions()
         with lock:
             if cache[0] is not parts:

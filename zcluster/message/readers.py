@@ -9,18 +9,15 @@ calling ``next()`` again continues after the bad bytes.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from zcluster.message.envelope import Envelope
-from zcluster.message.framing import Decoded, DecodeError, FramingError, framing_for
+from zcluster.message.errors import DecodeError, FramingError
+from zcluster.message.framing import Decoded, DecodeFunc, framing_for
 from zcluster.message.journals import JournalReader, JournalSpec
 from zcluster.message.sequencer import QueueOutcome, Sequencer
 
-__all__ = ["ReadCommittedIter", "ReadUncommittedIter"]
-
-DecodeFunc = Callable[[Any], Any]
-"""Turns a framing's record into a message (e.g. JsonMessage.from_json)."""
+__all__ = ["DecodeFunc", "ReadCommittedIter", "ReadUncommittedIter"]
 
 
 class ReadUncommittedIter:

@@ -6,6 +6,9 @@
 
 Binary framings (protobuf-fixed) carry application-defined payloads; applications provide their
 own message class implementing ``get_uuid``/``set_uuid``/``new_acknowledgement`` and ``to_bytes``.
+
+Importing this module registers ``JsonMessage.from_json`` and ``CsvRecord.from_csv`` as the default
+decode functions of their framings (readers given no ``decode`` use them).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from zcluster.message.framing import CONTENT_TYPE_CSV, CONTENT_TYPE_NDJSON, register_default_decode
 from zcluster.message.uuid import ZERO_UUID, format_uuid, parse_uuid
 
 __all__ = ["CsvRecord", "JsonMessage"]
@@ -112,3 +116,7 @@ class CsvRecord:
 
     def __repr__(self) -> str:
         return f"CsvRecord({self.fields!r})"
+
+
+register_default_decode(CONTENT_TYPE_NDJSON, JsonMessage.from_json)
+register_default_decode(CONTENT_TYPE_CSV, CsvRecord.from_csv)

@@ -27,6 +27,9 @@ oldest entry, ``replay_range()`` names the exact journal byte range to read agai
 ``checkpoint()`` returns journal offsets and producer states from which a new Sequencer continues
 exactly where this one is: offsets never pass a commit whose span is not fully dequeued, and the
 states make duplicates on both sides of the checkpoint recognisable.
+
+Why this module is long: it is one state machine (Gazette's), whose outcome table, ring and replay share
+private state; split up, each part would reach into the others' internals.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from zcluster.message.envelope import Envelope
-from zcluster.message.uuid import ProducerID, format_uuid
+from zcluster.message.errors import ReplayError, ReplayRequiredError, SequencerError
+from zcluster.message.uuid import ProducerID, clock_span, format_uuid
 
 __all__ = [
     "Checkpoint",
@@ -106,19 +110,6 @@ class ReplayRange(NamedTuple):
     journal: str
     begin: int
     end: int
-
-
-class SequencerError(Exception):
-    """The Sequencer was used out of order (a programming error in the caller)."""
-
-
-class ReplayRequiredError(SequencerError):
-    """``step()`` was called after ACK_COMMIT_REPLAY without ``start_replay()``."""
-
-
-class ReplayError(Exception):
-    """The replay iterator failed or yielded an envelope outside the requested range.
-    The Sequencer is unchanged by the bad envelope; the caller may start a correct replay."""
 
 
 class _Partial:
@@ -375,7 +366,7 @@ class Sequencer:
         for p in self._partials.values():
             if p.min_clock > horizon.get(p.journal, 0):
                 horizon[p.journal] = p.min_clock
-        units = round(prune_horizon * 10_000_000) << 4 if prune_horizon > 0 else None
+        units = clock_span(prune_horizon) if prune_horizon > 0 else None
         states: list[ProducerState] = []
         for key, p in list(self._partials.items()):
             bound = 0 if units is None else max(0, horizon.get(p.journal, 0) - units)

@@ -36,6 +36,7 @@ __all__ = [
     "build_uuid",
     "clock_from_datetime",
     "clock_from_unix_ns",
+    "clock_span",
     "clock_to_datetime",
     "clock_to_unix_ns",
     "format_uuid",
@@ -156,6 +157,17 @@ def clock_from_unix_ns(ns: int) -> int:
     if not 0 <= ts < (1 << 60):
         raise ValueError(f"unix time {ns} ns is outside the RFC 4122 timestamp range")
     return ts << 4
+
+
+def clock_span(seconds: float) -> int:
+    """Return the Clock difference covering `seconds` (rounded to 100 ns; the counter bits are zero).
+
+    ``clock_from_unix_ns(t) - clock_span(s)`` is the clock `s` seconds before `t`, e.g. a prune horizon.
+    Raises ValueError for a negative or non-finite number of seconds.
+    """
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"a clock span needs a finite, non-negative number of seconds, not {seconds!r}")
+    return round(seconds * 10_000_000) << 4
 
 
 def clock_to_unix_ns(clock: int) -> int:

@@ -34,9 +34,8 @@ def _config(options: dict[str, str]) -> ClusterConfig:
     extra: dict[str, Any] = {"prefix": options.get("prefix", "zc:")}
     if options.get("max_size"):
         extra["max_size"] = int(options["max_size"])
-    if options.get("cluster_url"):  # a seed node's redis:// or rediss:// URL
-        scheme, _, rest = options["cluster_url"].partition("://")
-        return ClusterConfig.of(f"{scheme.removesuffix('+cluster')}+cluster://{rest}", **extra)
+    if options.get("cluster_url"):  # a seed node's URL
+        return ClusterConfig.of(options["cluster_url"], cluster=True, **extra)
     urls = [u.strip() for u in options.get("urls", "").split(",") if u.strip()]
     if not urls:
         raise ConfigError("the zcluster data source needs the 'urls' or 'cluster_url' option")

@@ -1,9 +1,13 @@
 """Channels: the message-stream operations of Milvus' MsgStream/RocksMQ over journals of either backend.
 
 A channel is a journal labelled with a ``topic``; its ``owner`` and ``description`` live in the journal's
-metadata. Producing stamps each message with a UUID (OUTSIDE_TXN, this object's producer id, a clock
-raised to wall time) so read-committed readers can drop duplicates, frames it by the channel's content
-type, and appends each channel's share of a batch in one atomic append.
+metadata. Producing validates each message (if it has ``validate()``), stamps it with a UUID through the
+message layer's :class:`~zcluster.message.producer.Producer` (OUTSIDE_TXN, this object's producer id, a
+clock raised to wall time unless the caller gives one) so read-committed readers can drop duplicates,
+frames it by the channel's content type, and appends each channel's share of a batch in one atomic
+append. Stamping and appending hold the channels' locks, so concurrent produce calls keep this
+producer's clocks in each channel's order (a read-committed reader would drop a message whose clock is
+not above its producer's previous one in that channel).
 
 Consumer groups here are per-channel read positions (byte offsets), as in RocksMQ: ``consume`` delivers
 messages after the group's delivery cursor; only ``ack`` moves the durable position (stored in the
@@ -17,24 +21,22 @@ per partition; for competing consumers of one stream use RedisJournals' native g
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from zcluster.journal.store import CONTENT_TYPE_LABEL, JournalStore, validate_group
-from zcluster.message.envelope import Envelope
-from zcluster.message.framing import CONTENT_TYPE_NDJSON, FramingError, framing_for
-from zcluster.message.journals import AppendResult, JournalSpec, OffsetOutOfRangeError
+from zcluster.message.envelope import Envelope, Message
+from zcluster.message.errors import FramingError, OffsetOutOfRangeError
+from zcluster.message.framing import CONTENT_TYPE_NDJSON, DecodeFunc, Framing, framing_for
+from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.mapping import MappingFunc
+from zcluster.message.producer import Producer, validate
 from zcluster.message.readers import ReadUncommittedIter
-from zcluster.message.uuid import Clock, Flags, ProducerID, build_uuid, new_producer_id
+from zcluster.message.uuid import Clock, ProducerID
 
 __all__ = ["TOPIC_LABEL", "ChannelInfo", "Channels"]
 
 TOPIC_LABEL = "topic"
-
-DecodeFunc = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,8 @@ class Channels:
     """Channel operations over `store` (FileJournals or RedisJournals).
 
     `decode` turns framing records into messages (default: the framing's own, e.g. JsonMessage).
-    Safe for concurrent use by threads.
+    `producer` (6 bytes) and `clock` are the Producer's (without a clock, an internal one follows wall
+    time; a caller's clock is only ticked). Safe for concurrent use by threads.
     """
 
     def __init__(
@@ -67,11 +70,18 @@ class Channels:
     ) -> None:
         self.store = store
         self._decode = decode
-        self.producer = ProducerID(producer) if producer is not None else new_producer_id()
-        self.clock = clock or Clock()
+        self._stamper = Producer(clock, producer)
         self._lock = threading.Lock()
         self._cursors: dict[tuple[str, str], int] = {}  # (group, channel) -> next offset to deliver
         self._specs: dict[str, JournalSpec] = {}
+
+    @property
+    def producer(self) -> ProducerID:
+        return self._stamper.id
+
+    @property
+    def clock(self) -> Clock:
+        return self._stamper.clock
 
     # -- management ----------------------------------------------------------------------------------
 
@@ -135,35 +145,40 @@ class Channels:
 
     # -- producing -----------------------------------------------------------------------------------
 
-    def _stamp(self, msg: Any) -> None:
-        msg.set_uuid(build_uuid(self.producer, self.clock.tick(), Flags.OUTSIDE_TXN))
-
-    def produce(self, messages: Sequence[Any], mapping: MappingFunc) -> list[AppendResult]:
-        """Stamp, map and frame `messages`, then append each channel's messages in one atomic append.
+    def produce(self, messages: Sequence[Message], mapping: MappingFunc) -> list[AppendResult]:
+        """Validate, map, stamp and frame `messages`, then append each channel's messages in one atomic append.
 
         Returns each message's byte range, in input order. Messages of one channel keep their input
         order; appends to different channels are independent (one can fail after another succeeded).
+        Nothing is appended if a message fails ``validate()``, its mapping or its framing.
         """
-        self.clock.update(time.time_ns())
+        stamper = self._stamper
+        stamper.update_clock()
+        routes = [stamper.route(mapping, msg) for msg in messages]
         by_channel: dict[str, list[tuple[int, bytes]]] = {}
-        for i, msg in enumerate(messages):
-            name, content_type = mapping(msg)
-            self._stamp(msg)
-            by_channel.setdefault(name, []).append((i, framing_for(content_type).marshal(msg)))
         out: list[AppendResult | None] = [None] * len(messages)
-        for name, items in by_channel.items():
-            for (i, _), r in zip(items, self.store.append_many(name, [d for _, d in items]), strict=True):
-                out[i] = r
+        with stamper.hold(name for name, _ in routes):
+            for i, (msg, (name, framing)) in enumerate(zip(messages, routes, strict=True)):
+                stamper.stamp_committed(msg, name)
+                by_channel.setdefault(name, []).append((i, framing.marshal(msg)))
+            for name, items in by_channel.items():
+                for (i, _), r in zip(items, self.store.append_many(name, [d for _, d in items]), strict=True):
+                    out[i] = r
         return [r for r in out if r is not None]
 
-    def broadcast(self, message: Any, topic: str) -> dict[str, AppendResult]:
-        """Append `message` (one UUID) to every channel of `topic`; return where it landed in each."""
-        self.clock.update(time.time_ns())
-        self._stamp(message)
+    def broadcast(self, message: Message, topic: str) -> dict[str, AppendResult]:
+        """Validate `message`, stamp it once and append it to every channel of `topic`; return where it
+        landed in each."""
+        validate(message)
+        stamper = self._stamper
+        stamper.update_clock()
+        names = self.channels(topic)
+        framings: dict[str, Framing] = {n: framing_for(self._spec(n).labels[CONTENT_TYPE_LABEL]) for n in names}
         out = {}
-        for name in self.channels(topic):
-            data = framing_for(self._spec(name).labels[CONTENT_TYPE_LABEL]).marshal(message)
-            out[name] = self.store.append(name, data)
+        with stamper.hold(names):
+            stamper.stamp_committed(message, *names)
+            for name in names:
+                out[name] = self.store.append(name, framings[name].marshal(message))
         return out
 
     # -- consuming -----------------------------------------------------------------------------------

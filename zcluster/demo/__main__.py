@@ -5,8 +5,9 @@ temporary directory, publishes timeline events from several producers (committed
 transactions, rolled-back transactions, one transaction left open across micro-batches, duplicated
 appends), runs a PySpark Structured Streaming query with :class:`zcluster.spark.ZClusterSink` twice from
 one checkpoint, and compares what the cluster holds with what exactly-once delivery must produce.
-``--url`` (repeatable) or ``--cluster-url`` point it at real Redis servers or a Redis Cluster instead.
-Exits non-zero if the state differs from the model.
+``--url`` (repeatable) or ``--cluster-url`` point it at real Redis servers or a Redis Cluster instead
+(parsed by :class:`zcluster.ClusterConfig`, as everywhere). Exits non-zero if the state differs from the
+model. Needs the ``spark`` and ``cli`` extras.
 """
 
 from __future__ import annotations
@@ -23,19 +24,21 @@ from rich.console import Console
 from rich.table import Table
 
 from zcluster.cluster import Cluster
+from zcluster.config import ClusterConfig
+from zcluster.errors import ConfigError
 from zcluster.journal.files import FileJournals
 from zcluster.journal.publishing import AsyncPublisher
-from zcluster.local import LocalShards, find_server_binary, server_version
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
+from zcluster.testing.servers import LocalShards, find_server_binary, server_version
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 from zcluster.types import KeyMember
 
 
-def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, workdir: Path, messages: int) -> bool:
-    from zcluster.spark import ZClusterSink, local_session, run_available_now
-    from zcluster.traffic import Traffic, create_journals, publish, timeline_mapper
+def demo(console: Console, config: ClusterConfig, cluster: Cluster, workdir: Path, messages: int) -> bool:
+    from zcluster.spark import ZClusterSink, local_session, run_available_now  # PySpark: only when it runs
 
     journals_url = f"file://{workdir / 'journals'}"
     store = FileJournals(workdir / "journals")
@@ -44,10 +47,7 @@ def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, wor
     traffic = Traffic(names)
     specs = [JournalSpec(n, {"content-type": CONTENT_TYPE_NDJSON}) for n in names]
     mapping = modulo_mapping(lambda m: m.doc["user"], lambda: specs)
-    prefix = cluster.layout.prefix.decode()
-    sink = ZClusterSink(
-        cluster_where, timeline_mapper, f"demo-{int(time.time())}", journals=journals_url, prefix=prefix
-    )
+    sink = ZClusterSink(config, timeline_mapper, f"demo-{int(time.time())}", journals=journals_url)
     long_txn = AsyncPublisher(store)
     with console.status("starting Spark (local[2])"):
         spark = local_session("local[2]")
@@ -81,7 +81,7 @@ def demo(console: Console, cluster_where: str | list[str], cluster: Cluster, wor
     return report(console, cluster, traffic, sink)
 
 
-def report(console: Console, cluster: Cluster, traffic: Any, sink: Any) -> bool:
+def report(console: Console, cluster: Cluster, traffic: Traffic, sink: Any) -> bool:
     expected = traffic.expected()
     got = cluster.select(list(expected), limit=1_000_000)
     matching = sum([(t.member, t.score) for t in got[k]] == v for k, v in expected.items())
@@ -124,6 +124,17 @@ def report(console: Console, cluster: Cluster, traffic: Any, sink: Any) -> bool:
     return ok
 
 
+def _config(urls: tuple[str, ...], cluster_url: str | None, prefix: str) -> ClusterConfig:
+    """The config of a ``--cluster-url`` seed (``redis://`` or ``redis+cluster://``; it wins) or ``--url``
+    shards; a URL the library refuses is a usage error (its message names the URL without password)."""
+    try:
+        if not cluster_url:
+            return ClusterConfig.of(list(urls), prefix=prefix)
+        return ClusterConfig.of(cluster_url, cluster=True, prefix=prefix)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.command()
 @click.option("--url", "urls", multiple=True, help="Standalone shard URL (repeatable); default: start local ones.")
 @click.option("--cluster-url", help="Seed node of a Redis Cluster instead of standalone shards.")
@@ -137,19 +148,16 @@ def main(urls: tuple[str, ...], cluster_url: str | None, messages: int, workdir:
     prefix = f"demo{int(time.time())}:"
     work = workdir or Path(tempfile.mkdtemp(prefix="zcluster-demo-"))
     if cluster_url or urls:
-        where: str | list[str] = f"redis+cluster://{cluster_url.split('://', 1)[1]}" if cluster_url else list(urls)
-        cluster = (
-            Cluster.from_cluster_url(cluster_url, prefix=prefix)
-            if cluster_url
-            else Cluster.from_urls(list(urls), prefix=prefix)
-        )
-        with cluster:
-            ok = demo(console, where, cluster, work, messages)
+        config = _config(urls, cluster_url, prefix)
+        with config.open() as cluster:
+            ok = demo(console, config, cluster, work, messages)
     else:
         binary = find_server_binary()
         console.print(f"starting 2 local shards: {server_version(binary).split(' sha=')[0]}")
-        with LocalShards(2, binary=binary) as local, Cluster.from_urls(local.urls, prefix=prefix) as cluster:
-            ok = demo(console, local.urls, cluster, work, messages)
+        with LocalShards(2, binary=binary) as local:
+            config = ClusterConfig.of(local.urls, prefix=prefix)
+            with config.open() as cluster:
+                ok = demo(console, config, cluster, work, messages)
     console.print(f"done in {time.perf_counter() - started:.0f}s (journals and checkpoint in {work})")
     sys.exit(0 if ok else 1)
 

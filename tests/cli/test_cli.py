@@ -5,50 +5,17 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_helpers import doc, fails, ok, rows, run
 from rich.console import Console
 
 from zcluster import Cluster, Cursor, KeyMember, KeyScoreMember
-from zcluster.cli import cli
-from zcluster.cli_output import console as plain_console
-from zcluster.local import LocalRedisCluster, LocalShards, free_port
-
-
-def run(args: Sequence[str], input: str | bytes | None = None, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), input=input, env=env)
-
-
-def ok(args: Sequence[str], **kw: Any) -> Result:
-    """Run and require success; the failure message shows stderr."""
-    result = run(args, **kw)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr, result.exception)
-    return result
-
-
-def fails(args: Sequence[str], code: int = 1, **kw: Any) -> Result:
-    """Run and require a clean failure: the exit code, an ``Error:`` line, no traceback."""
-    result = run(args, **kw)
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Error:" in result.stderr
-    assert "Traceback" not in result.output
-    return result
-
-
-def doc(args: Sequence[str], **kw: Any) -> Any:
-    """Run with --json and parse stdout, which must be exactly one JSON document."""
-    return json.loads(ok([*args, "--json"], **kw).stdout)
-
-
-def rows(result: Result) -> list[list[str]]:
-    """Whitespace-split lines of a human table."""
-    return [line.split() for line in result.stdout.splitlines()]
+from zcluster.cli.output import console as plain_console
+from zcluster.testing import LocalRedisCluster, LocalShards, free_port
 
 
 def b64(raw: bytes) -> dict[str, str]:
@@ -220,7 +187,7 @@ def test_keys_progress_on_a_terminal(shards: LocalShards, prefix: str, monkeypat
     def fake_console(stderr: bool = False) -> Console:
         return Console(file=stream, force_terminal=True, width=100) if stderr else plain_console(stderr)
 
-    monkeypatch.setattr("zcluster.cli.console", fake_console)
+    monkeypatch.setattr("zcluster.cli.reads.console", fake_console)
     args = [*(a for u in shards.urls for a in ("--url", u)), "--prefix", prefix]
     ok([*args, "insert", "x", "1", "m"])
     assert ok([*args, "keys"]).stdout.split() == ["x"]
@@ -233,8 +200,8 @@ def test_info(conn: Conn) -> None:
     ok(conn("delete", "i4", "1", "m"))
     info = doc(conn("info"))
     shards = info["shards"]
-    assert len(shards) == len(conn.cluster.topology.masters())
-    assert {s["shard"] for s in shards} == {s.name for s in conn.cluster.topology.masters()}
+    assert len(shards) == len(conn.cluster.shards)
+    assert {s["shard"] for s in shards} == set(conn.cluster.shards)
     assert sum(s["keys"] for s in shards) == 3
     assert sum(s["removed_only"] for s in shards) == 1
     for s in shards:
@@ -290,7 +257,8 @@ def test_usage_errors(shards: LocalShards, redis_cluster: LocalRedisCluster, pre
     both = fails(["--url", shards.urls[0], "--cluster-url", redis_cluster.url, "keys"], code=2)
     assert "not both" in both.stderr
     assert "--routing" in fails(["--cluster-url", redis_cluster.url, "--routing", "roshi", "keys"], code=2).stderr
-    assert "braces" in fails(["--url", shards.urls[0], "--prefix", "a{b", "keys"]).stderr
+    # A prefix the library refuses (ConfigError) is a usage error, as a bad URL is.
+    assert "braces" in fails(["--url", shards.urls[0], "--prefix", "a{b", "keys"], code=2).stderr
     assert "must not be empty" in fails([*args, "insert", "", "1", "m"]).stderr  # the library's check
 
 

@@ -22,6 +22,7 @@ import enum
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from zcluster.errors import ZClusterError
 from zcluster.message.envelope import Envelope
 from zcluster.message.uuid import ZERO_UUID, format_uuid, parse_uuid
 
@@ -54,7 +55,7 @@ class Kind:
         return f"{self.group}/{self.name}"
 
 
-class UndecodableMessageError(ValueError):
+class UndecodableMessageError(ZClusterError, ValueError):
     """A message could not be turned into its registered type; `envelope` is the message as read."""
 
     def __init__(self, envelope: Envelope, reason: str) -> None:
@@ -81,10 +82,6 @@ class TypedMessage:
         self.body = body
         self.uuid = uuid
         self.error = error
-
-    @property
-    def is_typed(self) -> bool:
-        return self.kind is not None
 
     def get_uuid(self) -> bytes:
         return self.uuid
@@ -151,7 +148,7 @@ class KindRegistry:
         self.register(group, name or cls.__name__, cls, category)
         return cls
 
-    def kind_of(self, obj_or_cls: Any) -> Kind:
+    def kind_of(self, obj_or_cls: object) -> Kind:
         """The kind of a registered type or of an instance of one; LookupError otherwise."""
         cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
         try:

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from zcluster.journal import (
+from zcluster.channels import (
     Channels,
     Context,
     Dispatcher,
-    JournalStore,
     KindRegistry,
     NoHandlerError,
     TypedReader,
@@ -21,6 +20,7 @@ from zcluster.journal import (
     UnknownKindError,
     WorkerPool,
 )
+from zcluster.journal import JournalStore
 from zcluster.message import JsonMessage, ReadUncommittedIter
 
 NDJSON = "application/x-ndjson"

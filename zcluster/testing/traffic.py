@@ -18,7 +18,9 @@ from zcluster.message.framing import CONTENT_TYPE_NDJSON, framing_for
 from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
-from zcluster.spark.sink import Delete, Insert
+from zcluster.types import Delete, Insert
+
+__all__ = ["Traffic", "create_journals", "publish", "timeline_mapper"]
 
 
 def timeline_mapper(message: Any) -> list[Insert | Delete]:

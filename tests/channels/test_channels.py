@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
-from journal_helpers import run_proc
+from channel_helpers import run_proc
 
-from zcluster.journal import Channels, FileJournals, JournalStore, RedisJournals
+from zcluster.channels import Channels
+from zcluster.journal import FileJournals, JournalStore, RedisJournals
 from zcluster.message import (
     JsonMessage,
     OffsetOutOfRangeError,
+    ReadCommittedIter,
+    ReadUncommittedIter,
+    Sequencer,
     get_clock,
     modulo_mapping,
     partitions_from,
@@ -56,6 +61,52 @@ def test_produce_by_mapping_and_broadcast(store: JournalStore) -> None:
     where = ch.broadcast(JsonMessage({"i": -1}), "t")
     assert sorted(where) == names
     assert all(ids(ch.consume("g", n, 100)) == [-1] for n in names)
+
+
+class Checked(JsonMessage):
+    """A message that must not be published when its doc says ``bad``."""
+
+    def validate(self) -> None:
+        if self.doc.get("bad"):
+            raise ValueError("bad message")
+
+
+def test_produce_and_broadcast_validate_messages_before_appending_any(store: JournalStore) -> None:
+    ch = Channels(store)
+    ch.create_channels(["c/0", "c/1"], topic="t")
+    to_c0 = lambda m: ("c/0", "application/x-ndjson")  # noqa: E731
+    with pytest.raises(ValueError, match="bad message"):
+        ch.produce([Checked({"i": 1}), Checked({"i": 2, "bad": True})], to_c0)
+    with pytest.raises(ValueError, match="bad message"):
+        ch.broadcast(Checked({"i": 3, "bad": True}), "t")
+    assert store.end("c/0") == store.end("c/1") == 0  # not even the valid message before the bad one
+    ch.produce([Checked({"i": 1})], to_c0)
+    ch.broadcast(Checked({"i": 3}), "t")
+    assert ids(ch.consume("g", "c/0", 10)) == [1, 3] and ids(ch.consume("g", "c/1", 10)) == [3]
+
+
+def test_concurrent_produce_keeps_clocks_in_channel_order(tmp_path: Path) -> None:
+    with FileJournals(tmp_path) as fj:
+        ch = Channels(fj)
+        ch.create_channels(["a", "b"], topic="t")
+        mapping = lambda m: ("a" if m.doc["i"] % 3 else "b", "application/x-ndjson")  # noqa: E731
+
+        def run(t: int) -> None:
+            for k in range(40):
+                ch.produce([msg(1000 * t + 10 * k + j) for j in range(4)], mapping)
+                ch.broadcast(msg(-(1000 * t + k) - 1), "t")
+
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for name in ("a", "b"):
+            spec = fj.info(name).spec
+            clocks = [e.clock for e in ReadUncommittedIter(fj, spec)]
+            assert clocks == sorted(clocks) and len(set(clocks)) == len(clocks)
+            # so a read-committed reader drops none of them as an old duplicate
+            assert len(list(ReadCommittedIter(fj, spec, Sequencer()))) == len(clocks)
 
 
 def test_consume_advances_durable_position_only_on_ack(store: JournalStore) -> None:

@@ -1,4 +1,4 @@
-"""zcluster.local: binary discovery order, the missing-binary message, clean start and stop."""
+"""zcluster.testing.servers: binary discovery order, the missing-binary message, clean start and stop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from zcluster.local import ENV_BINARY, LocalShards, ServerNotFound, find_server_binary
+from zcluster.testing import ENV_BINARY, LocalShards, ServerNotFound, find_server_binary
 
 
 def test_env_variable_wins_and_is_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

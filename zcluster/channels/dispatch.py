@@ -5,7 +5,7 @@ message the matching handlers run in subscription order with a :class:`Context`.
 handler publishes through ``ctx.publish`` are collected and handed to the dispatcher's `publish`
 function only after every handler succeeded, so a failed attempt publishes nothing. ``dispatch`` raises
 the first handler error (the caller does not acknowledge the message: nack and retry, then dead-letter,
-as :class:`zcluster.journal.workers.WorkerPool` does), UnknownKindError/UndecodableMessageError for bad
+as :class:`zcluster.channels.workers.WorkerPool` does), UnknownKindError/UndecodableMessageError for bad
 messages, and :class:`NoHandlerError` for a command nobody handles.
 """
 
@@ -16,13 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from zcluster.journal.typed import Category, Kind, KindRegistry, TypedMessage, check
+from zcluster.channels.typed import Category, Kind, KindRegistry, TypedMessage, check
+from zcluster.errors import ZClusterError
 from zcluster.message.envelope import Envelope
 
 __all__ = ["Context", "Dispatcher", "Handler", "NoHandlerError"]
 
 
-class NoHandlerError(LookupError):
+class NoHandlerError(ZClusterError, LookupError):
     """A command kind has no handler subscribed (commands must be handled)."""
 
 

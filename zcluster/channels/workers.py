@@ -25,11 +25,11 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from zcluster.journal.channels import Channels
-from zcluster.journal.dispatch import Dispatcher, NoHandlerError
-from zcluster.journal.typed import UndecodableMessageError
+from zcluster.channels.channels import Channels
+from zcluster.channels.dispatch import Dispatcher, NoHandlerError
+from zcluster.channels.typed import UndecodableMessageError
 from zcluster.message.envelope import Envelope
-from zcluster.message.framing import FramingError
+from zcluster.message.errors import FramingError
 
 __all__ = ["WorkerPool"]
 

@@ -1,31 +1,51 @@
-"""Output and input helpers of the ``zcluster`` command: blob encoding, scores, rich tables.
+"""Output and input encodings of the ``zcluster`` command: blobs, scores, JSON, rich tables.
 
 JSON encoding of keys and members: a value that is valid UTF-8 is a JSON string; any other byte string is
 an object ``{"b64": "<standard base64 of the raw bytes>"}``. The same two forms are accepted in JSON-lines
 input files, so every value round-trips exactly. Human output escapes non-UTF-8 bytes and control
 characters as ``\\xNN`` (readable, but not unambiguous: use ``--json`` for exact values).
+
+Scores given as text are decimal numbers (``12``, ``-2.5``, ``1e3``, ``.5``); the rules for what a score
+may be (finite, integers exact as doubles) are the library's (:func:`zcluster._encode.check_score`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import click
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from zcluster._encode import MAX_EXACT_INT, check_score
 from zcluster.types import Blob, to_bytes
 
-_MAX_EXACT_INT = 1 << 53
+__all__ = [
+    "console",
+    "emit_json",
+    "human",
+    "human_score",
+    "json_blob",
+    "json_score",
+    "one_line",
+    "parse_json_blob",
+    "parse_score",
+    "print_table",
+]
+
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
-_URL_AUTH = re.compile(r"([a-z]+://[^\s:/@]*):[^\s@/]*@", re.IGNORECASE)
+# ASCII digits only, no '_' separators, no hex: what a decimal score looks like outside Python too.
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
 
 
 def json_blob(value: Blob) -> str | dict[str, str]:
@@ -50,26 +70,32 @@ def parse_json_blob(value: object, what: str) -> Blob:
 
 
 def parse_score(value: object, where: str) -> float:
-    """A finite score from CLI text or a JSON number; integers must be exact as doubles (|x| <= 2**53)."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"{where}: score must be a number, got {value!r}")
+    """A score from command-line text or a JSON value; raises :class:`ValueError` naming ``where``.
+
+    Text must be a decimal number (``inf`` and ``nan`` parse, and are then refused by the rules); Python-only
+    spellings such as ``1_000`` or non-ASCII digits are not numbers. Whether the number is a valid score is
+    :func:`zcluster._encode.check_score`'s decision, the same as for the library's writes.
+    """
+    number: int | float
     if isinstance(value, str):
+        text = value.strip()
         try:
-            number: int | float = int(value)
-        except ValueError:
-            try:
-                number = float(value)
-            except ValueError:
-                raise ValueError(f"{where}: score {value!r} is not a number") from None
-    else:
+            if _INT.fullmatch(text):
+                number = int(text)
+            elif _FLOAT.fullmatch(text):
+                number = float(text)
+            else:
+                raise ValueError
+        except ValueError:  # also int()'s limit on the number of digits
+            raise ValueError(f"{where}: score {value!r} is not a number") from None
+    elif isinstance(value, int | float) and not isinstance(value, bool):
         number = value
-    if isinstance(number, int):
-        if abs(number) > _MAX_EXACT_INT and float(number) != number:
-            raise ValueError(f"{where}: integer score {number} is not exact as a double (|x| > 2**53)")
-        return float(number)
-    if not math.isfinite(number):
-        raise ValueError(f"{where}: score {value!r} must be a finite number")
-    return number
+    else:
+        raise ValueError(f"{where}: score must be a number, got {value!r}")
+    try:
+        return check_score(number)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where}: {value!r}: {exc}") from None
 
 
 def json_score(score: float) -> float | None:
@@ -86,17 +112,19 @@ def human_score(score: float) -> str:
     """Integral scores without ``.0``; others in Python's shortest round-tripping form; NaN as ``-``."""
     if math.isnan(score):
         return "-"
-    if score.is_integer() and abs(score) <= _MAX_EXACT_INT:
+    if score.is_integer() and abs(score) <= MAX_EXACT_INT:
         return str(int(score))
     return repr(score)
 
 
-def redact(message: str, secrets: Iterable[str] = ()) -> str:
-    """One line, with URL credentials and every known secret replaced by ``***``."""
-    out = _URL_AUTH.sub(r"\1:***@", message)
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        out = out.replace(secret, "***")
-    return " ".join(out.split())
+def one_line(message: str) -> str:
+    """``message`` with every run of whitespace (newlines too) as one space."""
+    return " ".join(message.split())
+
+
+def emit_json(document: Any) -> None:
+    """Print one JSON document on stdout (non-ASCII as is; NaN is not JSON and is refused)."""
+    click.echo(json.dumps(document, ensure_ascii=False, allow_nan=False))
 
 
 def console(stderr: bool = False) -> Console:

@@ -1,0 +1,44 @@
+"""The README's first command: the demo runs end to end and finds the cluster equal to the model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_demo_end_to_end(tmp_path: object) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "zcluster.demo", "--messages", "60", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "exactly once: the cluster matches the model" in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_demo_urls_go_through_cluster_config() -> None:
+    from zcluster.demo.__main__ import _config
+
+    for seed in ("redis://:pw@127.0.0.1:7000", "redis+cluster://:pw@127.0.0.1:7000"):
+        config = _config((), seed, "d:")
+        assert config.cluster_url == "redis://:pw@127.0.0.1:7000" and config.urls == () and config.prefix == "d:"
+    config = _config(("redis://127.0.0.1:1", "redis://127.0.0.1:2"), None, "d:")
+    assert config.urls == ("redis://127.0.0.1:1", "redis://127.0.0.1:2") and config.cluster_url is None
+
+
+def test_demo_bad_url_is_one_error_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "zcluster.demo", "--url", "redis://:pw5ecr@127.0.0.1:99999"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2, out
+    assert "Error:" in out.stderr and "127.0.0.1:99999" in out.stderr
+    assert "pw5ecr" not in out.stdout + out.stderr and "Traceback" not in out.stderr

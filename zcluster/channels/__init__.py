@@ -1,0 +1,82 @@
+"""Channels: an at-least-once message runtime over journal stores (:mod:`zcluster.journal`).
+
+* :class:`Channels` (``channels``): Milvus-style channel operations: create/destroy/describe, produce and
+  broadcast (validated, UUID-stamped by the message layer's Producer), consume/ack/nack/seek in groups,
+  time-tick ``consume_until``.
+* Typed messages (``typed``): :class:`KindRegistry`, :class:`TypedMessage`, :class:`TypedReader`.
+* :class:`Dispatcher` (``dispatch``): commands and events routed to handlers, with a :class:`Context`.
+* :class:`WorkerPool` (``workers``): threads consuming channels, nack/retry, dead letters, graceful
+  shutdown.
+
+Delivery is at least once, in channel order; read channels with the message layer's ReadCommittedIter
+for exactly-once. Names load lazily; importing this package imports no Redis client (the store you pass
+decides) and never PySpark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zcluster.channels.channels import TOPIC_LABEL, ChannelInfo, Channels
+    from zcluster.channels.dispatch import Context, Dispatcher, Handler, NoHandlerError
+    from zcluster.channels.typed import (
+        Category,
+        Kind,
+        KindRegistry,
+        TypedMessage,
+        TypedReader,
+        UndecodableMessageError,
+        UnknownKindError,
+    )
+    from zcluster.channels.workers import WorkerPool
+
+_WHERE = {
+    **dict.fromkeys(["TOPIC_LABEL", "ChannelInfo", "Channels"], "zcluster.channels.channels"),
+    **dict.fromkeys(["Context", "Dispatcher", "Handler", "NoHandlerError"], "zcluster.channels.dispatch"),
+    **dict.fromkeys(
+        [
+            "Category",
+            "Kind",
+            "KindRegistry",
+            "TypedMessage",
+            "TypedReader",
+            "UndecodableMessageError",
+            "UnknownKindError",
+        ],
+        "zcluster.channels.typed",
+    ),
+    "WorkerPool": "zcluster.channels.workers",
+}
+
+__all__ = [
+    "TOPIC_LABEL",
+    "Category",
+    "ChannelInfo",
+    "Channels",
+    "Context",
+    "Dispatcher",
+    "Handler",
+    "Kind",
+    "KindRegistry",
+    "NoHandlerError",
+    "TypedMessage",
+    "TypedReader",
+    "UndecodableMessageError",
+    "UnknownKindError",
+    "WorkerPool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zcluster.channels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

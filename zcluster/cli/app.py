@@ -1,0 +1,100 @@
+"""The ``zcluster`` click group: connection options, the subcommands, one-line error reports, :func:`main`.
+
+See :mod:`zcluster.cli` for the options and exit statuses.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from zcluster.cli.context import EXPECTED, Settings
+from zcluster.cli.info import info
+from zcluster.cli.reads import keys, score, select
+from zcluster.cli.writes import delete, insert
+from zcluster.errors import ZClusterError
+
+__all__ = ["cli", "main"]
+
+
+class _Group(click.Group):
+    """Turns expected errors into one redacted line (exit 1) instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise  # click's standalone mode exits quietly
+        except EXPECTED as exc:
+            settings = ctx.obj if isinstance(ctx.obj, Settings) else None
+            text = str(exc) if isinstance(exc, ZClusterError) else f"{type(exc).__name__}: {exc}"
+            if settings is None:
+                raise click.ClickException(" ".join(text.split())) from None
+            text += settings.failing_shards(text)
+            raise click.ClickException(settings.redact(text)) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--url",
+    "urls",
+    multiple=True,
+    metavar="URL",
+    help="A standalone shard (repeatable, in shard order). Env: ZCLUSTER_URLS (comma-separated).",
+)
+@click.option("--cluster-url", metavar="URL", help="A seed node of a Redis Cluster. Env: ZCLUSTER_CLUSTER_URL.")
+@click.option(
+    "--prefix",
+    envvar="ZCLUSTER_PREFIX",
+    default="zc:",
+    show_default=True,
+    help="Namespace prefix of the keys. Env: ZCLUSTER_PREFIX.",
+)
+@click.option(
+    "--routing",
+    envvar="ZCLUSTER_ROUTING",
+    type=click.Choice(["jump", "roshi"]),
+    default=None,
+    help="Shard routing for --url shards (default jump). Env: ZCLUSTER_ROUTING.",
+)
+@click.option(
+    "--max-size",
+    envvar="ZCLUSTER_MAX_SIZE",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Size bound of every set (must match the other writers'). Env: ZCLUSTER_MAX_SIZE.",
+)
+@click.option("--json", "json_", is_flag=True, help="One JSON document on stdout instead of a table.")
+@click.version_option(package_name="zcluster")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    urls: tuple[str, ...],
+    cluster_url: str | None,
+    prefix: str,
+    routing: str | None,
+    max_size: int | None,
+    json_: bool,
+) -> None:
+    """Inspect and edit zcluster CRDT sorted sets on Redis shards or a Redis Cluster.
+
+    Non-UTF-8 keys and members appear as {"b64": "<base64>"} in --json output and are accepted in that
+    form in JSON-lines input (insert/delete --file).
+    """
+    if not urls and not cluster_url:
+        urls = tuple(u.strip() for u in os.environ.get("ZCLUSTER_URLS", "").split(",") if u.strip())
+        cluster_url = os.environ.get("ZCLUSTER_CLUSTER_URL") or None
+    settings = Settings(urls, cluster_url, prefix, routing, max_size, json_)
+    ctx.obj = settings
+    ctx.call_on_close(settings.close)
+
+
+for _command in (keys, select, score, insert, delete, info):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """Run the ``zcluster`` command (click and rich are installed: see :func:`zcluster.cli.main`)."""
+    cli(prog_name="zcluster")

@@ -1,0 +1,50 @@
+"""The ``info`` subcommand: per shard figures from :meth:`zcluster.Cluster.stats`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
+from zcluster.cli.output import emit_json, human, print_table
+
+__all__ = ["info"]
+
+
+@click.command()
+@click.option("--no-scan", is_flag=True, help="Skip counting logical keys (a SCAN of every shard).")
+@json_option
+@pass_settings
+def info(settings: Settings, no_scan: bool) -> None:
+    """Per shard: Redis keys (DBSIZE), logical keys of the prefix, memory, write script loaded, version."""
+    cluster = settings.cluster()
+    stats = [
+        s if s.error is None else dataclasses.replace(s, error=settings.redact(s.error))
+        for s in cluster.stats(scan=not no_scan)
+    ]
+    if settings.json:
+        emit_json(
+            {
+                "prefix": cluster.prefix.decode("utf-8", "backslashreplace"),
+                "shards": [dataclasses.asdict(s) for s in stats],
+            }
+        )
+    else:
+        columns = ("shard", "dbsize", "keys", "removed-only", "memory", "script", "version")
+        rows = [
+            (s.shard, "-", "-", "-", "-", "-", "-")
+            if s.error is not None
+            else (
+                s.shard,
+                s.dbsize,
+                "-" if s.keys is None else s.keys,
+                "-" if s.removed_only is None else s.removed_only,
+                s.used_memory_human,
+                "loaded" if s.script_loaded else "not loaded",
+                s.version,
+            )
+            for s in stats
+        ]
+        print_table(f"prefix {human(cluster.prefix)}", columns, rows)
+    fail_if(settings, (f"shard {s.shard}: {s.error}" for s in stats if s.error is not None))

@@ -1,0 +1,103 @@
+"""The message layer's errors, under its own root :class:`MessageError` (see :mod:`zcluster.errors`).
+
+They live here, in one module that imports only :mod:`zcluster.errors`, so every module of the layer can
+raise them without importing another. Each is also importable from the module that raises it and from
+:mod:`zcluster.message`. Errors that have a natural built-in meaning keep it as a second base
+(``except LookupError`` still catches an unknown journal).
+"""
+
+from __future__ import annotations
+
+from zcluster.errors import ZClusterError
+
+__all__ = [
+    "DecodeError",
+    "DesyncError",
+    "EmptyPartitionsError",
+    "FramingError",
+    "JournalError",
+    "JournalNotFoundError",
+    "MessageError",
+    "OffsetOutOfRangeError",
+    "ReplayError",
+    "ReplayRequiredError",
+    "SelectorError",
+    "SequencerError",
+    "UnexpectedEndError",
+    "UnknownContentTypeError",
+]
+
+
+class MessageError(ZClusterError):
+    """Base class of every error the message layer raises on purpose."""
+
+
+# -- framing ---------------------------------------------------------------------------------------
+
+
+class FramingError(MessageError):
+    """Bytes [begin, end) of the stream could not be decoded into a frame."""
+
+    def __init__(self, begin: int, end: int, reason: str) -> None:
+        super().__init__(f"{reason} (bytes {begin}..{end})")
+        self.begin = begin
+        self.end = end
+        self.reason = reason
+
+
+class DecodeError(FramingError):
+    """A complete frame whose content is malformed; exactly that frame was consumed."""
+
+
+class DesyncError(FramingError):
+    """Bytes that are not a frame were skipped, up to the next frame boundary."""
+
+
+class UnexpectedEndError(FramingError):
+    """The stream ended in the middle of a frame."""
+
+
+class UnknownContentTypeError(MessageError, LookupError):
+    """No Framing is registered for a content type."""
+
+
+# -- selectors and mappings ------------------------------------------------------------------------
+
+
+class SelectorError(MessageError, ValueError):
+    """A selector string is malformed. The message names the offending position and text."""
+
+
+class EmptyPartitionsError(MessageError, LookupError):
+    """No journal currently matches the mapping's partitions (Gazette: ErrEmptyListResponse)."""
+
+
+# -- journals --------------------------------------------------------------------------------------
+
+
+class JournalError(MessageError):
+    """Base class of errors raised by journal implementations."""
+
+
+class JournalNotFoundError(JournalError, LookupError):
+    """The named journal does not exist."""
+
+
+class OffsetOutOfRangeError(JournalError, ValueError):
+    """A read offset is negative or beyond the journal's current end."""
+
+
+# -- sequencing ------------------------------------------------------------------------------------
+
+
+class SequencerError(MessageError):
+    """The Sequencer was used out of order (a programming error in the caller), or its replay failed."""
+
+
+class ReplayRequiredError(SequencerError):
+    """``step()`` was called after ACK_COMMIT_REPLAY without ``start_replay()``."""
+
+
+class ReplayError(SequencerError):
+    """The replay iterator failed or yielded an envelope outside the requested range.
+    The Sequencer is unchanged by the bad envelope; the caller may start a correct replay."""

