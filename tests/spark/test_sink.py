@@ -203,3 +203,23 @@ def test_the_plain_consumer_and_the_sink_leave_the_same_state(
     expected = traffic.expected()
     assert state_of(plain, list(expected)) == state_of(s["cluster"], list(expected)) == expected
     plain.close()
+
+
+def test_one_available_now_run_reads_everything_after_an_interrupted_batch(
+    spark: Any, setup: dict[str, Any], tmp_path: Path
+) -> None:
+    # A batch whose Spark commit was lost is run again first; the same run must then read what was
+    # appended since, not stop after the re-run.
+    s = setup
+    traffic = Traffic(s["names"])
+    sink = sink_for(s)
+    ckpt = tmp_path / "ckpt"
+    publish(s["store"], traffic, producers=2, messages=60, seed=0)
+    run_available_now(spark, sink, s["url"], ckpt)
+    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    (ckpt / "commits" / str(last)).unlink()
+    (ckpt / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    publish(s["store"], traffic, producers=2, messages=60, seed=1)
+    run_available_now(spark, sink, s["url"], ckpt)
+    expected = traffic.expected()
+    assert state_of(s["cluster"], list(expected)) == expected

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from zcluster.errors import ConfigError
 from zcluster.journal.files import FileJournals
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, CONTENT_TYPE_PROTO_FIXED
 from zcluster.message.journals import JournalSpec
-from zcluster.spark.source import JournalRange, read_partition
+from zcluster.spark.source import JournalRange, JournalStreamReader, read_batches, read_partition
 
 
 def test_ndjson_rows_are_exact_frames_and_a_torn_tail_is_reported(tmp_path: Path) -> None:
@@ -45,3 +50,68 @@ def test_other_framings_go_through_their_decoder(tmp_path: Path) -> None:
     assert good == [*frames, frames[0]]
     errors = [r for r in rows if r[5] is not None]
     assert len(errors) == 1 and errors[0][2] - errors[0][1] == len(b"garbage")
+
+
+def _as_rows(batches: Any) -> list[tuple[Any, ...]]:
+    return [tuple(r.values()) for b in batches for r in b.to_pylist()]
+
+
+@pytest.mark.parametrize("chunk", [3, 7, 64, 1 << 20])
+def test_arrow_batches_equal_the_rows(tmp_path: Path, chunk: int) -> None:
+    store = FileJournals(tmp_path, chunk_size=chunk)
+    store.create(JournalSpec("j", {"content-type": CONTENT_TYPE_NDJSON}))
+    for i in range(300):
+        store.append("j", b'{"i":%d,"pad":"%s"}\n' % (i, b"x" * (i % 17)))
+    store.append("j", b'{"torn":')
+    url, end = f"file://{tmp_path}", store.end("j")
+    for begin, stop in [(0, end), (0, 600), (19, end)]:  # rounded to the frame boundaries at or after them
+        lines = list(read_partition(url, JournalRange("j", CONTENT_TYPE_NDJSON, 0, end)))
+        begin = next(r.begin for r in lines if r.begin >= begin)
+        stop = next((r.end for r in lines if r.end >= stop), end)
+        part = JournalRange("j", CONTENT_TYPE_NDJSON, begin, stop)
+        expected = [tuple(r) for r in read_partition(url, part)]
+        assert _as_rows(read_batches(url, part)) == expected
+
+
+def _reader(tmp_path: Path, **options: str) -> JournalStreamReader:
+    return JournalStreamReader({"journals": f"file://{tmp_path}", **options})
+
+
+def test_admission_control_bounds_each_batch_at_frame_boundaries(tmp_path: Path) -> None:
+    store = FileJournals(tmp_path)
+    for name in ("a", "b"):
+        store.create(JournalSpec(name, {"content-type": CONTENT_TYPE_NDJSON}))
+        for i in range(10):
+            store.append(name, b'{"i":%d}\n' % i)  # 8 bytes each up to i=9
+    reader = _reader(tmp_path, maxFramesPerTrigger="4")
+    limit = reader.getDefaultReadLimit()
+    assert isinstance(limit, ReadMaxRows) and limit.max_rows == 4
+    start = reader.initialOffset()
+    seen = 0
+    while True:
+        end = reader.latestOffset(start, limit)
+        if end == start:
+            break
+        frames = sum(len(list(read_partition(reader.url, p))) for p in reader.partitions(start, end))
+        assert 1 <= frames <= 4
+        seen += frames
+        start = end
+    assert seen == 20 and start == {"a": store.end("a"), "b": store.end("b")}
+    # a frame larger than the byte bound still gets through, one per batch
+    big = _reader(tmp_path, maxBytesPerTrigger="3")
+    end = big.latestOffset({"a": 0, "b": 0}, big.getDefaultReadLimit())
+    assert end == {"a": 8, "b": 0}
+    # ReadAllAvailable (what Spark passes for availableNow's last batch) ignores the options
+    assert big.latestOffset({"a": 0, "b": 0}, ReadAllAvailable()) == {"a": store.end("a"), "b": store.end("b")}
+    with pytest.raises(ConfigError, match="maxBytesPerTrigger"):
+        _reader(tmp_path, maxBytesPerTrigger="lots")
+
+
+def test_available_now_reads_up_to_the_ends_when_it_started(tmp_path: Path) -> None:
+    store = FileJournals(tmp_path)
+    store.create(JournalSpec("a", {"content-type": CONTENT_TYPE_NDJSON}))
+    store.append("a", b"{}\n")
+    reader = _reader(tmp_path)
+    reader.prepareForTriggerAvailableNow()
+    store.append("a", b"{}\n")
+    assert reader.latestOffset({"a": 0}, ReadAllAvailable()) == {"a": 3}

@@ -1,11 +1,23 @@
 """``spark.readStream.format("zcluster-journal")``: journals as a Spark streaming source.
 
-Options: ``journals`` (a journal store URL, see :func:`zcluster.journal.urls.open_store`) and ``selector``
-(a label selector, default every journal). Each micro-batch reads every journal up to its end.
 Spark's offsets are the journals' byte offsets (``{journal: offset}``), so its checkpoint records exactly
-where each journal was read to. Each row is one frame: ``journal``, ``begin``, ``end``, ``content_type``,
-``data`` (the frame's bytes) and ``error`` (non-null for bytes that did not frame: a desync or a torn
-frame, reported with its range instead of being dropped silently).
+where each journal was read to; a micro-batch's partitions are one journal's byte range each, whose rows
+come in offset order. Each row is one frame: ``journal``, ``begin``, ``end``, ``content_type``, ``data``
+(the frame's bytes) and ``error`` (non-null for bytes that did not frame: a desync or a torn frame,
+reported with its range instead of being dropped silently). Rows are produced as Arrow record batches.
+
+Options:
+
+* ``journals`` (required): a journal store URL (:func:`zcluster.journal.urls.open_store`);
+* ``selector``: a label selector (default: every journal);
+* ``maxBytesPerTrigger`` / ``maxFramesPerTrigger``: a bound per micro-batch, so that a backlog does not
+  become one giant batch. Journals are taken in name order until the bound is spent; batches end at frame
+  boundaries, and each journal a batch touches advances by at least one frame (so a frame larger than
+  the bound still gets through, and every batch makes progress).
+
+``trigger(availableNow=True)`` reads everything the journals held when the query started (the source
+records their ends then), in batches of the bounds above, including after a batch that Spark runs again
+because its commit was lost.
 """
 
 from __future__ import annotations
@@ -13,12 +25,34 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
+from zcluster.errors import ConfigError
 from zcluster.journal.frames import RawFrame, read_frames
 from zcluster.journal.urls import open_store
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
 
 SCHEMA = "journal string, begin long, end long, content_type string, data binary, error string"
+ARROW_SCHEMA = pa.schema(
+    [
+        ("journal", pa.string()),
+        ("begin", pa.int64()),
+        ("end", pa.int64()),
+        ("content_type", pa.string()),
+        ("data", pa.binary()),
+        ("error", pa.string()),
+    ]
+)
+_ROWS_PER_BATCH = 65536
 
 
 class JournalRange(InputPartition):
@@ -37,18 +71,106 @@ def read_partition(url: str, part: JournalRange) -> Iterator[RawFrame]:
         _close(store)
 
 
+def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
+    """The frames of ``part`` as Arrow record batches of :data:`ARROW_SCHEMA`.
+
+    ndjson is split at newlines without a Python object per frame (the frames' bytes stay one buffer);
+    other content types go through :func:`read_partition`.
+    """
+    if part.content_type != CONTENT_TYPE_NDJSON:
+        rows: list[RawFrame] = []
+        for row in read_partition(url, part):
+            rows.append(row)
+            if len(rows) == _ROWS_PER_BATCH:
+                yield _rows_batch(rows)
+                rows = []
+        if rows:
+            yield _rows_batch(rows)
+        return
+    store = open_store(url)
+    try:
+        pending, base = b"", part.begin  # bytes not yet framed, starting at offset `base`
+        for _, chunk in store.read(part.journal, part.begin):
+            data = pending + chunk if pending else chunk
+            if base + len(data) > part.end:
+                data = data[: part.end - base]
+            cuts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+            if len(cuts):
+                framed = int(cuts[-1]) + 1
+                yield _lines_batch(part, base, data[:framed], cuts)
+                pending, base = data[framed:], base + framed
+            else:
+                pending = data
+            if base + len(pending) >= part.end:
+                break
+        if pending:
+            error = f"unexpected end: no newline after offset {base}"
+            yield _rows_batch([RawFrame(part.journal, base, base + len(pending), part.content_type, None, error)])
+    finally:
+        _close(store)
+
+
+def _lines_batch(part: JournalRange, base: int, data: bytes, newlines: np.ndarray[Any, Any]) -> pa.RecordBatch:
+    """One row per line of ``data`` (which ends with a newline), zero-copy over its bytes."""
+    n = len(newlines)
+    offsets = np.empty(n + 1, dtype=np.int32)
+    offsets[0] = 0
+    offsets[1:] = newlines + 1
+    blob = pa.py_buffer(data)
+    frames = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), blob])
+    begins = offsets[:-1].astype(np.int64) + base
+    same = np.zeros(n, dtype=np.int32)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([part.journal], pa.string()).take(same),
+            pa.array(begins),
+            pa.array(begins + (offsets[1:] - offsets[:-1])),
+            pa.array([part.content_type], pa.string()).take(same),
+            frames,
+            pa.nulls(n, pa.string()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _rows_batch(rows: list[RawFrame]) -> pa.RecordBatch:
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(col, type=field.type) for col, field in zip(columns, ARROW_SCHEMA, strict=True)],
+        schema=ARROW_SCHEMA,
+    )
+
+
 def _close(store: object) -> None:
     close = getattr(store, "close", None)
     if close is not None:
         close()
 
 
-class JournalStreamReader(DataSourceStreamReader):
+def _limit_option(options: dict[str, str], name: str) -> int | None:
+    text = options.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"zcluster-journal option {name} must be a positive integer, got {text!r}")
+    return value
+
+
+class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         if "journals" not in options:
-            raise ValueError("zcluster-journal needs the 'journals' option (a journal store URL)")
+            raise ConfigError("zcluster-journal needs the 'journals' option (a journal store URL)")
         self.url = options["journals"]
         self.selector = options.get("selector", "")
+        self.max_bytes = _limit_option(options, "maxBytesPerTrigger")
+        self.max_frames = _limit_option(options, "maxFramesPerTrigger")
+        if self.max_bytes and self.max_frames:
+            raise ConfigError("zcluster-journal takes maxBytesPerTrigger or maxFramesPerTrigger, not both")
+        self.target: dict[str, int] | None = None  # availableNow: the ends when the query started
 
     def _specs(self) -> dict[str, str]:
         store = open_store(self.url)
@@ -57,17 +179,59 @@ class JournalStreamReader(DataSourceStreamReader):
         finally:
             _close(store)
 
-    def initialOffset(self) -> dict[str, int]:
-        return dict.fromkeys(self._specs(), 0)
-
-    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
-        """Every journal's current end (PySpark >= 4.2 passes ``start`` and a read limit; all are read)."""
+    def _ends(self) -> dict[str, int]:
         names = self._specs()
         store = open_store(self.url)
         try:
             return {name: store.end(name) for name in names}  # appends are whole frames: ends are boundaries
         finally:
             _close(store)
+
+    def initialOffset(self) -> dict[str, int]:
+        return dict.fromkeys(self._specs(), 0)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record every journal's current end: an availableNow query reads up to there, and no further."""
+        self.target = self._ends()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_bytes:
+            return ReadMaxBytes(self.max_bytes)
+        if self.max_frames:
+            return ReadMaxRows(self.max_frames)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:
+        """Every journal's end (or its end when an availableNow query started), within ``limit``."""
+        ends = dict(self.target) if self.target is not None else self._ends()
+        start = start or {}
+        for name, at in start.items():  # never behind where the query already is
+            ends[name] = max(ends.get(name, at), at)
+        if isinstance(limit, ReadMaxBytes | ReadMaxRows):
+            return self._bounded(start, ends, limit)
+        return ends
+
+    def _bounded(self, start: dict[str, int], ends: dict[str, int], limit: ReadMaxBytes | ReadMaxRows) -> dict[str, int]:
+        budget = limit.max_bytes if isinstance(limit, ReadMaxBytes) else limit.max_rows
+        types = self._specs()
+        out = dict(ends)
+        store = open_store(self.url)
+        try:
+            for name in sorted(ends):
+                begin = start.get(name, 0)
+                if ends[name] <= begin:
+                    continue
+                stop = begin
+                if budget > 0 and name in types:
+                    for frame in read_frames(store, name, types[name], begin, ends[name]):
+                        cost = frame.end - frame.begin if isinstance(limit, ReadMaxBytes) else 1
+                        if stop > begin and cost > budget:
+                            break
+                        stop, budget = frame.end, budget - cost
+                out[name] = stop
+        finally:
+            _close(store)
+        return out
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[JournalRange]:
         types = self._specs()
@@ -77,9 +241,9 @@ class JournalStreamReader(DataSourceStreamReader):
             if stop > start.get(name, 0) and name in types
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[RawFrame]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, JournalRange)
-        return read_partition(self.url, partition)
+        return read_batches(self.url, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: journals keep their data (retention is the store's business)."""
