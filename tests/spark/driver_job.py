@@ -22,14 +22,20 @@ from zcluster.testing.traffic import timeline_mapper
 
 
 class SlowMapper:
-    """The demo's timeline mapper, sleeping ``seconds`` per message."""
+    """The demo's timeline mapper, sleeping ``seconds`` per message; with ``deliveries``, it appends one line
+    per message to that file (the executors' count of delivered messages, also under Spark Connect, where
+    the sink's history stays in the server's foreachBatch process)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, deliveries: str | None = None) -> None:
         self.seconds = seconds
+        self.deliveries = deliveries
 
     def __call__(self, message: Any) -> list[Any]:
         if self.seconds:
             time.sleep(self.seconds)
+        if self.deliveries:
+            with open(self.deliveries, "a") as f:
+                f.write("1\n")
         return timeline_mapper(message)
 
 
@@ -44,12 +50,19 @@ def main() -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--prefix", default="zc:")
     p.add_argument("--stats")
+    p.add_argument("--deliveries")
+    p.add_argument("--connect", action="store_true", help="a local Spark Connect session (no --stats there)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    spark = local_session(args.master)
+    spark = local_session(args.master, connect=args.connect)
     sink = ZClusterSink(
-        args.urls, SlowMapper(args.sleep), args.query_name, journals=args.journals, flush=args.flush, prefix=args.prefix
+        args.urls,
+        SlowMapper(args.sleep, args.deliveries),
+        args.query_name,
+        journals=args.journals,
+        flush=args.flush,
+        prefix=args.prefix,
     )
     run_available_now(spark, sink, args.journals, args.checkpoint)
     if args.stats:

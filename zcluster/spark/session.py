@@ -16,30 +16,38 @@ def register(spark: Any) -> None:
     spark.dataSource.register(TupleDataSource)
 
 
-def local_session(master: str = "local[2]", app: str = "zcluster", **conf: str) -> Any:
+def local_session(master: str = "local[2]", app: str = "zcluster", *, connect: bool = False, **conf: str) -> Any:
     """``SparkSession`` on this machine, quiet and small, with zcluster's data sources registered.
 
     Python workers run this interpreter (so they see the same packages); the UI is off; shuffles use
-    as many partitions as there are cores.
+    as many partitions as there are cores. ``connect=True`` starts a local Spark Connect server instead
+    (``SparkSession.builder.remote(master)``; needs the ``connect`` extra) and returns its client session.
     """
+    import warnings
+
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only: nothing leaves this machine
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.memory", "1g")
-    )
-    for key, value in conf.items():
+    builder = SparkSession.builder.remote(master) if connect else SparkSession.builder.master(master)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.driver.memory": "1g",
+        **conf,
+    }
+    builder = builder.appName(app)
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    with warnings.catch_warnings():
+        # Connect starts its server with every setting, then warns that static ones cannot be changed.
+        warnings.simplefilter("ignore", UserWarning)
+        spark = builder.getOrCreate()
+    if not connect:
+        spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
 

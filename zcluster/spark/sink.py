@@ -1,20 +1,24 @@
 """The exactly-once ``foreachBatch`` sink: thin Spark glue over :class:`zcluster.state.Applier`.
 
-Per micro-batch, on the driver: if the batch id is already recorded as committed for this query, the batch
-is a replay and is skipped. Otherwise the rows (one per journal frame, see :mod:`zcluster.spark.source`)
-are partitioned by journal and sorted by offset, and each executor task runs the applier over its
-journals (sequence, map, write, then checkpoint; see :mod:`zcluster.state.applier` for why that is
-exactly once). When every task succeeded, the driver records the batch as committed for
-``(query_name, query id)``.
+Per micro-batch: the rows (one per journal frame, see :mod:`zcluster.spark.source`) go through
+``DataFrame.mapInArrow`` to executor tasks, each running the applier over its journals as the source's
+partitions give them (one journal range each, in offset order: no shuffle, no sort); see
+:mod:`zcluster.state.applier` for why that is exactly once. Only ``mapInArrow`` and ``collect`` are used,
+so the sink runs on classic Spark and on Spark Connect alike.
 
-A new checkpoint directory gives a new Spark query id, so its batch ids (restarting at 0) are not mistaken
-for old ones, while producer states (keyed by ``query_name``) still drop messages the old query already
-applied.
+Batch progress: on classic Spark the driver also records each batch as committed for
+``(query_name, Spark query id)`` and skips a batch Spark runs again after its commit was lost. A new
+checkpoint directory gives a new query id, so its batch ids (restarting at 0) are never mistaken for old
+ones. Spark Connect does not expose the query id to a ``foreachBatch`` function; there the sink keeps no
+batch progress, and a re-run batch is read again and delivers nothing: the per-journal checkpoint
+offsets in the cluster (keyed by ``query_name``, whatever the checkpoint directory) are what make it
+exactly once in both cases.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -22,10 +26,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from zcluster.config import ClusterConfig, Where
+from zcluster.errors import ConfigError
+from zcluster.journal.frames import RawFrame
 from zcluster.state.applier import Applier, BatchStats, Mapper, retrying
 from zcluster.state.store import StateStore
 
 log = logging.getLogger("zcluster.spark")
+
+
+STATS_SCHEMA = "stats string"
+"""What each sink task returns: one row holding its BatchStats counters as JSON."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +52,15 @@ class _Job:
     retries: int
     prune_horizon: float | None
 
-    def run(self, rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    def run(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``mapInArrow`` function: frames (Arrow record batches of the source's rows) in, stats out.
+
+        The source's partitions are one journal's byte range each, in offset order, so a task applies its
+        frames as they come: no shuffle, no sort. A journal whose frames go backwards (the rows were
+        reordered before the sink) fails the task instead of being checkpointed wrongly.
+        """
+        import pyarrow as pa
+
         applier = Applier(
             self.config.shared(),
             self.app,
@@ -55,9 +73,37 @@ class _Job:
             prune_horizon=self.prune_horizon,
         )
         stats = BatchStats()
-        for journal, group in itertools.groupby(rows, key=lambda r: r.journal):
-            applier.apply(journal, group, stats)
-        yield stats.counters()
+        for journal, group in itertools.groupby(_frames(batches), key=lambda r: r[0]):
+            applier.apply(journal, _in_order(journal, group), stats)
+        yield pa.RecordBatch.from_pydict({"stats": [json.dumps(stats.counters())]})
+
+
+def _frames(batches: Iterator[Any]) -> Iterator[RawFrame]:
+    for batch in batches:
+        columns = [batch.column(name).to_pylist() for name in RawFrame._fields]
+        yield from map(RawFrame._make, zip(*columns, strict=True))
+
+
+def _in_order(journal: str, frames: Iterator[RawFrame]) -> Iterator[RawFrame]:
+    last = -1
+    for frame in frames:
+        if frame.begin < last:
+            raise ConfigError(
+                f"journal {journal}: frame at offset {frame.begin} arrives after offset {last}; the sink needs each "
+                "journal's rows in offset order (as the zcluster-journal source gives them: don't reorder them)"
+            )
+        last = frame.end
+        yield frame
+
+
+def _query_id(df: Any) -> str | None:
+    """Spark's query id of the batch (classic Spark); None where it is not exposed (Spark Connect)."""
+    try:
+        context = df.sparkSession.sparkContext
+    except Exception:  # Connect: no SparkContext in the foreachBatch process
+        return None
+    query_id = context.getLocalProperty("sql.streaming.queryId")
+    return str(query_id) if query_id else None
 
 
 class ZClusterSink:
@@ -86,7 +132,6 @@ class ZClusterSink:
         *,
         journals: str | None = None,
         decode: Callable[[Any], Any] | None = None,
-        partitions: int | None = None,
         ring: int = 8192,
         flush: int = 16384,
         retries: int = 5,
@@ -96,27 +141,28 @@ class ZClusterSink:
     ) -> None:
         self.config = ClusterConfig.of(cluster, prefix=prefix, max_size=max_size)
         self.query_name = query_name
-        self.partitions = partitions
         self.job = _Job(self.config, query_name, journals, mapper, decode, ring, flush, retries, prune_horizon)
         self.history: list[BatchStats] = []
 
     def __call__(self, df: Any, batch_id: int) -> None:
         started = time.perf_counter()
-        spark = df.sparkSession
-        query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId") or "batch"
-        state = StateStore(self.config.shared(), self.query_name)
-        stats = BatchStats(batch_id=batch_id, query_id=query_id)
+        query_id = _query_id(df)
+        stats = BatchStats(batch_id=batch_id, query_id=query_id or "")
         retries = self.job.retries
-        done = retrying(lambda: state.committed_batch(query_id), retries, "read batch progress")
+        state = StateStore(self.config.shared(), self.query_name)
+        done = None
+        if query_id is not None:
+            done = retrying(lambda: state.committed_batch(query_id), retries, "read batch progress")
         if done is not None and batch_id <= done:
             stats.skipped = True
             log.info("batch %d of query %s already committed: skipped", batch_id, query_id)
         else:
-            n = self.partitions or spark.sparkContext.defaultParallelism
-            rows = df.repartition(n, "journal").sortWithinPartitions("journal", "begin")
-            for part in rows.rdd.mapPartitions(self.job.run).collect():
-                stats.add(part)
-            retrying(lambda: state.commit_batch(query_id, batch_id), retries, "record batch progress")
+            if "data" not in df.columns:
+                raise ConfigError(f"ZClusterSink needs the zcluster-journal source's rows, got columns {df.columns}")
+            for row in df.mapInArrow(self.job.run, STATS_SCHEMA).collect():
+                stats.add(json.loads(row.stats))
+            if query_id is not None:
+                retrying(lambda: state.commit_batch(query_id, batch_id), retries, "record batch progress")
         stats.seconds = time.perf_counter() - started
         self.history.append(stats)
         log.info("batch %d: %s", batch_id, stats)

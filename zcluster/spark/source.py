@@ -211,7 +211,9 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._bounded(start, ends, limit)
         return ends
 
-    def _bounded(self, start: dict[str, int], ends: dict[str, int], limit: ReadMaxBytes | ReadMaxRows) -> dict[str, int]:
+    def _bounded(
+        self, start: dict[str, int], ends: dict[str, int], limit: ReadMaxBytes | ReadMaxRows
+    ) -> dict[str, int]:
         budget = limit.max_bytes if isinstance(limit, ReadMaxBytes) else limit.max_rows
         types = self._specs()
         out = dict(ends)
