@@ -55,7 +55,7 @@ def write_rows(config: ClusterConfig, rows: Iterator[Any], batch: int, retries: 
             write = Delete(row["key"], row["score"], row["member"])
         else:
             raise ConfigError(f"row {row!r}: op must be 'insert' or 'delete', not {op!r}")
-        buffer.add((write,), lambda: "the zcluster writer")
+        buffer.add((write,))
     buffer.flush()
     return Written(stats.inserts + stats.deletes, stats.applied)
 
