@@ -20,7 +20,7 @@ ROOT = Path(zcluster.__file__).parent
 
 # Layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = [
-    ["zcluster.errors", "zcluster.types", "zcluster.instrumentation"],
+    ["zcluster.errors", "zcluster.types", "zcluster.instrumentation", "zcluster._lazy"],
     ["zcluster.message"],
     ["zcluster._keys", "zcluster._urls", "zcluster._scripts", "zcluster._topology", "zcluster._encode"],
     ["zcluster._transport"],

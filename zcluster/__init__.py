@@ -13,8 +13,9 @@ never PySpark, click, rich or prometheus-client (optional extras).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.cluster import Cluster
@@ -107,15 +108,4 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zcluster' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = _lazy.exports(__name__, _WHERE, __all__)

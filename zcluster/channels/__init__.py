@@ -15,8 +15,9 @@ decides) and never PySpark.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.channels.channels import TOPIC_LABEL, ChannelInfo, Channels
@@ -68,15 +69,4 @@ __all__ = [
     "WorkerPool",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zcluster.channels' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = _lazy.exports(__name__, _WHERE, __all__)

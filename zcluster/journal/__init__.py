@@ -16,8 +16,9 @@ The at-least-once runtime over these stores (channels, typed messages, dispatch,
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.journal.files import FileJournals, RecoveryReport
@@ -52,15 +53,4 @@ __all__ = [
     "open_store",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zcluster.journal' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = _lazy.exports(__name__, _WHERE, __all__)

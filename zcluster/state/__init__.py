@@ -12,8 +12,9 @@ state backwards: its writes are stale by the CRDT's own rules. Clocks are stored
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.state.applier import Applier, BatchStats, Mapper, MapperError
@@ -48,11 +49,4 @@ __all__ = [
     "score_to_clock",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zcluster.state' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = _lazy.exports(__name__, _WHERE, __all__)

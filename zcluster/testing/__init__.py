@@ -13,8 +13,9 @@ Names load lazily: importing this package starts nothing and imports neither red
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.testing.redis_cluster import LocalRedisCluster
@@ -67,15 +68,4 @@ __all__ = [
     "timeline_mapper",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zcluster.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = _lazy.exports(__name__, _WHERE, __all__)
