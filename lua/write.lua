@@ -45,22 +45,25 @@ local function scores(key, members)
   return res
 end
 
--- Remove the lowest entries of `set` beyond the bound; raise the floor to the highest score removed.
-local function trim(set, floorkey, floor)
-  local card = redis.call("ZCARD", set)
-  if card <= bound then return floor end
+-- Remove the lowest entries of `set` beyond the bound (its size is `card`); raise the floor to the highest
+-- score removed. Returns the floor and the new size.
+local function trim(set, card, floorkey, floor)
+  if card <= bound then return floor, card end
   local cut = redis.call("ZRANGE", set, card - bound - 1, card - bound - 1, "WITHSCORES")
   redis.call("ZREMRANGEBYRANK", set, 0, card - bound - 1)
   local top = tonumber(cut[2])
   if not floor or top > floor then
     redis.call("SET", floorkey, cut[2])
-    return top
+    floor = top
   end
-  return floor
+  return floor, bound
 end
 
--- With a bound, trimming interleaves with the writes: one tuple at a time, as in a single-tuple call.
+-- With a bound, trimming interleaves with the writes: one tuple at a time, as in a single-tuple call. The
+-- sets' sizes are read once per group and kept up to date here, so a write into a set that is not full
+-- costs its two record reads and its ZADD.
 local function bounded(adds, rems, floorkey, floor, pos, count)
+  local nadds, nrems = false, false
   for j = 0, count - 1 do
     local stext = ARGV[pos + 2 * j]
     local s = tonumber(stext)
@@ -71,19 +74,28 @@ local function bounded(adds, rems, floorkey, floor, pos, count)
     if insert then
       if not ((ins and s <= ins) or (del and s <= del) or (floor and s <= floor and not ins and not del)) then
         local full = false
-        if not ins and redis.call("ZCARD", adds) >= bound then
-          local low = redis.call("ZRANGE", adds, 0, 0, "WITHSCORES")
-          full = s < tonumber(low[2])
-          -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
-          if full and (not floor or s > floor) then
-            redis.call("SET", floorkey, stext)
-            floor = s
+        if not ins then
+          if not nadds then nadds = redis.call("ZCARD", adds) end
+          if nadds >= bound then
+            local low = redis.call("ZRANGE", adds, 0, 0, "WITHSCORES")
+            full = s < tonumber(low[2])
+            -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
+            if full and (not floor or s > floor) then
+              redis.call("SET", floorkey, stext)
+              floor = s
+            end
           end
         end
         if not full then
-          if del then redis.call("ZREM", rems, m) end
+          if del then
+            redis.call("ZREM", rems, m)
+            if nrems then nrems = nrems - 1 end
+          end
           redis.call("ZADD", adds, stext, m)
-          floor = trim(adds, floorkey, floor)
+          if not ins then
+            nadds = nadds + 1
+            floor, nadds = trim(adds, nadds, floorkey, floor)
+          end
           ok = "1"
         end
       end
@@ -91,11 +103,15 @@ local function bounded(adds, rems, floorkey, floor, pos, count)
       if not ((ins and s < ins) or (del and s <= del)) then
         if ins then
           redis.call("ZREM", adds, m)
+          if nadds then nadds = nadds - 1 end
           ok = "1"
         end
         if not (floor and s <= floor) then
           redis.call("ZADD", rems, stext, m)
-          floor = trim(rems, floorkey, floor)
+          if not del then
+            if not nrems then nrems = redis.call("ZCARD", rems) else nrems = nrems + 1 end
+            floor, nrems = trim(rems, nrems, floorkey, floor)
+          end
           ok = "1"
         end
       end
