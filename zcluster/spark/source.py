@@ -53,6 +53,7 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 _ROWS_PER_BATCH = 65536
+_COALESCE = 1 << 20
 
 
 class JournalRange(InputPartition):
@@ -90,10 +91,9 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
     store = open_store(url)
     try:
         pending, base = b"", part.begin  # bytes not yet framed, starting at offset `base`
-        for _, chunk in store.read(part.journal, part.begin):
-            data = pending + chunk if pending else chunk
-            if base + len(data) > part.end:
-                data = data[: part.end - base]
+        for data in _coalesced(store.read(part.journal, part.begin), part.end - part.begin):
+            if pending:
+                data = pending + data
             cuts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
             if len(cuts):
                 framed = int(cuts[-1]) + 1
@@ -101,13 +101,31 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
                 pending, base = data[framed:], base + framed
             else:
                 pending = data
-            if base + len(pending) >= part.end:
-                break
         if pending:
             error = f"unexpected end: no newline after offset {base}"
             yield _rows_batch([RawFrame(part.journal, base, base + len(pending), part.content_type, None, error)])
     finally:
         _close(store)
+
+
+def _coalesced(chunks: Iterator[tuple[int, bytes]], size: int) -> Iterator[bytes]:
+    """The first ``size`` bytes of ``chunks`` in pieces of about 1 MiB (stores may return one chunk per
+    append: a batch per chunk would cost more than the bytes)."""
+    parts: list[bytes] = []
+    held = 0
+    for _, chunk in chunks:
+        if len(chunk) > size:
+            chunk = chunk[:size]
+        parts.append(chunk)
+        held += len(chunk)
+        size -= len(chunk)
+        if held >= _COALESCE or size <= 0:
+            yield b"".join(parts)
+            parts, held = [], 0
+        if size <= 0:
+            return
+    if parts:
+        yield b"".join(parts)
 
 
 def _lines_batch(part: JournalRange, base: int, data: bytes, newlines: np.ndarray[Any, Any]) -> pa.RecordBatch:
