@@ -38,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
 
 from zcluster.errors import ConfigError
 from zcluster.journal.frames import RawFrame, read_frames
+from zcluster.journal.store import JournalStore
 from zcluster.journal.urls import open_store
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 
@@ -189,21 +190,21 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.max_bytes and self.max_frames:
             raise ConfigError("zcluster-journal takes maxBytesPerTrigger or maxFramesPerTrigger, not both")
         self.target: dict[str, int] | None = None  # availableNow: the ends when the query started
+        self.store: JournalStore | None = None
+
+    def _store(self) -> JournalStore:
+        # One store for the query's life (this reader lives in the driver's source process): opening file
+        # journals scans them, which would otherwise be paid at every trigger.
+        if self.store is None:
+            self.store = open_store(self.url)
+        return self.store
 
     def _specs(self) -> dict[str, str]:
-        store = open_store(self.url)
-        try:
-            return {s.name: s.labels["content-type"] for s in store.list(self.selector)}
-        finally:
-            _close(store)
+        return {s.name: s.labels["content-type"] for s in self._store().list(self.selector)}
 
     def _ends(self) -> dict[str, int]:
-        names = self._specs()
-        store = open_store(self.url)
-        try:
-            return {name: store.end(name) for name in names}  # appends are whole frames: ends are boundaries
-        finally:
-            _close(store)
+        store = self._store()
+        return {name: store.end(name) for name in self._specs()}  # appends are whole frames: ends are boundaries
 
     def initialOffset(self) -> dict[str, int]:
         return dict.fromkeys(self._specs(), 0)
@@ -235,22 +236,19 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         budget = limit.max_bytes if isinstance(limit, ReadMaxBytes) else limit.max_rows
         types = self._specs()
         out = dict(ends)
-        store = open_store(self.url)
-        try:
-            for name in sorted(ends):
-                begin = start.get(name, 0)
-                if ends[name] <= begin:
-                    continue
-                stop = begin
-                if budget > 0 and name in types:
-                    for frame in read_frames(store, name, types[name], begin, ends[name]):
-                        cost = frame.end - frame.begin if isinstance(limit, ReadMaxBytes) else 1
-                        if stop > begin and cost > budget:
-                            break
-                        stop, budget = frame.end, budget - cost
-                out[name] = stop
-        finally:
-            _close(store)
+        store = self._store()
+        for name in sorted(ends):
+            begin = start.get(name, 0)
+            if ends[name] <= begin:
+                continue
+            stop = begin
+            if budget > 0 and name in types:
+                for frame in read_frames(store, name, types[name], begin, ends[name]):
+                    cost = frame.end - frame.begin if isinstance(limit, ReadMaxBytes) else 1
+                    if stop > begin and cost > budget:
+                        break
+                    stop, budget = frame.end, budget - cost
+            out[name] = stop
         return out
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[JournalRange]:
@@ -267,6 +265,11 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: journals keep their data (retention is the store's business)."""
+
+    def stop(self) -> None:
+        if self.store is not None:
+            _close(self.store)
+            self.store = None
 
 
 class JournalDataSource(DataSource):
