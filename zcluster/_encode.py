@@ -36,10 +36,11 @@ def check_score(value: object) -> float:
         try:
             as_float = float(value)
         except OverflowError:
-            raise ValueError(f"integer score {value} is beyond the range of a double") from None
+            raise ValueError(f"integer score of {value.bit_length()} bits is beyond the range of a double") from None
         if as_float == value:
             return as_float
-        raise ValueError(f"integer score {value} is not exact as a double (|x| > 2**53)")
+        shown = value if value.bit_length() <= 256 else f"of {value.bit_length()} bits"
+        raise ValueError(f"integer score {shown} is not exact as a double (|x| > 2**53)")
     if isinstance(value, float):  # a float subclass
         return check_score(float(value))
     raise TypeError(f"score must be int or float, not {type(value).__name__}")
@@ -59,10 +60,13 @@ def blob(value: object, index: int, item: object, what: str) -> bytes:
     """A key or member as stored bytes; anything but str/bytes is :class:`InvalidTupleError`."""
     if type(value) is bytes:
         return value
-    if type(value) is str:
-        return value.encode("utf-8", "surrogateescape")
-    if isinstance(value, bytes | str):  # subclasses
-        return to_bytes(value)
+    try:
+        if type(value) is str:
+            return value.encode("utf-8", "surrogateescape")
+        if isinstance(value, bytes | str):  # subclasses
+            return to_bytes(value)
+    except UnicodeEncodeError:  # a lone surrogate outside the escaped-byte range
+        raise InvalidTupleError(index, item, f"{what} is not encodable as UTF-8 (a lone surrogate)") from None
     raise InvalidTupleError(index, item, f"{what} must be str or bytes, not {type(value).__name__}")
 
 

@@ -75,7 +75,10 @@ class InvalidTupleError(ZClusterError, ValueError):
 
 def _short(value: object, limit: int = 200) -> str:
     """``repr(value)``, cut to ``limit`` characters (a 1 MB key must not make a 1 MB message)."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # e.g. an int too long to print
+        return f"<{type(value).__name__} too large to print>"
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 

@@ -259,7 +259,9 @@ def test_usage_errors(shards: LocalShards, redis_cluster: LocalRedisCluster, pre
     assert "--routing" in fails(["--cluster-url", redis_cluster.url, "--routing", "roshi", "keys"], code=2).stderr
     # A prefix the library refuses (ConfigError) is a usage error, as a bad URL is.
     assert "braces" in fails(["--url", shards.urls[0], "--prefix", "a{b", "keys"], code=2).stderr
-    assert "must not be empty" in fails([*args, "insert", "", "1", "m"]).stderr  # the library's check
+    assert (
+        "must not be empty" in fails([*args, "insert", "", "1", "m"], code=2).stderr
+    )  # the library's check: bad input, exit 2
 
 
 @pytest.mark.parametrize(

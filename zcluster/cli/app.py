@@ -14,19 +14,24 @@ from zcluster.cli.context import EXPECTED, Settings
 from zcluster.cli.info import info
 from zcluster.cli.reads import keys, score, select
 from zcluster.cli.writes import delete, insert
-from zcluster.errors import ZClusterError
+from zcluster.errors import ConfigError, InvalidTupleError, ZClusterError
 
 __all__ = ["cli", "main"]
 
 
 class _Group(click.Group):
-    """Turns expected errors into one redacted line (exit 1) instead of a traceback."""
+    """Turns expected errors into one redacted line instead of a traceback: exit 2 for bad input, 1 otherwise."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
             raise  # click's standalone mode exits quietly
+        except (InvalidTupleError, ConfigError) as exc:  # bad input, found before anything was sent
+            settings = ctx.obj if isinstance(ctx.obj, Settings) else None
+            text = settings.redact(str(exc)) if settings is not None else str(exc)
+            click.echo(f"Error: {' '.join(text.split())}", err=True)
+            raise click.exceptions.Exit(2) from None
         except EXPECTED as exc:
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
             text = str(exc) if isinstance(exc, ZClusterError) else f"{type(exc).__name__}: {exc}"

