@@ -10,8 +10,25 @@ A journal directory holds:
   time) and holds one *record* per append: payload length and CRC-32, then the payload. A record is
   visible to readers only once whole and its CRC matches, so a writer crashing mid-append leaves a torn
   tail that no reader ever returns.
+* ``_lost-<begin>-<end>``: a *lost range*: journal bytes [begin, end) that were appended but can no longer
+  be read (a damaged record of the open fragment, a fragment file found short). Its bytes, as far as they
+  survive, are in ``_quarantine/`` (the marker, a small JSON document, names the file). Together the
+  fragments and lost ranges cover the journal from offset 0 without holes, so offsets are never reused.
 * ``_journal.json`` (labels and metadata), ``_lock`` (the append lock, ``fcntl.flock``),
-  ``_positions/`` (consumer-group positions), ``_quarantine/`` (torn tails cut off by recovery).
+  ``_positions/`` (consumer-group positions), ``_quarantine/`` (torn tails and damaged bytes moved aside).
+
+Damage in the open fragment (:func:`plan_damage`): records carry their length and CRC-32, so a record
+whose CRC fails is skipped by its length when a valid record follows there; if the length itself is
+damaged, the next position where two valid records (or a valid one and the end of the file) follow each
+other is taken, and the damaged bytes' journal size is what the record lengths say, or, when they cannot
+be read, that of a single record over all the damaged bytes. That is exact when one record is damaged;
+when the headers of several consecutive records are destroyed the format cannot tell how many there
+were, and this upper bound shifts the offsets of the records after them by 8 bytes per extra header (new
+appends still never reuse an offset; the lost range's marker says its size is estimated). A *whole*
+record (its length fits in the file) was appended, so its journal offsets stay taken even when its CRC
+fails; an incomplete record at the end of the file is a torn append (the append never returned), whose
+offsets may be used again. A damaged length in the last record that claims more bytes than the file
+holds therefore reads as a torn append.
 """
 
 from __future__ import annotations
@@ -19,6 +36,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from typing import NamedTuple
 
 __all__ = [
@@ -29,10 +47,14 @@ __all__ = [
     "RECORD",
     "OpenHeader",
     "Record",
+    "Span",
     "fragment_name",
+    "lost_name",
     "pack_header",
     "pack_record",
     "parse_fragment_name",
+    "parse_lost_name",
+    "plan_damage",
     "scan_records",
     "unpack_header",
 ]
@@ -43,12 +65,14 @@ LOCK_NAME = "_lock"
 POSITIONS_DIR = "_positions"
 QUARANTINE_DIR = "_quarantine"
 TMP_PREFIX = ".tmp-"
+LOST_PREFIX = "_lost-"
 
 MAGIC = b"ZJOPEN1\x00"
 HEADER = struct.Struct(">8sQd")  # magic, begin offset, creation time (Unix seconds)
 RECORD = struct.Struct(">II")  # payload length, CRC-32 of the payload
 
 _FRAGMENT = re.compile(r"(\d{20})-(\d{20})\.frag")
+_LOST = re.compile(r"_lost-(\d{20})-(\d{20})")
 
 
 class OpenHeader(NamedTuple):
@@ -74,16 +98,30 @@ def parse_fragment_name(name: str) -> tuple[int, int] | None:
     return (begin, end) if begin < end else None
 
 
+def lost_name(begin: int, end: int) -> str:
+    return f"{LOST_PREFIX}{begin:020d}-{end:020d}"
+
+
+def parse_lost_name(name: str) -> tuple[int, int] | None:
+    """(begin, end) of a lost-range marker's name, or None if `name` is not one."""
+    m = _LOST.fullmatch(name)
+    if m is None:
+        return None
+    begin, end = int(m[1]), int(m[2])
+    return (begin, end) if begin < end else None
+
+
 def pack_header(begin: int, created: float) -> bytes:
     return HEADER.pack(MAGIC, begin, created)
 
 
-def unpack_header(data: bytes) -> OpenHeader | None:
-    """The header at the start of `data`, or None if it is short or lacks the magic word."""
+def unpack_header(data: bytes, *, lenient: bool = False) -> OpenHeader | None:
+    """The header at the start of `data`, or None if it is short or lacks the magic word (`lenient`: read
+    the begin offset and creation time even without the magic word)."""
     if len(data) < HEADER.size:
         return None
     magic, begin, created = HEADER.unpack_from(data)
-    return OpenHeader(begin, created) if magic == MAGIC else None
+    return OpenHeader(begin, created) if magic == MAGIC or lenient else None
 
 
 def pack_record(payload: bytes) -> bytes:
@@ -94,7 +132,8 @@ def scan_records(buf: bytes | memoryview, base: int) -> tuple[list[Record], int]
     """Split `buf` (file bytes starting at file position `base`) into whole, CRC-valid records.
 
     Returns the records and the number of bytes of `buf` they cover. Scanning stops at the first
-    record that is incomplete or fails its CRC: bytes from there on are not (yet) a record.
+    record that is incomplete or fails its CRC: bytes from there on are not (yet) a record. An empty
+    record is never written (empty appends write nothing), so one is damage (e.g. zeroed bytes).
     """
     out: list[Record] = []
     pos, n = 0, len(buf)
@@ -102,8 +141,157 @@ def scan_records(buf: bytes | memoryview, base: int) -> tuple[list[Record], int]
     while n - pos >= hsize:
         size, crc = RECORD.unpack_from(buf, pos)
         start = pos + hsize
-        if n - start < size or zlib.crc32(buf[start : start + size]) != crc:
+        if n - start < size or not size or zlib.crc32(buf[start : start + size]) != crc:
             break
         out.append(Record(base + start, size))
         pos = start + size
     return out, pos
+
+
+# -- damage ------------------------------------------------------------------------------------------------
+
+GOOD, LOST, TORN = "good", "lost", "torn"
+_WINDOW = 1 << 20
+
+Read = Callable[[int, int], bytes]
+"""``read(n, pos)``: up to n bytes of the open fragment file from position pos (``os.pread``)."""
+
+
+class Span(NamedTuple):
+    """File bytes [fbegin, fend) of the open fragment, holding journal bytes [jbegin, jend): valid records
+    (GOOD), damaged bytes once appended (LOST), or a torn append at the end of the file (TORN; its
+    offsets were never handed out, so jbegin == jend). `estimated`: a LOST span whose record headers are
+    unreadable, so its journal size is that of one record over all its bytes (the most it can be)."""
+
+    kind: str
+    fbegin: int
+    fend: int
+    jbegin: int
+    jend: int
+    estimated: bool = False
+
+
+def _crc(read: Read, pos: int, n: int) -> int:
+    crc = 0
+    while n > 0:
+        data = read(min(n, _WINDOW), pos)
+        if not data:
+            return -1
+        crc = zlib.crc32(data, crc)
+        pos, n = pos + len(data), n - len(data)
+    return crc
+
+
+def _record_at(read: Read, pos: int, size: int) -> tuple[int, bool] | None:
+    """(length, CRC matches) of the record at file position `pos`, or None if it does not fit in the file."""
+    if size - pos < RECORD.size:
+        return None
+    length, crc = RECORD.unpack(read(RECORD.size, pos))
+    if pos + RECORD.size + length > size:
+        return None
+    return length, length > 0 and _crc(read, pos + RECORD.size, length) == crc
+
+
+def _anchored(read: Read, pos: int, size: int) -> bool:
+    """Whether a valid record starts at `pos` and is followed by the end of the file, a valid
+    record or a torn tail (a chance match inside damaged bytes is then all but impossible)."""
+    rec = _record_at(read, pos, size)
+    if rec is None or not rec[1]:
+        return False
+    nxt = pos + RECORD.size + rec[0]
+    if nxt == size:
+        return True
+    after = _record_at(read, nxt, size)
+    return after is None or after[1]
+
+
+def _resync(read: Read, pos: int, size: int, rec: tuple[int, bool] | None) -> int:
+    """The file position of the first trustworthy record after the bad one at `pos`, or -1."""
+    if rec is not None:  # whole but failing its CRC: its length most likely holds
+        nxt = pos + RECORD.size + rec[0]
+        if nxt < size and _anchored(read, nxt, size):
+            return nxt
+    q = pos + 1
+    while q + RECORD.size < size:
+        win = read(min(_WINDOW, size - q), q)
+        n = len(win) - RECORD.size + 1  # candidate headers lying whole in the window
+        zero_first = size - q - RECORD.size < 1 << 24  # a length that fits then starts with a zero byte
+        i = 0
+        while 0 <= i < n:
+            if zero_first and (i := win.find(b"\0", i, n)) < 0:
+                break
+            length = int.from_bytes(win[i : i + 4], "big")
+            if 1 <= length <= size - q - i - RECORD.size and _anchored(read, q + i, size):
+                return q + i
+            i += 1
+        q += max(n, 1)
+    return -1
+
+
+def _valid_run(read: Read, pos: int, size: int) -> tuple[int, int]:
+    """(file position, journal bytes) reached by walking valid records from `pos`."""
+    total = 0
+    while pos < size:
+        buf = read(max(_WINDOW, RECORD.size), pos)
+        recs, used = scan_records(buf, pos)
+        if not recs and len(buf) >= RECORD.size:
+            need = RECORD.size + RECORD.unpack_from(buf)[0]
+            if pos + need <= size:
+                recs, used = scan_records(read(need, pos), pos)
+        if not recs:
+            break
+        total += sum(r.size for r in recs)
+        pos += used
+    return pos, total
+
+
+def _damaged(read: Read, pos: int, nxt: int, jpos: int) -> list[Span]:
+    """Spans of file bytes [pos, nxt) between a bad record and the next trustworthy one."""
+    recs, p = [], pos
+    while p + RECORD.size <= nxt:  # the record lengths, if they lead exactly to `nxt`
+        length = RECORD.unpack(read(RECORD.size, p))[0]
+        if not length or p + RECORD.size + length > nxt:  # no empty record is ever written
+            break
+        recs.append((p, length))
+        p += RECORD.size + length
+    if p != nxt or not recs:
+        return [Span(LOST, pos, nxt, jpos, jpos + max(nxt - pos - RECORD.size, 0), True)]
+    out = []
+    for p, length in recs:
+        rec = _record_at(read, p, nxt)
+        out.append(Span(GOOD if rec is not None and rec[1] else LOST, p, p + RECORD.size + length, jpos, jpos + length))
+        jpos += length
+    return out
+
+
+def plan_damage(read: Read, pos: int, size: int, jpos: int) -> list[Span]:
+    """Classify file bytes [pos, size) of an open fragment, where the record at `pos` (journal offset
+    `jpos`) is not a valid one: the runs of valid records, the damaged ranges and a torn tail, in order
+    (adjacent spans of one kind merged). See the module docstring for the rules."""
+    spans: list[Span] = []
+    while pos < size:
+        end, total = _valid_run(read, pos, size)
+        if end > pos:
+            spans.append(Span(GOOD, pos, end, jpos, jpos + total))
+            pos, jpos = end, jpos + total
+            continue
+        rec = _record_at(read, pos, size)
+        nxt = _resync(read, pos, size, rec)
+        if nxt >= 0:
+            spans += _damaged(read, pos, nxt, jpos)
+            pos, jpos = nxt, spans[-1].jend
+        elif rec is not None:  # whole, so appended: damaged, with nothing valid after it
+            end = pos + RECORD.size + rec[0]
+            spans.append(Span(LOST, pos, end, jpos, jpos + rec[0]))
+            pos, jpos = end, jpos + rec[0]
+        else:
+            spans.append(Span(TORN, pos, size, jpos, jpos))
+            break
+    merged: list[Span] = []
+    for sp in spans:
+        last = merged[-1] if merged else None
+        if last is not None and last.kind == sp.kind and last.fend == sp.fbegin and last.jend == sp.jbegin:
+            merged[-1] = last._replace(fend=sp.fend, jend=sp.jend, estimated=last.estimated or sp.estimated)
+        else:
+            merged.append(sp)
+    return merged

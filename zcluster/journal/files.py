@@ -19,6 +19,13 @@ Guarantees:
   or :meth:`FileJournals.recover` cuts it off: the torn bytes are moved to ``_quarantine/`` and the open
   fragment is truncated, a warning is logged and a :class:`RecoveryReport` is added to
   ``FileJournals.recovered``. Opening a root recovers every journal in it.
+* Damage on disk never makes offsets be handed out twice. A fragment file shorter than its name says
+  (checked by :meth:`FileJournals.recover`, hence at open) and records of the open fragment that fail
+  their CRC (checked whenever a writer scans or rolls it) become *lost ranges*: their bytes are moved or
+  copied to ``_quarantine/``, the range is reported (``RecoveryReport.lost``) and stays taken: appends go
+  on after it. Valid records after a damaged one are kept at their offsets. Readers get every byte up to
+  a lost range, then an OffsetOutOfRangeError naming it and the offset to read on from (reading from
+  inside one raises at once).
 * Readers read from any offset up to the end, block (in-process appends wake them at once; other
   processes' appends are seen within ``poll_interval``) or stop at the end, and keep reading across
   roll-overs. Durability: with ``fsync=True`` every append, roll and position is fsynced before it
@@ -317,16 +324,18 @@ class FileJournals:
         before = len(self.recovered)
         with st.lock, self._flocked(st):
             st.remove_temporaries()
+            st.check_fragments()
             st.sync()
         return self.recovered[-1] if len(self.recovered) > before else None
 
     def _report(self, report: RecoveryReport) -> None:
         log.warning(
-            "journal %r recovered: cut %d torn bytes%s; removed %s",
+            "journal %r recovered: cut %d torn bytes%s; removed %s; lost ranges %s (their offsets are not reused)",
             report.journal,
             report.truncated_bytes,
             f" (quarantined in {report.quarantined})" if report.quarantined else "",
             list(report.removed),
+            [f"{b}..{e}" for b, e in report.lost],
         )
         self.recovered.append(report)
 
@@ -345,12 +354,18 @@ class FileJournals:
         """The message layer's JournalReader.read over fragments and the open fragment.
 
         Raises JournalNotFoundError for an unknown journal and OffsetOutOfRangeError if `offset` is
-        negative or past the end when the read starts. Chunks never include bytes of an incomplete append.
+        negative or past the end when the read starts, or lies in a lost range. Chunks never include bytes
+        of an incomplete append. A read reaching a lost range raises OffsetOutOfRangeError there, naming
+        the range and the offset to read on from.
         """
         end = self.end(journal)
         if offset < 0 or offset > end:
             raise OffsetOutOfRangeError(f"journal {journal!r}: offset {offset} outside [0, {end}]")
-        return self._read(self._state(journal), offset, block, timeout)
+        st = self._state(journal)
+        lost = st.lost_error(offset)
+        if lost is not None:
+            raise lost
+        return self._read(st, offset, block, timeout)
 
     def _read(self, st: JournalDir, pos: int, block: bool, timeout: float | None) -> Iterator[tuple[int, bytes]]:
         cur = ScanCursor()

@@ -1,16 +1,36 @@
 """One file journal's fragments: the mechanics under :class:`zcluster.journal.files.FileJournals`.
 
+Why this module is long: recovery from on-disk damage (sealing an open fragment around damaged records,
+quarantining short fragment files, lost-range markers) lives beside the writer and reader it protects.
+
 A :class:`JournalDir` is one journal directory (laid out as :mod:`zcluster.journal.filefmt` describes)
 and its in-process writer state: it brings that state up to date with the directory (recovering torn
-tails and the leftovers of an interrupted roll), appends one record to the open fragment, rolls the open
-fragment into a fragment file, and reads whole chunks from any offset across fragments and the open
-fragment. It knows nothing of other journals, metadata, positions or when to roll: that is the store's
+tails, damaged records and the leftovers of an interrupted roll), appends one record to the open fragment,
+rolls the open fragment into a fragment file, and reads whole chunks from any offset across fragments and
+the open fragment, stopping with an OffsetOutOfRangeError at a lost range.
+
+Damage, and what becomes of it (offsets once handed out are never reused for other bytes):
+
+* A fragment file shorter than its name says (:meth:`JournalDir.check_fragments`, run by recovery): moved
+  whole to ``_quarantine/``; a lost-range marker takes its place.
+* An open fragment holding damaged records (found when a writer scans it, or when it rolls): *sealed*
+  at once: each run of valid records becomes a fragment file, each damaged range a lost-range marker (its
+  bytes copied to ``_quarantine/``), and the open fragment is removed; appends go on in a new one. The
+  same when bytes a writer of this process already saw were cut off the open fragment (truncation).
+* A torn append at its end (an incomplete record: the append never returned) is cut off and quarantined;
+  its offsets are used again.
+* An open fragment whose header is damaged is sealed if its begin offset still reads as the end of the
+  sealed pieces, else moved whole to ``_quarantine/`` (its offsets can then not be told, and are reused,
+  but for those this process saw handed out).
+
+It knows nothing of other journals, metadata, positions or when to roll: that is the store's
 (:mod:`zcluster.journal.files`). Writer methods must be called holding the directory's ``lock`` and its
 ``flock`` (the store takes both).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -19,33 +39,43 @@ from pathlib import Path
 from typing import NamedTuple
 
 from zcluster.journal.filefmt import (
+    GOOD,
     HEADER,
     LOCK_NAME,
+    LOST,
     OPEN_NAME,
     QUARANTINE_DIR,
     RECORD,
     TMP_PREFIX,
+    TORN,
+    Span,
     fragment_name,
+    lost_name,
     pack_header,
     pack_record,
     parse_fragment_name,
+    parse_lost_name,
+    plan_damage,
     scan_records,
     unpack_header,
 )
-from zcluster.message.errors import JournalError
+from zcluster.message.errors import JournalError, OffsetOutOfRangeError
 
 __all__ = ["JournalDir", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
 
 
 class RecoveryReport(NamedTuple):
-    """What recovery did to one journal: bytes cut from the open fragment's tail (and the quarantine
-    file now holding them, if any), and redundant files removed (temporaries of an interrupted roll,
-    an open fragment already rolled into a fragment file)."""
+    """What recovery did to one journal: bytes cut from the open fragment (and the quarantine file now
+    holding them, if any), redundant files removed (temporaries of an interrupted roll; an open fragment
+    already rolled into a fragment file, moved to the quarantine), and `lost`: journal byte ranges that
+    were appended but can no longer be read (damaged records, a fragment file found short). A lost
+    range's offsets are never handed out again; readers reaching it get an OffsetOutOfRangeError naming it."""
 
     journal: str
     truncated_bytes: int
     quarantined: Path | None
     removed: tuple[str, ...]
+    lost: tuple[tuple[int, int], ...] = ()
 
 
 class ScanCursor:
@@ -103,21 +133,42 @@ class JournalDir:
             self.open_fd = None
         os.close(self.lock_fd)
 
-    # -- fragments -------------------------------------------------------------------------------------
+    # -- fragments and lost ranges -------------------------------------------------------------------
 
     def fragments(self) -> list[tuple[int, int]]:
         """The [begin, end) ranges of the complete fragment files, in offset order."""
+        return [(b, e) for b, e, lost in self.pieces() if not lost]
+
+    def pieces(self) -> list[tuple[int, int, bool]]:
+        """(begin, end, lost) of the fragment files and the lost ranges, in offset order."""
         out = []
         for n in os.listdir(self.dir):
             r = parse_fragment_name(n)
             if r is not None:
-                out.append(r)
+                out.append((r[0], r[1], False))
+            elif (r := parse_lost_name(n)) is not None:
+                out.append((r[0], r[1], True))
         out.sort()
         return out
 
-    def fragments_end(self) -> int:
-        frags = self.fragments()
-        return frags[-1][1] if frags else 0
+    def pieces_end(self) -> int:
+        """The end of the sealed part of the journal (fragment files and lost ranges)."""
+        return max((e for _, e, _ in self.pieces()), default=0)
+
+    def lost_error(self, pos: int) -> OffsetOutOfRangeError | None:
+        """The error a reader gets at `pos` if a lost range holds it, else None."""
+        for b, e, lost in self.pieces():
+            if lost and b <= pos < e:
+                try:
+                    doc = json.loads((self.dir / lost_name(b, e)).read_text())
+                except (OSError, ValueError):
+                    doc = {}
+                where = f"; what survives of them is in {doc['quarantined']}" if doc.get("quarantined") else ""
+                return OffsetOutOfRangeError(
+                    f"journal {self.name!r}: bytes {b}..{e} were lost ({doc.get('reason', 'damaged')}{where}); "
+                    f"reading can go on at offset {e}"
+                )
+        return None
 
     # -- writer (under `lock` and the flock) -----------------------------------------------------------
 
@@ -129,50 +180,92 @@ class JournalDir:
         if removed:
             self._report(RecoveryReport(self.name, 0, None, tuple(removed)))
 
+    def check_fragments(self) -> None:
+        """Move every fragment file shorter than its name says to ``_quarantine/``, leaving a lost range in
+        its place (reported). The marker is written first: a crash in between leaves both, and this redoes it."""
+        for b, e in self.fragments():
+            path = self.dir / fragment_name(b, e)
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                continue
+            if size >= e - b:
+                continue
+            qpath = self._quarantine_dir() / f"{fragment_name(b, e)}-{time.time_ns()}.short"
+            tmp, final = self._write_marker(b, e, qpath, f"fragment file {path.name} held {size} of {e - b} bytes")
+            os.rename(tmp, final)
+            os.rename(path, qpath)
+            if self._fsync:
+                fsync_dir(self.dir)
+            self._report(RecoveryReport(self.name, 0, qpath, (), ((b, e),)))
+
     def drop_open(self) -> None:
         if self.open_fd is not None:
             os.close(self.open_fd)
         self.open_fd, self.open_ino = None, -1
 
     def sync(self) -> None:
-        """Bring the writer state up to date with the directory, recovering torn tails."""
+        """Bring the writer state up to date with the directory, recovering torn tails and damaged records."""
         path = self.dir / OPEN_NAME
+        known = self.end if self.open_fd is not None else -1  # offsets this process saw handed out
         try:
             s = os.stat(path)
         except FileNotFoundError:
             self.drop_open()
-            self.end = self.fragments_end()
+            self.end = self.pieces_end()
+            if known > self.end:  # the open fragment vanished under a live writer
+                self._mark_lost(self.end, known, None, f"{OPEN_NAME} removed under a live writer")
             return
         if self.open_fd is not None and s.st_ino == self.open_ino and s.st_size == self.open_size:
             return
+        seal = False
         if self.open_fd is None or s.st_ino != self.open_ino or s.st_size < self.open_size:
             self.drop_open()
             fd = os.open(path, os.O_RDWR)
-            hdr = unpack_header(os.pread(fd, HEADER.size, 0))
-            frags_end = self.fragments_end()
-            if hdr is None or hdr.begin < frags_end:
-                # A header-less file cannot be (opens are created by rename), and an open fragment that
-                # starts before the last fragment's end was rolled already (crash before its unlink).
+            head = os.pread(fd, HEADER.size, 0)
+            strict = unpack_header(head)
+            hdr = strict or unpack_header(head, lenient=True)
+            pieces = self.pieces()
+            sealed_end = max((e for _, e, _ in pieces), default=0)
+            if strict is not None and any(b == strict.begin for b, _, _ in pieces):
+                # Rolled or sealed already: the process died before removing it. Set aside, not deleted:
+                # a damaged begin offset could look like this too.
                 os.close(fd)
-                if hdr is None or any(b == hdr.begin for b, _ in self.fragments()):
-                    os.unlink(path)
-                    self._report(RecoveryReport(self.name, 0, None, (OPEN_NAME,)))
-                    self.end = frags_end
-                    return
-                raise JournalError(
-                    f"journal {self.name!r} in {self.dir}: open fragment begins at {hdr.begin}, "
-                    f"inside fragments ending at {frags_end}"
-                )
-            if hdr.begin > frags_end:
+                self._set_aside(path, 0, "rolled")
+                self.end = sealed_end
+                return
+            if hdr is None or (strict is None and hdr.begin != sealed_end):
+                # A damaged header (opens are created whole, by rename) that does not tell where it begins.
+                os.close(fd)
+                qpath = self._set_aside(path, s.st_size, "damaged")
+                self.end = sealed_end
+                if known > sealed_end:
+                    self._mark_lost(sealed_end, known, qpath, f"{OPEN_NAME} with a damaged header")
+                return
+            if strict is None:
+                seal = True  # a damaged header whose begin offset still fits: its records are sealed
+            elif hdr.begin < sealed_end:
+                if any(b < hdr.begin < e for b, e, _ in pieces):
+                    os.close(fd)
+                    raise JournalError(
+                        f"journal {self.name!r} in {self.dir}: open fragment begins at {hdr.begin}, "
+                        f"inside fragments ending at {sealed_end}"
+                    )
+                seal, known = True, max(known, sealed_end)  # a seal that was interrupted: done again
+            elif hdr.begin > sealed_end:
                 os.close(fd)
                 raise JournalError(
-                    f"journal {self.name!r} in {self.dir}: gap between fragments ending at {frags_end} "
+                    f"journal {self.name!r} in {self.dir}: gap between fragments ending at {sealed_end} "
                     f"and open fragment at {hdr.begin}"
                 )
             self.open_fd, self.open_ino = fd, s.st_ino
             self.open_begin, self.open_created = hdr.begin, hdr.created
             self.open_size, self.end = HEADER.size, hdr.begin
+            if strict is None:
+                qpath = self._quarantine_copy(0, HEADER.size, "header")
+                self._report(RecoveryReport(self.name, HEADER.size, qpath, ()))
         fd = self.open_fd
+        assert fd is not None
         size = os.fstat(fd).st_size
         pos = self.open_size
         while pos < size:
@@ -188,21 +281,87 @@ class JournalDir:
             self.end += sum(r.size for r in recs)
             pos += used
         self.open_size = pos
-        if pos < size:
-            self._quarantine(pos, size)
+        if pos == size and not seal and known <= self.end:
+            return
+        spans = plan_damage(self._read, pos, size, self.end) if pos < size else []
+        if not seal and known <= self.end and all(sp.kind == TORN for sp in spans):
+            self._quarantine(pos, size)  # a torn append: cut off, and its offsets used again
+        else:
+            self._seal([Span(GOOD, HEADER.size, pos, self.open_begin, self.end), *spans], known)
 
-    def _quarantine(self, pos: int, size: int) -> None:
-        fd = self.open_fd
-        assert fd is not None
-        torn = os.pread(fd, size - pos, pos)
+    def _read(self, n: int, pos: int) -> bytes:
+        assert self.open_fd is not None
+        return os.pread(self.open_fd, n, pos)
+
+    def _quarantine_dir(self) -> Path:
         qdir = self.dir / QUARANTINE_DIR
         qdir.mkdir(exist_ok=True)
-        qpath = qdir / f"{self.open_begin:020d}-at-{pos}-{time.time_ns()}.torn"
-        qpath.write_bytes(torn)
-        os.ftruncate(fd, pos)
+        return qdir
+
+    def _quarantine(self, pos: int, size: int) -> None:
+        """Move a torn tail, file bytes [pos, size) of the open fragment, to ``_quarantine/`` (reported)."""
+        assert self.open_fd is not None
+        qpath = self._quarantine_copy(pos, size, "torn")
+        os.ftruncate(self.open_fd, pos)
         if self._fsync:
-            os.fsync(fd)
-        self._report(RecoveryReport(self.name, len(torn), qpath, ()))
+            os.fsync(self.open_fd)
+        self._report(RecoveryReport(self.name, size - pos, qpath, ()))
+
+    def _quarantine_copy(self, fbegin: int, fend: int, what: str) -> Path:
+        """Copy bytes [fbegin, fend) of the open fragment to a new file of ``_quarantine/``."""
+        qpath = self._quarantine_dir() / f"{self.open_begin:020d}-at-{fbegin}-{time.time_ns()}.{what}"
+        out = os.open(qpath, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            pos = fbegin
+            while pos < fend:
+                data = self._read(min(fend - pos, max(self._chunk_size, 1 << 16)), pos)
+                if not data:
+                    break
+                write_all(out, data, pos - fbegin)
+                pos += len(data)
+            if self._fsync:
+                os.fsync(out)
+        finally:
+            os.close(out)
+        return qpath
+
+    def _write_marker(self, begin: int, end: int, qpath: Path | None, reason: str) -> tuple[Path, Path]:
+        """Write the marker of lost range [begin, end) under a temporary name; return it and its final name."""
+        name = lost_name(begin, end)
+        doc = {
+            "begin": begin,
+            "end": end,
+            "quarantined": None if qpath is None else qpath.relative_to(self.dir).as_posix(),
+            "reason": reason,
+            "time": time.time(),
+        }
+        tmp = self.dir / f"{TMP_PREFIX}{name}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, json.dumps(doc, sort_keys=True).encode(), 0)
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp, self.dir / name
+
+    def _mark_lost(self, begin: int, end: int, qpath: Path | None, reason: str) -> None:
+        tmp, final = self._write_marker(begin, end, qpath, reason)
+        os.rename(tmp, final)
+        if self._fsync:
+            fsync_dir(self.dir)
+        self.end = max(self.end, end)
+        self._report(RecoveryReport(self.name, 0, qpath, (), ((begin, end),)))
+
+    def _set_aside(self, path: Path, cut: int, what: str) -> Path:
+        """Move a whole open fragment that has no place in the journal to ``_quarantine/`` (reported, with
+        `cut` bytes cut off the journal)."""
+        qpath = self._quarantine_dir() / f"open-{time.time_ns()}.{what}"
+        os.rename(path, qpath)
+        if self._fsync:
+            fsync_dir(self.dir)
+        self._report(RecoveryReport(self.name, cut, qpath, (OPEN_NAME,)))
+        return qpath
 
     def append_record(self, payload: bytes) -> None:
         """Append `payload` as one record to the open fragment (created if there is none); on failure,
@@ -238,40 +397,89 @@ class JournalDir:
         self.open_begin, self.open_created, self.open_size = self.end, now, HEADER.size
 
     def roll(self) -> None:
-        """Copy the open fragment's payloads into fragment file ``<begin>-<end>.frag`` and remove it."""
-        fd = self.open_fd
-        assert fd is not None
-        name = fragment_name(self.open_begin, self.end)
-        tmp = self.dir / f"{TMP_PREFIX}{name}"
+        """Copy the open fragment's payloads into fragment file ``<begin>-<end>.frag`` and remove it (a
+        record found damaged on the way: sealed around, as :meth:`sync` does)."""
+        self._seal([Span(GOOD, HEADER.size, self.open_size, self.open_begin, self.end)], self.end)
+
+    def _seal(self, spans: list[Span], known: int) -> None:
+        """Replace the open fragment by sealed pieces: a fragment file per run of valid records, a lost-range
+        marker per damaged range (its bytes copied to ``_quarantine/``), torn bytes to ``_quarantine/``; a lost
+        range up to `known` if fewer bytes remain than this process saw. Pieces are renamed into place last
+        first, so until the one at the open fragment's begin is, the next sync seals it again."""
+        renames: list[tuple[Path, Path]] = []
+        reports: list[RecoveryReport] = []
+        cut_off = f"bytes cut off {OPEN_NAME} under a live writer"
+        cut = None
+        if spans and spans[-1].kind == TORN and known > spans[-1].jend:  # not a torn append: a cut-off one
+            spans[-1] = cut = spans[-1]._replace(kind=LOST, jend=known)
+        i = 0
+        while i < len(spans):
+            sp = spans[i]
+            i += 1
+            if sp.kind == GOOD:
+                if sp.jend == sp.jbegin:
+                    continue
+                tmp, fpos, jpos = self._write_fragment(sp)
+                if fpos < sp.fend:  # a record rotted since it was read: seal around it too
+                    os.unlink(tmp)
+                    head = [Span(GOOD, sp.fbegin, fpos, sp.jbegin, jpos)] if fpos > sp.fbegin else []
+                    spans[i - 1 : i] = head + plan_damage(self._read, fpos, sp.fend, jpos)
+                    i -= 1
+                    continue
+                if jpos != sp.jend:
+                    os.unlink(tmp)
+                    raise JournalError(f"journal {self.name!r}: sealing {OPEN_NAME} found {jpos} bytes, not {sp.jend}")
+                renames.append((tmp, self.dir / fragment_name(sp.jbegin, sp.jend)))
+                continue
+            qpath = self._quarantine_copy(sp.fbegin, sp.fend, "damaged" if sp.kind == LOST else "torn")
+            if sp.kind == LOST and sp.jend > sp.jbegin:
+                reason = cut_off if sp is cut else f"damaged records of {OPEN_NAME} at {sp.fbegin}..{sp.fend}"
+                if sp.estimated:
+                    reason += "; record headers unreadable: its size is an upper bound, later offsets may be shifted"
+                renames.append(self._write_marker(sp.jbegin, sp.jend, qpath, reason))
+                reports.append(RecoveryReport(self.name, 0, qpath, (), ((sp.jbegin, sp.jend),)))
+            else:
+                reports.append(RecoveryReport(self.name, sp.fend - sp.fbegin, qpath, ()))
+        end = spans[-1].jend if spans else self.open_begin
+        if known > end:
+            renames.append(self._write_marker(end, known, None, cut_off))
+            reports.append(RecoveryReport(self.name, 0, None, (), ((end, known),)))
+            end = known
+        for tmp, final in reversed(renames):
+            os.rename(tmp, final)
+        os.unlink(self.dir / OPEN_NAME)
+        if self._fsync:
+            fsync_dir(self.dir)
+        self.drop_open()
+        self.end = end
+        for report in reports:
+            self._report(report)
+
+    def _write_fragment(self, sp: Span) -> tuple[Path, int, int]:
+        """Copy the payloads of the valid records of span `sp` into a temporary file; return it and the file
+        position and journal offset reached (short of the span's end if a record there is not valid)."""
+        tmp = self.dir / f"{TMP_PREFIX}{fragment_name(sp.jbegin, sp.jend)}"
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        pos, wpos = sp.fbegin, 0
         try:
-            pos, wpos = HEADER.size, 0
-            while pos < self.open_size:
-                buf = os.pread(fd, max(self._chunk_size, RECORD.size), pos)
+            while pos < sp.fend:
+                buf = self._read(min(max(self._chunk_size, RECORD.size), sp.fend - pos), pos)
                 recs, used = scan_records(buf, pos)
-                if not recs:
-                    need = RECORD.size + RECORD.unpack_from(buf)[0]
-                    buf = os.pread(fd, need, pos)
+                if not recs and len(buf) >= RECORD.size and pos + RECORD.size + RECORD.unpack_from(buf)[0] <= sp.fend:
+                    buf = self._read(RECORD.size + RECORD.unpack_from(buf)[0], pos)
                     recs, used = scan_records(buf, pos)
-                    if not recs:
-                        raise JournalError(f"journal {self.name!r}: corrupt record at {OPEN_NAME} position {pos}")
+                if not recs:
+                    break
                 view = memoryview(buf)
                 for r in recs:
                     write_all(out, view[r.pos - pos : r.pos - pos + r.size], wpos)
                     wpos += r.size
                 pos += used
-            expected = self.end - self.open_begin
-            if wpos != expected:
-                raise JournalError(f"journal {self.name!r}: rolling {OPEN_NAME} found {wpos} bytes, not {expected}")
             if self._fsync:
                 os.fsync(out)
         finally:
             os.close(out)
-        os.rename(tmp, self.dir / name)
-        os.unlink(self.dir / OPEN_NAME)
-        if self._fsync:
-            fsync_dir(self.dir)
-        self.drop_open()
+        return tmp, pos, sp.jbegin + wpos
 
     # -- reader (no lock: readers see whole records only) -----------------------------------------------
 
@@ -282,13 +490,13 @@ class JournalDir:
             try:
                 fd = os.open(self.dir / OPEN_NAME, os.O_RDONLY)
             except FileNotFoundError:
-                return self.fragments_end()
+                return self.pieces_end()
             try:
                 for _ in self._open_records(fd, cur, None):
                     pass
             finally:
                 os.close(fd)
-            return max(cur.jpos, self.fragments_end())
+            return max(cur.jpos, self.pieces_end())
 
     def _open_records(self, fd: int, cur: ScanCursor, want: int | None) -> Iterator[tuple[int, memoryview]]:
         """Scan the open fragment `fd` from `cur` (reset if `fd` is another file), advancing `cur`; yield
@@ -321,15 +529,20 @@ class JournalDir:
         """Yield every whole chunk readable now from `pos` on, following roll-overs."""
         relisted = False
         while True:
-            covering = next(((b, e) for b, e in self.fragments() if b <= pos < e), None)
+            covering = next(((b, e, lost) for b, e, lost in self.pieces() if b <= pos < e), None)
             if covering is not None:
-                b, e = covering
+                b, e, lost = covering
+                if lost:
+                    raise self.lost_error(pos) or OffsetOutOfRangeError(f"journal {self.name!r}: {b}..{e} lost")
                 with open(self.dir / fragment_name(b, e), "rb", buffering=0) as f:
                     f.seek(pos - b)
                     while pos < e:
                         chunk = f.read(min(self._chunk_size, e - pos))
                         if not chunk:
-                            raise JournalError(f"journal {self.name!r}: fragment {fragment_name(b, e)} is short")
+                            raise JournalError(
+                                f"journal {self.name!r}: fragment {fragment_name(b, e)} holds fewer bytes than "
+                                "its name says (damaged); FileJournals.recover() moves it aside"
+                            )
                         yield pos, chunk
                         pos += len(chunk)
                 relisted = False
