@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zcluster import Cluster, KeyScoreMember
+from zcluster import Cluster, InvalidTupleError, KeyScoreMember
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ZERO_UUID, ProducerID, build_uuid
 from zcluster.state import DedupStore, StateStore, clock_to_score, score_to_clock
@@ -116,3 +116,23 @@ def test_dedup_is_exactly_once_across_processes(shards: object, prefix: str) -> 
         results = pool.map(_admit_worker, [(urls, f"{prefix}mp:", list(uuids), seed) for seed in range(4)])
     admitted = [u for r in results for u in r]
     assert sorted(admitted) == sorted(uuids)  # each exactly once over all processes
+
+
+def test_dedup_checks_its_arguments_before_anything_is_sent(any_cluster: Cluster) -> None:
+    d = DedupStore(any_cluster, namespace=f"{any_cluster.prefix.decode()}dd:")
+    u = build_uuid(P1, 2000, 0)
+    bad: list[tuple[object, object, str]] = [
+        (None, u, "journal must be a non-empty str"),
+        (5, u, "journal must be a non-empty str"),
+        ("", u, "journal must be a non-empty str"),
+        ("j", u[:15], "16 bytes, got 15"),
+        ("j", u + b"x", "16 bytes, got 17"),
+        ("j", "not-a-uuid", "not a UUID"),
+        ("j", 42, "must be str or bytes"),
+    ]
+    for journal, uuid, reason in bad:
+        with pytest.raises(InvalidTupleError, match=reason) as info:
+            d.admit_many([("j", build_uuid(P1, 1999, 0)), (journal, uuid)])  # type: ignore[list-item]
+        assert info.value.index == 1
+    assert d.admit("j", build_uuid(P1, 1999, 0)) is True  # nothing of the refused calls was sent
+    assert d.admit("j", bytearray(u)) is True and d.admit("j", u) is False  # a bytearray is the same UUID
