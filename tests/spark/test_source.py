@@ -10,7 +10,9 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from zcluster.errors import ConfigError
+from zcluster.journal import frames
 from zcluster.journal.files import FileJournals
+from zcluster.journal.frames import read_frames
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, CONTENT_TYPE_PROTO_FIXED
 from zcluster.message.journals import JournalSpec
 from zcluster.spark.source import JournalRange, JournalStreamReader, read_batches, read_partition
@@ -115,3 +117,22 @@ def test_available_now_reads_up_to_the_ends_when_it_started(tmp_path: Path) -> N
     reader.prepareForTriggerAvailableNow()
     store.append("a", b"{}\n")
     assert reader.latestOffset({"a": 0}, ReadAllAvailable()) == {"a": 3}
+
+
+def test_a_line_longer_than_the_maximum_is_one_error_row_and_memory_stays_bounded(tmp_path: Path) -> None:
+    store = FileJournals(tmp_path, chunk_size=100)
+    store.create(JournalSpec("j", {"content-type": CONTENT_TYPE_NDJSON}))
+    lines = [b'{"a":1}\n', b"x" * 5000 + b"\n", b'{"b":2}\n', b"y" * 3000]
+    for line in lines:
+        store.append("j", line)
+    rows = list(read_frames(store, "j", CONTENT_TYPE_NDJSON, 0, store.end("j")))
+    # with the default maximum (64 MiB) everything frames as before
+    assert [r.data for r in rows[:3]] == lines[:3] and rows[3].error is not None
+    small = list(frames._lines("j", CONTENT_TYPE_NDJSON, 0, store.read("j", 0), 1000))
+    assert [(r.begin, r.end, r.data is None) for r in small] == [
+        (0, 8, False),
+        (8, 5009, True),
+        (5009, 5017, False),
+        (5017, 8017, True),
+    ]
+    assert "longer than the maximum" in (small[1].error or "") and "unexpected end" in (small[3].error or "")

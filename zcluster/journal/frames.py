@@ -34,7 +34,7 @@ def read_frames(store: JournalReader, journal: str, content_type: str, begin: in
     frame boundaries (journal ends and checkpoint offsets are)."""
     chunks = _clipped(store.read(journal, begin), end)
     if content_type == CONTENT_TYPE_NDJSON:
-        return _lines(journal, content_type, begin, chunks)
+        return _lines(journal, content_type, begin, chunks, framing_for(content_type).max_frame_bytes)
     return _decoded(journal, content_type, begin, chunks)
 
 
@@ -47,16 +47,29 @@ def _clipped(chunks: Iterator[tuple[int, bytes]], end: int) -> Iterator[tuple[in
             return
 
 
-def _lines(journal: str, ctype: str, begin: int, chunks: Iterator[tuple[int, bytes]]) -> Iterator[RawFrame]:
-    pending, base = b"", begin  # bytes not yet framed, starting at offset `base`
+def _lines(journal: str, ctype: str, begin: int, chunks: Iterator[tuple[int, bytes]], limit: int) -> Iterator[RawFrame]:
+    pending, base = b"", begin  # bytes not yet framed; `data` below starts at offset `base`
+    skip_from: int | None = None  # start of a line longer than `limit`, whose bytes are dropped as they come
     for _, chunk in chunks:
         data = pending + chunk if pending else chunk
         start = 0
         while (nl := data.find(b"\n", start)) >= 0:
-            yield RawFrame(journal, base + start, base + nl + 1, ctype, data[start : nl + 1], None)
+            if skip_from is not None:
+                reason = f"line longer than the maximum frame size ({limit} bytes)"
+                yield RawFrame(journal, skip_from, base + nl + 1, ctype, None, reason)
+                skip_from = None
+            else:
+                yield RawFrame(journal, base + start, base + nl + 1, ctype, data[start : nl + 1], None)
             start = nl + 1
-        pending, base = data[start:], base + start
-    if pending:
+        if skip_from is None and len(data) - start > limit:
+            skip_from = base + start
+        if skip_from is not None:
+            pending, base = b"", base + len(data)
+        else:
+            pending, base = data[start:], base + start
+    if skip_from is not None:
+        yield RawFrame(journal, skip_from, base, ctype, None, f"unexpected end: no newline after offset {skip_from}")
+    elif pending:
         yield RawFrame(
             journal, base, base + len(pending), ctype, None, f"unexpected end: no newline after offset {base}"
         )
