@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from message_helpers import decode_all, summary
 
 from zcluster.message import (
     CsvRecord,
@@ -13,7 +14,7 @@ from zcluster.message import (
     UnknownContentTypeError,
     framing_for,
 )
-from zcluster.message.framing import Decoded, Decoder, Framing, register_framing
+from zcluster.message.framing import Decoder, Framing, register_framing
 
 WORD = b"\x66\x33\x93\x36"
 FIXED = framing_for("application/x-protobuf-fixed")
@@ -27,18 +28,6 @@ class Payload:
 
     def to_bytes(self) -> bytes:
         return self.data
-
-
-def decode_all(framing: Framing, data: bytes, chunk: int, offset: int = 0) -> list[Decoded]:
-    d = framing.decoder(offset)
-    out: list[Decoded] = []
-    for i in range(0, len(data), chunk):
-        out += d.feed(data[i : i + chunk])
-    return out + d.close()
-
-
-def summary(items: list[Decoded]) -> list[tuple[str, int, int, object]]:
-    return [(type(i).__name__, i.begin, i.end, i.record if isinstance(i, Frame) else None) for i in items]
 
 
 def test_registry() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from message_helpers import decode_all, summary
 
 from zcluster.message import (
     DecodeError,
@@ -30,18 +31,6 @@ from zcluster.message.framing import (
 CSV = framing_for("text/csv")
 FIXED = framing_for("application/x-protobuf-fixed")
 WORD = FIXED_FRAME_WORD
-
-
-def decode_all(framing: Framing, data: bytes, chunk: int, offset: int = 0) -> list[Decoded]:
-    d = framing.decoder(offset)
-    out: list[Decoded] = []
-    for i in range(0, len(data), chunk):
-        out += d.feed(data[i : i + chunk])
-    return out + d.close()
-
-
-def summary(items: list[Decoded]) -> list[tuple[str, int, int, object]]:
-    return [(type(i).__name__, i.begin, i.end, i.record if isinstance(i, Frame) else None) for i in items]
 
 
 def every_chunking(framing: Framing, data: bytes, offset: int = 0) -> list[tuple[str, int, int, object]]:
