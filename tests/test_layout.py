@@ -26,6 +26,7 @@ LAYERS = [
     ["zcluster._transport"],
     ["zcluster.cluster", "zcluster.metrics"],
     ["zcluster.config"],
+    ["zcluster.farm"],
     ["zcluster.journal"],
     ["zcluster.channels"],
     ["zcluster.state"],

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from zcluster.config import ClusterConfig, connect
     from zcluster.errors import (
         ConfigError,
+        DurabilityError,
         InconsistentDataError,
         InvalidTupleError,
         PartialReadError,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from zcluster.types import (
         Cursor,
         Delete,
+        Durability,
         Insert,
         KeyMember,
         KeyScoreMember,
@@ -53,6 +55,7 @@ _WHERE = {
     **dict.fromkeys(
         [
             "ConfigError",
+            "DurabilityError",
             "InconsistentDataError",
             "InvalidTupleError",
             "PartialReadError",
@@ -68,6 +71,7 @@ _WHERE = {
         [
             "Cursor",
             "Delete",
+            "Durability",
             "Insert",
             "KeyMember",
             "KeyScoreMember",
@@ -87,6 +91,8 @@ __all__ = [
     "ConfigError",
     "Cursor",
     "Delete",
+    "Durability",
+    "DurabilityError",
     "InconsistentDataError",
     "Insert",
     "InvalidTupleError",

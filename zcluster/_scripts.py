@@ -38,3 +38,8 @@ def write_script() -> Script:
 def forget_script() -> Script:
     """The retention script behind :meth:`zcluster.Cluster.forget`."""
     return load("forget")
+
+
+def fingerprint_script() -> Script:
+    """The read-only script behind :meth:`zcluster.Cluster.fingerprints`."""
+    return load("fingerprint")

@@ -3,6 +3,12 @@
 Nothing here knows about sorted sets: the cluster hands over lists of commands per shard and gets replies
 (or per-command errors) back. Resending is always safe because every command the cluster sends is either
 a read or an idempotent write.
+
+Durability (:class:`zcluster.Durability`): every pipeline that carries writes ends with ``WAIT`` and/or
+``WAITAOF`` on its own connection (they cover only the writes of the connection that sends them; a
+pooled connection picked separately would wait for nothing). Whether a server has WAITAOF is read from
+its reply ("unknown command" before Redis 7.2), every time: the command travels in the same round trip
+as the writes, so this costs nothing, and a server upgraded in place is never misjudged from a cache.
 """
 
 from __future__ import annotations
@@ -18,14 +24,14 @@ from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
 
 from zcluster._scripts import Script
 from zcluster._topology import Shard, Topology
-from zcluster.errors import RedirectLoopError, ShardError
-from zcluster.types import ReadResult, ShardFailure
+from zcluster.errors import DurabilityError, RedirectLoopError, ShardError
+from zcluster.types import Durability, ReadResult, ShardFailure
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_REDIRECTS = 32
-SHARD_ERRORS = (redis.RedisError, OSError, ShardError)
+SHARD_ERRORS = (redis.RedisError, OSError, ShardError, DurabilityError)
 """Errors that mean "this shard could not do it"; anything else is a bug and propagates."""
 
 Command = tuple[Any, ...]
@@ -72,53 +78,127 @@ class Transport:
         for script in self.scripts:
             client.script_load(script.source)
 
-    def writes(self, shard: Shard, commands: list[Command]) -> list[Any]:
+    def writes(self, shard: Shard, commands: list[Command], durability: Durability | None = None) -> list[Any]:
         """:meth:`commands` with the pipeline streamed (write-script calls, whose replies are plain)."""
-        return self.commands(shard, commands, streamed=True)
+        return self.commands(shard, commands, streamed=True, durability=durability)
 
-    def commands(self, shard: Shard, commands: list[Command], streamed: bool = False) -> list[Any]:
+    def commands(
+        self, shard: Shard, commands: list[Command], streamed: bool = False, durability: Durability | None = None
+    ) -> list[Any]:
         """Pipeline ``commands`` to ``shard``; replies (or per-command errors) in order.
 
         NOSCRIPT (restart, failover, SCRIPT FLUSH) reloads the scripts and resends; MOVED/ASK/TRYAGAIN
         follow the cluster. ``streamed`` overlaps the client's packing with the server's work.
+        ``durability``: each pipeline ends with its waits (see the module); when one falls short, raises
+        :class:`DurabilityError` naming the server, after every command was sent and answered.
         """
+        waits = _Waits(durability)
         step = self.pipeline_calls
         chunks = [commands[lo : lo + step] for lo in range(0, len(commands), step)]
         if streamed:
-            replies = _streamed(shard.client, chunks)
+            replies = waits.streamed(shard, chunks)
         else:
-            replies = [r for chunk in chunks for r in pipeline(shard.client, chunk)]
+            replies = [r for chunk in chunks for r in waits.pipeline(shard, chunk)]
         missing = [j for j, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if missing:
             self.load_scripts(shard.client)
-            for j, r in zip(missing, pipeline(shard.client, [commands[j] for j in missing]), strict=True):
+            for j, r in zip(missing, waits.pipeline(shard, [commands[j] for j in missing]), strict=True):
                 replies[j] = r
         for j, r in enumerate(replies):
             if isinstance(r, MovedError | AskError | TryAgainError):
-                replies[j] = self._redirected(shard, commands[j], r)
+                replies[j] = self._redirected(shard, commands[j], r, waits)
+        waits.check()
         return replies
 
-    def _redirected(self, shard: Shard, command: Command, error: Exception) -> Any:
-        client = shard.client
+    def _redirected(self, shard: Shard, command: Command, error: Exception, waits: _Waits) -> Any:
+        node = shard
         for attempt in range(MAX_REDIRECTS):
             asking = False
             if isinstance(error, MovedError):
                 self.topology.refresh()
-                client = self.topology.redirect(error.host, int(error.port)).client
+                node = self.topology.redirect(error.host, int(error.port))
             elif isinstance(error, AskError):
-                client = self.topology.redirect(error.host, int(error.port)).client
+                node = self.topology.redirect(error.host, int(error.port))
                 asking = True
             else:  # TRYAGAIN: keys of the slot are split between two nodes mid-migration
                 time.sleep(min(0.005 * (attempt + 1), 0.1))
             cmds = [("ASKING",), command] if asking else [command]
-            reply = pipeline(client, cmds)[-1]
+            reply = waits.pipeline(node, cmds)[-1]
             if isinstance(reply, NoScriptError):
-                self.load_scripts(client)
-                reply = pipeline(client, cmds)[-1]
+                self.load_scripts(node.client)
+                reply = waits.pipeline(node, cmds)[-1]
             if not isinstance(reply, MovedError | AskError | TryAgainError):
                 return reply
             error = reply
         return RedirectLoopError(f"gave up after {MAX_REDIRECTS} cluster redirects (last: {error})")
+
+
+class _Waits:
+    """The durability waits of one shard call: appended to each of its pipelines, judged per reply.
+
+    With ``local_aof``: ``WAITAOF 1 0 <ms>`` (the master's own fsync); with ``replicas``: ``WAIT <n> <ms>``
+    (replicas that received the writes). ``WAITAOF <n>`` is not used for replicas: it counts only replicas
+    that fsynced to an AOF of their own, so replicas with ``appendonly no`` would never count (tested:
+    Valkey answers ``[1, 0]`` where WAIT says 1), and the same Durability would mean something else
+    before Redis 7.2. The first shortfall is kept and raised by :meth:`check` once the call is done, so
+    every reply of the call is read first and each connection goes back to its pool clean.
+    """
+
+    def __init__(self, durability: Durability | None) -> None:
+        self.durability = durability
+        self.commands: list[Command] = []
+        if durability is not None:
+            ms = durability.timeout_ms
+            if durability.local_aof:
+                self.commands.append(("WAITAOF", 1, 0, ms))
+            if durability.replicas:
+                self.commands.append(("WAIT", durability.replicas, ms))
+        self.shortfall: DurabilityError | None = None
+
+    def pipeline(self, node: Shard, commands: list[Command]) -> list[Any]:
+        """:func:`pipeline` of ``commands`` and the waits on one connection; the commands' replies."""
+        if not self.commands:
+            return pipeline(node.client, commands)
+        replies = pipeline(node.client, [*commands, *self.commands])
+        self._judge(node.name, replies[len(commands) :])
+        return replies[: len(commands)]
+
+    def streamed(self, node: Shard, chunks: list[list[Command]]) -> list[Any]:
+        """:func:`_streamed` with the waits sent after the last chunk on the same connection."""
+        if not self.commands or not chunks:
+            return _streamed(node.client, chunks)
+        replies = _streamed(node.client, [*chunks[:-1], [*chunks[-1], *self.commands]])
+        n = len(self.commands)
+        self._judge(node.name, replies[-n:])
+        return replies[:-n]
+
+    def _judge(self, name: str, replies: list[Any]) -> None:
+        asked = self.durability
+        if asked is None or self.shortfall is not None:
+            return
+        local: bool | None = None
+        replicas: int | None = None
+        reasons: list[str] = []
+        for command, reply in zip(self.commands, replies, strict=True):
+            if isinstance(reply, BaseException):
+                text = str(reply).strip()
+                if command[0] == "WAITAOF" and "unknown command" in text.lower():
+                    reasons.append("the server has no WAITAOF (Redis < 7.2): its AOF fsync cannot be confirmed")
+                else:
+                    reasons.append(f"{command[0]} refused: {text}")
+                if command[0] == "WAITAOF":
+                    local = False
+            elif command[0] == "WAITAOF":
+                local = int(reply[0]) >= 1
+            else:
+                replicas = int(reply)
+        if (asked.local_aof and not local) or (replicas or 0) < asked.replicas or reasons:
+            self.shortfall = DurabilityError(name, asked, replicas, local, "; ".join(reasons))
+
+    def check(self) -> None:
+        """Raise the first shortfall seen, if any."""
+        if self.shortfall is not None:
+            raise self.shortfall
 
 
 def pipeline(client: redis.Redis, commands: Sequence[Command]) -> list[Any]:

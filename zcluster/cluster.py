@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from zcluster import _encode
 from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, score_pairs
 from zcluster._keys import ADD, KeyLayout
-from zcluster._scripts import forget_script, write_script
+from zcluster._scripts import fingerprint_script, forget_script, write_script
 from zcluster._topology import ClusterTopology, Routing, Shard, StandaloneTopology, Topology
 from zcluster._transport import SHARD_ERRORS, Transport, read, read_each
 from zcluster.errors import (
@@ -35,6 +35,7 @@ from zcluster.types import (
     Blob,
     Cursor,
     Delete,
+    Durability,
     Insert,
     KeyMember,
     KeyScoreMember,
@@ -42,6 +43,7 @@ from zcluster.types import (
     ReadResult,
     ShardFailure,
     ShardStats,
+    Write,
     WriteResult,
     from_bytes,
     to_bytes,
@@ -74,6 +76,14 @@ class Cluster:
     :class:`PartialReadError` (or fill ``ReadResult.errors`` with ``strict=False``); ``keys`` raises
     :class:`PartialScanError` after yielding every reachable shard's keys.
 
+    Durability (``durability=Durability(replicas=n, local_aof=..., timeout=...)``, default none): after
+    each shard's writes of ``insert``/``delete``/``apply``, on the connection that sent them, the cluster
+    waits until ``n`` replicas of that shard's master acknowledged them (``WAIT``) and/or the master
+    fsynced them to its AOF (``WAITAOF``, Redis >= 7.2 and Valkey; older servers cannot confirm it). A
+    shard not confirmed within ``timeout`` is a failed shard whose error is a :class:`DurabilityError`:
+    its tuples are unconfirmed although the master executed them (resending is safe). ``forget`` and the
+    reads do not wait. See :class:`zcluster.Durability` for the exact semantics.
+
     Thread-safe: one Cluster may be shared by threads. Each public call reports one :class:`OpEvent` to
     ``instrumentation``, also when it failed.
     """
@@ -89,10 +99,13 @@ class Cluster:
         pipeline_calls: int = 64,
         decode: bool = True,
         instrumentation: Instrumentation = nop,
+        durability: Durability | None = None,
     ) -> None:
-        scripts = (write_script(), forget_script())
+        scripts = (write_script(), forget_script(), fingerprint_script())
         transport = Transport(topology, scripts, _positive(pipeline_calls, "pipeline_calls"))
-        self._setup(transport, True, max_size, floors, prefix, batch_size, decode, instrumentation)
+        self._setup(
+            transport, True, max_size, floors, prefix, batch_size, decode, instrumentation, durability=durability
+        )
 
     def _setup(
         self,
@@ -104,9 +117,12 @@ class Cluster:
         batch_size: int,
         decode: bool,
         instrumentation: Instrumentation,
+        durability: Durability | None = None,
     ) -> None:
         if max_size is not None:
             _positive(max_size, "max_size")
+        if durability is not None and not isinstance(durability, Durability):
+            raise ConfigError(f"durability must be a zcluster.Durability or None, got {durability!r}")
         if floors is False and max_size is not None:
             raise ConfigError("a size bound needs floors: trimming without them would resurrect deleted members")
         self._transport = transport
@@ -117,9 +133,16 @@ class Cluster:
         self.batch_size = _positive(batch_size, "batch_size")
         self.decode = decode
         self.instrumentation = instrumentation
+        self.durability = durability
+
+        def writer(shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
+            return transport.writes(shard, commands, durability)
+
+        self._writer = writer  # each shard's write pipeline, then its durability waits on that connection
         self._encoder = Encoder(self._layout, transport.topology, self.floors, batch_size)
         self._write_sha = transport.scripts[0].sha
         self._forget_sha = transport.scripts[1].sha
+        self._fingerprint_sha = transport.scripts[2].sha
 
     # -- construction -------------------------------------------------------------------------------------
 
@@ -153,13 +176,15 @@ class Cluster:
         floors: bool | None = None,
         batch_size: int | None = None,
         decode: bool | None = None,
+        durability: Durability | None = None,
     ) -> Cluster:
         """Another namespace on the same servers and connections (state, dedup and checkpoint records).
 
         The view shares this cluster's connections, worker threads and instrumentation; it does not own
         them: its ``close()`` does nothing, and it stops working when this cluster is closed. Options not
         given are this cluster's, except ``max_size`` (none unless given) and ``floors`` (as for a new
-        Cluster).
+        Cluster). ``durability`` replaces this cluster's for the view's writes only (e.g. checkpoints that
+        wait for a replica while the bulk writes do not); not given, the view waits as this cluster does.
         """
         view = object.__new__(Cluster)
         view._setup(
@@ -171,6 +196,7 @@ class Cluster:
             self.batch_size if batch_size is None else batch_size,
             self.decode if decode is None else decode,
             self.instrumentation,
+            durability=self.durability if durability is None else durability,
         )
         return view
 
@@ -255,16 +281,43 @@ class Cluster:
     ) -> WriteResult:
         started = time.perf_counter()
         try:
-            commands: dict[int, list[tuple[Any, ...]]] = {}
-            index_lists: dict[int, list[list[int]]] = {}
-            sha, bound, flag = self._write_sha, self.max_size or 0, b"1" if self.floors else b"0"
-            for op, items, indices in ops:
-                for shard_idx, calls in self._encoder.writes(items, indices).items():
-                    commands.setdefault(shard_idx, []).extend(
-                        ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv) for c in calls
-                    )
-                    index_lists.setdefault(shard_idx, []).extend(c.indices for c in calls)
-            outcome = self._transport.fanout(commands, self._transport.writes)
+            prepared = self._prepare(ops)
+        except BaseException as exc:
+            self._report(name, n, started, error=exc)
+            raise
+        return self._send(name, prepared, n, raise_on_error, started)
+
+    def _prepare(self, ops: list[tuple[bytes, Sequence[Any], list[int] | None]]) -> _Prepared:
+        """Validate and pack writes into script calls per shard (raises InvalidTupleError, nothing sent)."""
+        commands: dict[int, list[tuple[Any, ...]]] = {}
+        index_lists: dict[int, list[list[int]]] = {}
+        sha, bound, flag = self._write_sha, self.max_size or 0, b"1" if self.floors else b"0"
+        for op, items, indices in ops:
+            for shard_idx, calls in self._encoder.writes(items, indices).items():
+                commands.setdefault(shard_idx, []).extend(
+                    ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv) for c in calls
+                )
+                index_lists.setdefault(shard_idx, []).extend(c.indices for c in calls)
+        return _Prepared(commands, index_lists)
+
+    def _encoding(self) -> tuple[Any, ...] | None:
+        """Equal for clusters whose :meth:`_prepare` output is interchangeable; None when it never is
+        (a Redis Cluster routes by a slot map that changes)."""
+        topology = self._transport.topology
+        if not isinstance(topology, StandaloneTopology):
+            return None
+        return (
+            len(topology.shards),
+            topology.routing,
+            self._layout.prefix,
+            self.max_size,
+            self.floors,
+            self.batch_size,
+        )
+
+    def _send(self, name: str, prepared: _Prepared, n: int, raise_on_error: bool, started: float) -> WriteResult:
+        try:
+            outcome = self._transport.fanout(prepared.commands, self._writer)
         except BaseException as exc:
             self._report(name, n, started, error=exc)
             raise
@@ -272,12 +325,13 @@ class Cluster:
         failures: list[ShardFailure] = []
         for shard_idx, res in outcome.items():
             shard = self._transport.topology.shards[shard_idx].name
+            index_lists = prepared.indices[shard_idx]
             if isinstance(res, BaseException):
-                failures.append(ShardFailure(shard, res, tuple(i for idx in index_lists[shard_idx] for i in idx)))
+                failures.append(ShardFailure(shard, res, tuple(i for idx in index_lists for i in idx)))
                 continue
             bad: list[int] = []
             first_error: BaseException | None = None
-            for indices, reply in zip(index_lists[shard_idx], res, strict=True):
+            for indices, reply in zip(index_lists, res, strict=True):
                 if isinstance(reply, BaseException):
                     bad.extend(indices)
                     first_error = first_error or reply
@@ -445,23 +499,21 @@ class Cluster:
         batch: list[Blob] = []
         failures: list[ShardFailure] = []
         found = 0
-        logical = self._layout.logical
         try:
             for shard in self._transport.topology.masters():
                 seen: set[bytes] = set()
                 cursor = 0
                 while True:
                     try:
-                        cursor, raw = shard.client.scan(cursor, match=pattern, count=batch_size)
+                        cursor, raw = self._scan_step(shard, cursor, pattern, batch_size)
                     except SHARD_ERRORS as exc:
                         failures.append(ShardFailure(shard.name, exc, ()))
                         break
-                    for rk in raw:  # bytes: clients never decode
-                        parts = logical(to_bytes(rk))
-                        if parts is None or parts[0] in seen:
+                    for kb in raw:
+                        if kb in seen:
                             continue
-                        seen.add(parts[0])
-                        batch.append(from_bytes(parts[0]) if self.decode else parts[0])
+                        seen.add(kb)
+                        batch.append(from_bytes(kb) if self.decode else kb)
                         if len(batch) >= batch_size:
                             found += len(batch)
                             yield batch
@@ -477,6 +529,136 @@ class Cluster:
             self._report("keys", found, started, failures=failures)
         if failures:
             raise PartialScanError(failures)
+
+    def _scan_step(self, shard: Shard, cursor: int, pattern: bytes, count: int) -> tuple[int, list[bytes]]:
+        """One SCAN step on ``shard``: the next cursor and the logical keys found (once each)."""
+        cursor, raw = shard.client.scan(cursor, match=pattern, count=count)
+        logical = self._layout.logical
+        out: dict[bytes, None] = {}
+        for rk in raw:  # bytes: clients never decode
+            parts = logical(to_bytes(rk))
+            if parts is not None:
+                out[parts[0]] = None
+        return int(cursor), list(out)
+
+    def scan(
+        self,
+        position: str | None = None,
+        batch_size: int = 1000,
+        *,
+        include_removed: bool = False,
+        match: Blob | None = None,
+    ) -> tuple[list[Blob], str | None]:
+        """One resumable step of :meth:`keys`: some keys, and the position to continue from.
+
+        Start with ``position=None``; the answer's position is None once every shard was scanned. A
+        position is a short string (``"<shard>:<cursor>"``), valid for as long as the topology's masters
+        do not change; a step may return no keys and still have more to come. SCAN's guarantees hold: every
+        key present for the whole scan is returned at least once, some may be returned twice. A failed
+        shard raises :class:`PartialScanError` naming it (retry the same position, or move past it with
+        :meth:`next_shard`).
+        """
+        check_limit(batch_size)
+        if match is not None and not isinstance(match, str | bytes):
+            raise TypeError(f"match must be str or bytes, not {type(match).__name__}")
+        pattern = self._layout.scan_pattern(to_bytes(match) if match is not None else None, include_removed)
+        masters = self._transport.topology.masters()
+        index, cursor = _position(position, len(masters))
+        shard = masters[index]
+        try:
+            cursor, raw = self._scan_step(shard, cursor, pattern, batch_size)
+        except SHARD_ERRORS as exc:
+            raise PartialScanError([ShardFailure(shard.name, exc, ())]) from exc
+        keys: list[Blob] = [from_bytes(kb) for kb in raw] if self.decode else list(raw)
+        if cursor != 0:
+            return keys, f"{index}:{cursor}"
+        return keys, self.next_shard(f"{index}:0")
+
+    def next_shard(self, position: str | None) -> str | None:
+        """The :meth:`scan` position at the start of the shard after ``position``'s (None: none left)."""
+        masters = len(self._transport.topology.masters())
+        index, _ = _position(position, masters)
+        return f"{index + 1}:0" if index + 1 < masters else None
+
+    def records(self, keys: Iterable[Blob], *, strict: bool = True) -> ReadResult[Blob, list[Write]]:
+        """Every record each key holds: its members as :class:`Insert` (K+) and its tombstones as
+        :class:`Delete` (K-), highest score first. A key never written reads as ``[]``.
+
+        Reads each key whole (what a repair or a diff needs); for large sets prefer :meth:`select_range`.
+        """
+        started = time.perf_counter()
+        with self._reporting("records", started):
+            key_list = _key_list(keys)
+            encoded = self._encoder.keys(key_list)
+            layout = self._layout
+            dec = from_bytes if self.decode else bytes
+
+            def parse(key: Blob, replies: list[Any]) -> list[Write]:
+                out: list[Write] = [Insert(key, s, dec(m)) for m, s in score_pairs(replies[0])]
+                out += [Delete(key, s, dec(m)) for m, s in score_pairs(replies[1])]
+                out.sort(key=lambda w: w.score, reverse=True)
+                return out
+
+            result = read(
+                self._transport,
+                key_list,
+                encoded,
+                lambda kb, _: [
+                    ("ZRANGE", layout.adds(kb), 0, -1, "WITHSCORES"),
+                    ("ZRANGE", layout.removes(kb), 0, -1, "WITHSCORES"),
+                ],
+                parse,
+            )
+        return self._finish("records", result, len(key_list), started, strict)
+
+    def fingerprints(
+        self, keys: Iterable[Blob], *, exists: bool = False, strict: bool = True
+    ) -> ReadResult[Blob, bytes]:
+        """A short digest of every record each key holds (``b""`` for a key holding none).
+
+        Two servers whose fingerprints of a key are equal hold the same records for it (up to SHA-1
+        collisions), provided they print scores alike (the same server major version; otherwise equal
+        records may differ in fingerprint, never the reverse). Computed server-side, many keys per call,
+        so comparing replicas moves a few bytes per key. With ``exists`` only whether each key holds
+        members (``b"+"``), only tombstones (``b"1"``) or nothing (``b""``), which is cheaper.
+        """
+        started = time.perf_counter()
+        with self._reporting("fingerprints", started):
+            key_list = _key_list(keys)
+            encoded = self._encoder.keys(key_list)
+            groups: dict[int, dict[int, list[int]]] = {}
+            one_slot = self._transport.topology.single_slot_calls
+            slot = self._layout.slot
+            for pos, (shard_idx, kb) in enumerate(encoded):
+                group = slot(kb) if one_slot else 0
+                groups.setdefault(shard_idx, {}).setdefault(group, []).append(pos)
+            commands: dict[int, list[tuple[Any, ...]]] = {}
+            positions: dict[int, list[list[int]]] = {}
+            size, layout, sha = self.batch_size, self._layout, self._fingerprint_sha
+            mode = "exists" if exists else "fingerprint"
+            for shard_idx, by_group in groups.items():
+                for members in by_group.values():
+                    for lo in range(0, len(members), size):
+                        chunk = members[lo : lo + size]
+                        rkeys = [k for p in chunk for k in (layout.adds(encoded[p][1]), layout.removes(encoded[p][1]))]
+                        commands.setdefault(shard_idx, []).append(("EVALSHA", sha, len(rkeys), *rkeys, mode))
+                        positions.setdefault(shard_idx, []).append(chunk)
+            outcome = self._transport.fanout(commands, self._transport.commands)
+            answers: list[Any] = [None] * len(key_list)
+            for shard_idx, res in outcome.items():
+                name = self._transport.topology.shards[shard_idx].name
+                replies = [res] * len(positions[shard_idx]) if isinstance(res, BaseException) else res
+                for chunk, reply in zip(positions[shard_idx], replies, strict=True):
+                    for j, p in enumerate(chunk):
+                        bad = isinstance(reply, BaseException)
+                        answers[p] = ShardFailure(name, reply, (p,)) if bad else to_bytes(reply[j])
+            result: ReadResult[Blob, bytes] = ReadResult()
+            for key, answer in zip(key_list, answers, strict=True):
+                if isinstance(answer, ShardFailure):
+                    result.errors[key] = answer
+                else:
+                    result[key] = answer
+        return self._finish("fingerprints", result, len(key_list), started, strict)
 
     def forget(self, keys: Iterable[Blob], up_to: float) -> int:
         """Retention: drop every record (inserts and tombstones) of ``keys`` with score <= ``up_to``.
@@ -599,6 +781,13 @@ class Cluster:
         return result
 
 
+class _Prepared(NamedTuple):
+    """Writes packed for one topology: script calls per shard index, and the caller's indices per call."""
+
+    commands: dict[int, list[tuple[Any, ...]]]
+    indices: dict[int, list[list[int]]]
+
+
 class _Reporting:
     """Reports the event of a call that raised inside the ``with`` block (the normal end reports itself)."""
 
@@ -639,6 +828,16 @@ def _key_members(items: Iterable[Any]) -> list[KeyMember]:
             raise InvalidTupleError(i, km, "expected a (key, member) pair") from None
         out.append(KeyMember(key, member))
     return out
+
+
+def _position(position: str | None, masters: int) -> tuple[int, int]:
+    """A :meth:`Cluster.scan` position as (master index, SCAN cursor); ValueError if it is not one."""
+    if position is None:
+        return 0, 0
+    index_text, sep, cursor_text = str(position).partition(":")
+    if sep and index_text.isdigit() and cursor_text.isdigit() and int(index_text) < masters:
+        return int(index_text), int(cursor_text)
+    raise ValueError(f"not a scan position of this cluster ({masters} masters): {position!r}")
 
 
 def _merge_failures(failures: Iterable[ShardFailure]) -> list[ShardFailure]:

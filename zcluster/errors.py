@@ -12,9 +12,11 @@ drawing is true::
     ├── InvalidTupleError            (ValueError) a bad tuple or key; nothing of the call was sent
     ├── ShardError                   some shards failed; ``failures`` names each (host:port) and why
     │   ├── PartialWriteError        writes: ``result`` says which tuples took effect, which are unknown
+    │   │   └── QuorumError          zcluster.farm.farm: tuples fewer replicas than the write quorum confirmed
     │   ├── PartialReadError         reads: ``results`` holds the answers, ``errors`` the unanswered items
     │   └── PartialScanError         keys(): the failed shards, after every reachable shard was scanned
     ├── RedirectLoopError            a Redis Cluster kept redirecting one command (a shard's failure)
+    ├── DurabilityError              replicas or the AOF did not confirm a shard's writes in time
     ├── InconsistentDataError        the server holds what the 2P-set layout forbids (a foreign write)
     ├── MessageError                 zcluster.message.errors: the message layer's root
     │   ├── FramingError             bytes [begin, end) did not decode into a frame
@@ -41,7 +43,9 @@ drawing is true::
 What an error means for the data: :class:`InvalidTupleError` and :class:`ConfigError` are raised before
 anything is sent. A :class:`ShardError` means the other shards did their part; what the failed shards
 did is unknown, and since every write is idempotent, resending the unconfirmed part is safe (it may be
-refused again for the same reason when the cause is permanent, e.g. ``WRONGTYPE``).
+refused again for the same reason when the cause is permanent, e.g. ``WRONGTYPE``). A
+:class:`DurabilityError` as a shard's failure is the one case where the shard did execute the writes: only
+the replicas' or the AOF's confirmation that a :class:`zcluster.Durability` asked for is missing.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from zcluster.types import ShardFailure, WriteResult
+    from zcluster.types import Durability, ShardFailure, WriteResult
 
 
 class ZClusterError(Exception):
@@ -131,6 +135,50 @@ class PartialScanError(ShardError):
 
 class RedirectLoopError(ZClusterError):
     """A Redis Cluster answered one command with redirects too many times in a row (a shard's failure)."""
+
+
+class DurabilityError(ZClusterError):
+    """A shard executed a call's writes, but the durability the cluster asked for was not confirmed in time.
+
+    ``shard`` is the server (``host:port``) whose confirmation fell short, ``asked`` the
+    :class:`zcluster.Durability`; ``replicas`` is how many replicas acknowledged the writes (None when no
+    replica was asked for), ``local_aof`` whether the server confirmed its AOF fsync (None when not asked
+    for); ``reason`` says why when the server could not answer at all (no WAITAOF before Redis 7.2,
+    ``appendonly no``, a refused command). That master answered the writes it was sent (each applied or
+    stale, unless its own reply was an error), and they may be lost if it fails before they reach the
+    replicas or its disk. Resending them is safe (writes are idempotent) and waits again. The cluster
+    reports the shard's tuples as unconfirmed: a :class:`ShardFailure` carrying this error in a
+    :class:`PartialWriteError`.
+    """
+
+    def __init__(
+        self,
+        shard: str,
+        asked: Durability,
+        replicas: int | None = None,
+        local_aof: bool | None = None,
+        reason: str = "",
+    ) -> None:
+        self.shard = shard
+        self.asked = asked
+        self.replicas = replicas
+        self.local_aof = local_aof
+        self.reason = reason
+        parts = []
+        if asked.replicas:
+            parts.append(
+                f"{asked.replicas} replica(s) asked, {replicas if replicas is not None else 'no'} acknowledged"
+            )
+        if asked.local_aof:
+            parts.append(f"the master's AOF fsync asked, {'confirmed' if local_aof else 'not confirmed'}")
+        because = f" ({reason})" if reason else ""
+        super().__init__(
+            f"{shard}: durability not confirmed within {asked.timeout:g}s: {'; '.join(parts)}{because}; "
+            "the writes were executed on the master but may be lost if it fails; resending them is safe"
+        )
+
+    def __reduce__(self) -> tuple[type[DurabilityError], tuple[object, ...]]:  # picklable (Spark ships errors)
+        return type(self), (self.shard, self.asked, self.replicas, self.local_aof, self.reason)
 
 
 class InconsistentDataError(ZClusterError):

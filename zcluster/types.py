@@ -1,4 +1,4 @@
-"""Value types shared by every layer: tuples, writes, presence, cursors and write outcomes.
+"""Value types shared by every layer: tuples, writes, presence, cursors, write outcomes, durability.
 
 Keys and members are ``str`` or ``bytes``. ``str`` is encoded as UTF-8 with the ``surrogateescape`` error
 handler, so any byte string can also be written as the ``str`` that reads return, and raw non-UTF-8 bytes
@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
-from zcluster.errors import PartialWriteError
+from zcluster.errors import ConfigError, PartialWriteError
 
 Blob = str | bytes
 K = TypeVar("K")
@@ -161,13 +161,63 @@ class WriteResult:
 
     @property
     def failed_indices(self) -> list[int]:
-        return sorted(i for f in self.failures for i in f.indices)
+        return sorted({i for f in self.failures for i in f.indices})
 
     def raise_for_failures(self) -> WriteResult:
         """Raise :class:`PartialWriteError` if any shard failed; otherwise return self."""
         if self.failures:
             raise PartialWriteError(self)
         return self
+
+
+@dataclass(frozen=True)
+class Durability:
+    """Redis's own durability, waited for after each shard's writes (``Cluster(..., durability=...)``).
+
+    * ``replicas``: at least this many replicas of the shard's master acknowledged receiving the writes
+      (``WAIT``: they hold them in memory, whatever their own persistence, so the writes survive a
+      failover to one of them). ``WAITAOF 0 n`` is deliberately not used: it counts only replicas that
+      fsynced an AOF of their own, so replicas with ``appendonly no`` would never count there.
+    * ``local_aof``: the master fsynced the writes to its append-only file (``WAITAOF 1 0``: Redis >= 7.2,
+      Valkey; the server needs ``appendonly yes``). A server without WAITAOF, or with the AOF off, cannot
+      confirm it: every write is then reported not met, with that reason.
+    * ``timeout``: seconds each wait command may block. Shards wait in parallel; with both asked a shard
+      waits up to twice that, and a resend after a lost script cache or a cluster redirect waits again.
+      The connection's ``socket_timeout``, if set, must exceed it, or the wait fails as a timeout.
+
+    The waits run on the connection that sent the writes, right after them: ``WAIT`` and ``WAITAOF``
+    cover only the writes of their own connection. A shard whose writes are not confirmed in time is a
+    failure of that shard: its tuples are unconfirmed, the :class:`ShardFailure`'s error is a
+    :class:`zcluster.errors.DurabilityError`, and ``insert``/``delete``/``apply`` raise
+    :class:`zcluster.PartialWriteError` (or return the failure with ``raise_on_error=False``). The writes
+    were executed on the master; resending them is safe and waits again. The waits cover what the call
+    wrote: a tuple the master already held is stale and writes nothing, so its resend confirms what the
+    connection last wrote, not the earlier write that made it stale (a replica that stayed connected but
+    lagged can thus be counted early after a resend on another connection).
+
+    A picklable, hashable value: :class:`zcluster.ClusterConfig` carries it to Spark executors.
+    Raises :class:`zcluster.ConfigError` unless ``replicas >= 0``, ``timeout > 0`` and something is asked.
+    """
+
+    replicas: int = 0
+    local_aof: bool = False
+    timeout: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 0:
+            raise ConfigError(f"Durability.replicas must be an int >= 0, got {self.replicas!r}")
+        if not isinstance(self.local_aof, bool):
+            raise ConfigError(f"Durability.local_aof must be a bool, got {self.local_aof!r}")
+        timeout = self.timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+            raise ConfigError(f"Durability.timeout must be a finite number of seconds > 0, got {timeout!r}")
+        if not self.replicas and not self.local_aof:
+            raise ConfigError("Durability asks for nothing: give replicas > 0 and/or local_aof=True")
+
+    @property
+    def timeout_ms(self) -> int:
+        """``timeout`` in whole milliseconds, at least 1 (0 would mean "forever" to WAIT)."""
+        return max(1, math.ceil(self.timeout * 1000))
 
 
 @dataclass(frozen=True)

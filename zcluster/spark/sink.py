@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from zcluster.config import ClusterConfig, Where
+from zcluster.config import Where
 from zcluster.errors import ConfigError
+from zcluster.farm.config import FarmConfig, StoreConfig, store_config
 from zcluster.journal.frames import RawFrame
 from zcluster.state.applier import Applier, BatchStats, Mapper, retrying
 from zcluster.state.store import StateStore
@@ -42,7 +43,7 @@ STATS_SCHEMA = "stats string"
 class _Job:
     """Everything an executor task needs; pickled by Spark (the mapper and decode with cloudpickle)."""
 
-    config: ClusterConfig
+    config: StoreConfig
     app: str
     journals: str | None
     mapper: Mapper
@@ -110,7 +111,8 @@ class ZClusterSink:
     """A ``foreachBatch`` function committing journal messages into the cluster exactly once.
 
     ``cluster``: where the cluster is (any form of :func:`zcluster.connect`: shard URLs, one shard URL,
-    ``redis+cluster://seed``, a :class:`zcluster.ClusterConfig`). ``mapper``: message -> writes
+    ``redis+cluster://seed``, a :class:`zcluster.ClusterConfig`), or a farm of replicas
+    (:class:`zcluster.farm.FarmConfig`: checkpoints then survive the loss of a replica). ``mapper``: message -> writes
     (:class:`zcluster.Insert` / :class:`zcluster.Delete`); it sees committed messages only, never ACKs.
     ``query_name``: the application id that keys producer states and progress. ``journals``: the journal
     store URL, needed to replay transactions that span batches. ``decode``: record -> message (e.g. a
@@ -126,7 +128,7 @@ class ZClusterSink:
 
     def __init__(
         self,
-        cluster: Where,
+        cluster: Where | FarmConfig,
         mapper: Mapper,
         query_name: str,
         *,
@@ -139,7 +141,7 @@ class ZClusterSink:
         prefix: str = "zc:",
         max_size: int | None = None,
     ) -> None:
-        self.config = ClusterConfig.of(cluster, prefix=prefix, max_size=max_size)
+        self.config = store_config(cluster, prefix=prefix, max_size=max_size)
         self.query_name = query_name
         self.job = _Job(self.config, query_name, journals, mapper, decode, ring, flush, retries, prune_horizon)
         self.history: list[BatchStats] = []

@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourc
 
 from zcluster.config import ClusterConfig
 from zcluster.errors import ConfigError
+from zcluster.farm.config import StoreConfig
 from zcluster.state.applier import BatchStats, WriteBuffer
 from zcluster.types import Delete, Insert
 
@@ -42,7 +43,7 @@ def _config(options: dict[str, str]) -> ClusterConfig:
     return ClusterConfig.of(urls, **extra)
 
 
-def write_rows(config: ClusterConfig, rows: Iterator[Any], batch: int, retries: int = 5) -> Written:
+def write_rows(config: StoreConfig, rows: Iterator[Any], batch: int, retries: int = 5) -> Written:
     """Send rows as Insert/Delete writes in batches, resending unconfirmed ones (the applier's
     :class:`WriteBuffer`); raises on an unknown op (naming the row) or a shard that keeps failing."""
     stats = BatchStats()

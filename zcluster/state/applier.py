@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 
-from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError, PartialReadError, PartialWriteError, ZClusterError
+from zcluster.farm.config import Store
 from zcluster.journal.store import JournalStore
 from zcluster.journal.urls import open_store
 from zcluster.message.envelope import Envelope
@@ -160,7 +160,7 @@ class WriteBuffer:
     """Buffers writes and sends them in batches of ``size``; unconfirmed tuples are resent (idempotent)
     up to ``retries`` times, then :class:`PartialWriteError` propagates."""
 
-    def __init__(self, cluster: Cluster, size: int, retries: int, stats: BatchStats) -> None:
+    def __init__(self, cluster: Store, size: int, retries: int, stats: BatchStats) -> None:
         self.cluster, self.size, self.retries, self.stats = cluster, size, retries, stats
         self.writes: list[Write] = []
 
@@ -223,7 +223,7 @@ class Applier:
     shard still fails after the retries. Either way that journal's checkpoint is not saved.
     """
 
-    cluster: Cluster
+    cluster: Store
     app: str
     mapper: Mapper
     journals: JournalStore | str | None = None

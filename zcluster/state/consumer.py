@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from zcluster.cluster import Cluster
+from zcluster.farm.config import Store
 from zcluster.journal.frames import read_frames
 from zcluster.journal.store import JournalStore
 from zcluster.journal.urls import open_store
@@ -34,7 +34,7 @@ class Consumer:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: Store,
         journals: JournalStore | str,
         mapper: Mapper,
         app: str,

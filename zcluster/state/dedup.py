@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from zcluster.cluster import Cluster
 from zcluster.errors import InvalidTupleError
+from zcluster.farm.config import Store
 from zcluster.message.uuid import ZERO_UUID, get_clock, parse_uuid
 from zcluster.state.clocks import clock_to_score
 
@@ -43,7 +43,7 @@ class DedupStore:
     for that caller's retry; never twice overall).
     """
 
-    def __init__(self, cluster: Cluster, namespace: str = "zcdedup:") -> None:
+    def __init__(self, cluster: Store, namespace: str = "zcdedup:") -> None:
         self.cluster = cluster.view(namespace, floors=True)
 
     @staticmethod

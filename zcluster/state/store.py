@@ -14,6 +14,13 @@ records a checkpoint can hold: :class:`zcluster.Cluster` applies a key's tuples 
 ``batch_size``, with one script call, so its offset and states change together or not at all. Every record only moves
 forward: a write carrying an older clock, offset or batch id is stale for the 2P-set script, so a zombie
 or a replayed batch cannot roll any of it back.
+
+Durability: ``StateStore(..., durability=Durability(replicas=1))`` makes every write of the store
+(checkpoint saves, the deletion of superseded records, batch commits) wait for Redis's own confirmation
+(``WAIT`` / ``WAITAOF``, see :class:`zcluster.Durability`) through its view, whatever the cluster's own
+writes do; not given, the store waits as its cluster does. A save not confirmed in time raises
+:class:`zcluster.PartialWriteError` carrying a :class:`zcluster.DurabilityError`: the checkpoint was
+written on the master but may be lost with it, and saving it again is safe.
 """
 
 from __future__ import annotations
@@ -22,12 +29,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError
+from zcluster.farm.config import Store
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import clock_to_score, score_to_clock
-from zcluster.types import KeyMember, KeyScoreMember
+from zcluster.types import Durability, KeyMember, KeyScoreMember
 
 _ALL = 1_000_000  # select limit and batch size meaning "every record": producers per journal are few
 _OFFSET = "~offset"
@@ -55,14 +62,20 @@ def _rank(state: ProducerState) -> tuple[int, int, bool]:
 
 
 class StateStore:
-    """Exactly-once bookkeeping for application ``app`` (a Spark query name or any consumer id)."""
+    """Exactly-once bookkeeping for application ``app`` (a Spark query name or any consumer id).
 
-    def __init__(self, cluster: Cluster, app: str, namespace: str = "zcstate:") -> None:
+    Records live under ``namespace`` on ``cluster``'s servers (a view sharing its connections).
+    ``durability``: what the store's writes wait for (see the module); None: as ``cluster``'s writes.
+    """
+
+    def __init__(
+        self, cluster: Store, app: str, namespace: str = "zcstate:", durability: Durability | None = None
+    ) -> None:
         if not app or "/" in app:
             raise ConfigError(f"app id must be non-empty and without '/', got {app!r}")
         self.app = app
         # One call per save, never split: a journal's checkpoint changes atomically (see the module).
-        self.cluster = cluster.view(namespace, floors=True, batch_size=_ALL)
+        self.cluster = cluster.view(namespace, floors=True, batch_size=_ALL, durability=durability)
 
     def _journal_key(self, journal: str) -> str:
         return f"{self.app}/journal/{journal}"

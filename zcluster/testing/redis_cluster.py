@@ -8,35 +8,55 @@ from __future__ import annotations
 
 import time
 
+import redis
+
 from zcluster._keys import SLOTS
 from zcluster.errors import ZClusterError
-from zcluster.testing.servers import _LocalGroup
+from zcluster.testing._replication import replica_problems
+from zcluster.testing.servers import LocalServer, _LocalGroup
 
 __all__ = ["LocalRedisCluster"]
+
+_NODE_OPTIONS = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf")
+
+
+def _roles(nodes: str) -> dict[int, int | None]:
+    """``CLUSTER NODES`` as port -> the port of its master (None for a master); handshakes left out."""
+    rows = [line.split() for line in nodes.splitlines() if line.strip()]
+    rows = [r for r in rows if "handshake" not in r[2] and "noaddr" not in r[2]]
+    port = {r[0]: int(r[1].split("@")[0].rsplit(":", 1)[1]) for r in rows}
+    return {port[r[0]]: port.get(r[3]) if "slave" in r[2].split(",") else None for r in rows}
 
 
 class LocalRedisCluster(_LocalGroup):
     """A real Redis Cluster of ``masters`` cluster-enabled nodes with all 16384 slots assigned.
 
-    Slots are split evenly in order; the constructor returns once every node reports ``cluster_state:ok``
-    and agrees on the slot map. ``url`` is a seed node for :meth:`zcluster.Cluster.from_cluster_url`.
+    Slots are split evenly in order over ``servers`` (the masters); the constructor returns when
+    :meth:`wait_ok` does. ``url`` is a seed node for :meth:`zcluster.Cluster.from_cluster_url`.
+
+    ``replicas=k`` adds ``k`` cluster replicas per master (they join with ``CLUSTER MEET``, then
+    ``CLUSTER REPLICATE <master id>``), in :meth:`replicas_of`. Redis Cluster's automatic failover stays on
+    (``cluster-node-timeout`` 2000 ms): a few seconds after a master is killed one of its replicas takes over
+    its slots, and the old master, started again, rejoins as a replica. ``aof=True`` starts every node with
+    the AOF on (see :class:`~zcluster.testing.LocalServer`).
     """
 
-    def __init__(self, masters: int = 3, *, binary: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        masters: int = 3,
+        *,
+        binary: str | None = None,
+        timeout: float = 30.0,
+        replicas: int = 0,
+        aof: bool = False,
+    ) -> None:
         super().__init__(binary)
         try:
             for _ in range(masters):
-                s = self._new_server(
-                    (
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-node-timeout",
-                        "2000",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                    )
-                )
-                s.start()
+                self._new_server(_NODE_OPTIONS, aof=aof).start()
+            for i in range(masters):
+                for _ in range(replicas):
+                    self._new_server(_NODE_OPTIONS, aof=aof, replica_of=i).start()
             self._form(timeout)
         except BaseException:
             self.close()
@@ -50,41 +70,91 @@ class LocalRedisCluster(_LocalGroup):
         with self.servers[i].client() as c:
             return str(c.execute_command("CLUSTER", "MYID").decode())
 
+    def _nodes(self) -> list[LocalServer]:
+        """Every node: the masters, then the replicas of master 0, of master 1, ..."""
+        return [*self.servers, *(r for i in range(len(self.servers)) for r in self._replicas[i])]
+
     def _form(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         n = len(self.servers)
         for i, s in enumerate(self.servers):
             lo, hi = SLOTS * i // n, SLOTS * (i + 1) // n - 1
             with s.client() as c:
                 c.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
         with self.servers[0].client() as first:
-            for s in self.servers[1:]:
+            for s in self._nodes()[1:]:
                 first.execute_command("CLUSTER", "MEET", "127.0.0.1", s.port)
-        self.wait_ok(timeout)
+        for i in range(n):
+            master_id = self.node_id(i)
+            for r in self._replicas[i]:
+                with r.client() as c:
+                    while True:  # "Unknown node" until gossip has told the replica about its master
+                        try:
+                            c.execute_command("CLUSTER", "REPLICATE", master_id)
+                            break
+                        except redis.ResponseError as exc:
+                            if time.monotonic() > deadline:
+                                msg = (
+                                    f"node on port {r.port} cannot replicate {master_id} (port {self.servers[i].port})"
+                                )
+                                raise ZClusterError(f"{msg}: {exc}") from exc
+                            time.sleep(0.05)
+        self.wait_ok(max(deadline - time.monotonic(), 1.0))
 
     def wait_ok(self, timeout: float = 30.0) -> None:
-        """Wait until every live node says ``cluster_state:ok`` and sees the same slot map."""
+        """Wait until every live node agrees and every live replica is online; else :class:`ZClusterError`.
+
+        Live nodes (masters and replicas not killed or stopped) must all say ``cluster_state:ok``, see the
+        same slot map covering all 16384 slots, and list each live replica (a node whose own
+        ``CLUSTER NODES`` says ``slave``) under the same master; each of those replicas must be online: its
+        ``INFO replication`` says ``master_link_status:up``, its master lists it with ``state=online``, and
+        ``WAIT`` on its master counts it. A replica whose master was killed therefore holds this up until
+        failover has promoted it.
+        """
         deadline = time.monotonic() + timeout
         while True:
-            states, maps = [], []
-            for s in self.servers:
-                if s.process is None:
-                    continue
+            live = [s for s in self._nodes() if s.process is not None]
+            states, maps, views = [], [], []
+            for s in live:
                 with s.client(socket_timeout=2) as c:
                     info = c.execute_command("CLUSTER", "INFO").decode()
                     states.append("cluster_state:ok" in info)
                     maps.append(sorted((r[0], r[1], r[2][1]) for r in c.execute_command("CLUSTER", "SLOTS")))
-            if all(states) and all(m == maps[0] for m in maps) and sum(r[1] - r[0] + 1 for r in maps[0]) == SLOTS:
+                    views.append(_roles(c.execute_command("CLUSTER", "NODES").decode()))
+            problems = [
+                f"node on port {s.port}: cluster_state not ok" for s, ok in zip(live, states, strict=True) if not ok
+            ]
+            if any(m != maps[0] for m in maps) or sum(r[1] - r[0] + 1 for r in maps[0]) != SLOTS:
+                problems.append("the nodes' slot maps differ or leave slots unassigned")
+            replicas = [s for s, own in zip(live, views, strict=True) if own.get(s.port) is not None]
+            for s in replicas:
+                master = views[live.index(s)][s.port]
+                if any(v.get(s.port) != master for v in views):
+                    problems.append(f"not every node lists port {s.port} as a replica of port {master}")
+            if not problems:
+                problems = replica_problems(replicas, live)
+            if not problems:
                 return
             if time.monotonic() > deadline:
-                raise ZClusterError(f"Redis Cluster not ok after {timeout}s (states {states})")
+                raise ZClusterError(f"Redis Cluster not ok after {timeout}s: " + "; ".join(problems))
             time.sleep(0.05)
 
     def slot_owner(self, slot: int) -> int:
-        """Index of the server that owns ``slot`` according to the first live node."""
-        with self.servers[0].client() as c:
+        """Index in ``servers`` of the master that owns ``slot`` according to the first live node.
+
+        Raises :class:`ZClusterError` if no master owns it, or if the owner is a replica promoted by failover.
+        """
+        live = next((s for s in self._nodes() if s.process is not None), None)
+        if live is None:
+            raise ZClusterError("no node of the Redis Cluster is running")
+        with live.client() as c:
             for lo, hi, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
                 if lo <= slot <= hi:
-                    return next(i for i, s in enumerate(self.servers) if s.port == int(master[1]))
+                    port = int(master[1])
+                    found = [i for i, s in enumerate(self.servers) if s.port == port]
+                    if not found:
+                        raise ZClusterError(f"slot {slot} is owned by port {port}, not one of the first masters")
+                    return found[0]
         raise ZClusterError(f"slot {slot} has no owner")
 
     def migrate_slot(self, slot: int, dst: int, *, batch: int = 10, pause: float = 0.0) -> int:

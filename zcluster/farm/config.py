@@ -1,0 +1,86 @@
+"""Where a farm is: a picklable value Spark ships to executors, like :class:`zcluster.ClusterConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zcluster.cluster import Cluster
+from zcluster.config import ClusterConfig, Where
+from zcluster.errors import ConfigError
+from zcluster.farm.farm import Farm
+from zcluster.farm.quorum import parse_quorum
+from zcluster.farm.reads import ReadStrategy, read_strategy
+from zcluster.farm.repair import RepairStrategy, repair_strategy
+
+__all__ = ["FarmConfig", "Store", "StoreConfig", "store_config"]
+
+_SHARED: dict[FarmConfig, Farm] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class FarmConfig:
+    """The replicas (one :class:`ClusterConfig` each) and the farm's options; hashable and picklable."""
+
+    replicas: tuple[ClusterConfig, ...]
+    write_quorum: str | int = "51%"
+    read: ReadStrategy | str = "all"
+    repair: RepairStrategy | str = "all"
+    names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.replicas or not all(isinstance(r, ClusterConfig) for r in self.replicas):
+            raise ConfigError("a FarmConfig needs one ClusterConfig per replica (FarmConfig.of takes URLs)")
+        parse_quorum(self.write_quorum, len(self.replicas))
+        read_strategy(self.read)
+        repair_strategy(self.repair)
+        layouts = {(r.prefix, r.max_size) for r in self.replicas}
+        if len(layouts) > 1:
+            raise ConfigError(f"replicas must share prefix and max_size (a repair copies records), got {layouts}")
+
+    @classmethod
+    def of(cls, replicas: Sequence[Where], *, write_quorum: str | int = "51%", **options: Any) -> FarmConfig:
+        """One replica per element of ``replicas`` (any form :func:`zcluster.connect` takes: a URL, a list
+        of shard URLs, ``redis+cluster://seed``); ``read``, ``repair``, ``names`` are the farm's options,
+        the rest (``prefix``, ``max_size``, ...) go to every replica."""
+        farm_options = {k: options.pop(k) for k in ("read", "repair") if k in options}
+        names = options.pop("names", None)
+        configs = tuple(ClusterConfig.of(r, **options) for r in replicas)
+        return cls(configs, write_quorum, names=tuple(names) if names else None, **farm_options)
+
+    def with_layout(self, prefix: str, max_size: int | None) -> FarmConfig:
+        """This farm with every replica's ``prefix`` and ``max_size`` set."""
+        replicas = tuple(dataclasses.replace(r, prefix=prefix, max_size=max_size) for r in self.replicas)
+        return dataclasses.replace(self, replicas=replicas)
+
+    def open(self) -> Farm:
+        """A new Farm (and its clusters) for this config; the caller closes it."""
+        clusters = [r.open() for r in self.replicas]
+        return Farm(clusters, write_quorum=self.write_quorum, read=self.read, repair=self.repair, names=self.names)
+
+    def shared(self) -> Farm:
+        """This process's one Farm for this config, opened on first use and never closed (as
+        :meth:`ClusterConfig.shared`)."""
+        with _LOCK:
+            farm = _SHARED.get(self)
+            if farm is None:
+                farm = _SHARED[self] = self.open()
+            return farm
+
+
+Store = Cluster | Farm
+"""What the state layer writes into: one cluster, or a farm of replicas."""
+
+StoreConfig = ClusterConfig | FarmConfig
+
+
+def store_config(where: Where | FarmConfig, **options: Any) -> StoreConfig:
+    """A :class:`FarmConfig` as given (with ``prefix``/``max_size`` from ``options`` applied to every
+    replica), or :meth:`ClusterConfig.of` for every other form."""
+    if isinstance(where, FarmConfig):
+        return where.with_layout(options.get("prefix", "zc:"), options.get("max_size"))
+    return ClusterConfig.of(where, **options)

@@ -1,0 +1,684 @@
+"""The farm: one logical store kept on several independent clusters (replicas), as roshi's farm.
+
+Every write goes to every replica; a write is confirmed when ``write_quorum`` replicas confirmed it.
+Reads follow a :mod:`read strategy <zcluster.farm.reads>`; the answers of different replicas are
+merged by the 2P-set rules (:mod:`zcluster.farm.merge`) and the replicas that answered differently get
+the winning record written (:mod:`read-repair <zcluster.farm.repair>`). The walker
+(:mod:`zcluster.farm.walker`) sweeps the whole keyspace and repairs what reads never touch. Because
+writes are idempotent and order-independent, any replica can be rebuilt from the others.
+
+Why this module is long: it is the farm's whole public contract (one class, mirroring
+:class:`zcluster.Cluster`) plus the two merges that read strategies need (windows and scores); the
+strategies' parameters, the merge rules, repairs and the walker live in the modules beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from zcluster.cluster import Cluster
+from zcluster.errors import ConfigError, InvalidTupleError, PartialReadError, PartialWriteError, ShardError
+from zcluster.farm.merge import as_write, differs, order, winner
+from zcluster.farm.quorum import parse_quorum
+from zcluster.farm.reads import (
+    ReadStrategy,
+    SendAllReadAll,
+    SendOneReadOne,
+    SendVarReadFirstLinger,
+    read_strategy,
+)
+from zcluster.farm.repair import Repair, RepairCounts, Repairer, RepairStrategy, TokenBucket, repair_strategy
+from zcluster.instrumentation import Instrumentation, OpEvent, nop
+from zcluster.types import (
+    NOT_PRESENT,
+    Blob,
+    Cursor,
+    Delete,
+    Insert,
+    KeyMember,
+    KeyScoreMember,
+    Presence,
+    ReadResult,
+    ShardFailure,
+    Write,
+    WriteResult,
+    to_bytes,
+)
+
+__all__ = ["Farm", "FarmWriteResult", "QuorumError"]
+
+log = logging.getLogger("zcluster.farm")
+T = TypeVar("T")
+Answer = ReadResult[Any, Any] | BaseException
+
+
+@dataclass
+class FarmWriteResult(WriteResult):
+    """Outcome of a farm write, per input tuple.
+
+    ``confirmed[i]`` counts the replicas that answered for tuple ``i`` (applied it or found it stale);
+    the tuple is confirmed when that reaches ``quorum``. ``applied[i]``: it took effect on at least one
+    replica. ``failures`` lists, per replica shard (named ``replica/host:port``), only the tuples left
+    below the quorum (so :attr:`ok` means "every tuple reached the quorum"); ``replica_failures`` has
+    every failure of every replica, the ones a quorum covered included (the walker repairs those).
+    """
+
+    confirmed: list[int] = field(default_factory=list)
+    quorum: int = 1
+    replica_failures: dict[str, list[ShardFailure]] = field(default_factory=dict)
+
+
+class QuorumError(PartialWriteError):
+    """Fewer replicas than the write quorum confirmed some tuples; ``result`` (a :class:`FarmWriteResult`)
+    says which, and names the replicas that failed. Resending the failed tuples is safe."""
+
+    def __init__(self, result: FarmWriteResult) -> None:
+        super().__init__(result)
+        below = len(result.failed_indices)  # distinct tuples
+        self.args = (f"{below} tuple(s) confirmed by fewer than {result.quorum} replica(s): {self.args[0]}",)
+
+
+class _Shared:
+    """What a farm and its views share: the worker threads and the repairer."""
+
+    def __init__(self, repairer: Repairer) -> None:
+        self.repairer = repairer
+        self.lock = threading.Lock()
+        self.pool: ThreadPoolExecutor | None = None
+        self.rr = itertools.count()
+        self.lingering: set[Future[None]] = set()
+
+    def linger(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (a lingering read's merge and repairs) in the background, tracked for flushing."""
+        future = self.executor().submit(fn)
+        with self.lock:
+            self.lingering.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[None]) -> None:
+        with self.lock:
+            self.lingering.discard(future)
+        exc = future.exception()
+        if exc is not None:  # a bug in the merge: nothing else would ever see it
+            log.error("a lingering read's repair failed", exc_info=exc)
+            self.repairer.instrumentation(OpEvent("farm.repair", 0, 0.0, 0, (), exc))
+
+    def executor(self) -> ThreadPoolExecutor:
+        with self.lock:
+            if self.pool is None:  # started on first use, as the cluster's
+                self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="zcluster-farm")
+            return self.pool
+
+
+class Farm:
+    """The :class:`zcluster.Cluster` API over replicas: independent clusters holding the same sets.
+
+    Guarantees (``docs/architecture.md`` has the reasoning):
+
+    * A write returns once every replica answered or failed. With ``raise_on_error`` (default), a tuple
+      that fewer than the quorum confirmed raises :class:`QuorumError`; resending is safe. A confirmed
+      tuple is on at least ``quorum`` replicas; the others get it from read-repair or the walker.
+    * ``write_quorum`` is a percentage of the replicas, rounded up (``"51%"``: a majority), or a count.
+      With a majority quorum and :class:`SendAllReadAll`, a read after a confirmed write sees it (or a
+      newer write) as long as at most a minority of replicas failed since.
+    * Reads never return a record that no replica holds; the merge decides each member by the 2P-set
+      rules with every answering replica's records, tombstones included (no bias toward adds).
+    * A replica that is down makes reads and writes slower, never wrong: reads answer from the others
+      (a key no replica could answer is a :class:`PartialReadError`), writes count it out of the quorum.
+
+    Replicas must share the layout options (``prefix``, ``max_size``): a repair writes one replica's
+    record onto another. One farm may be shared by threads; :meth:`close` closes the clusters.
+    """
+
+    def __init__(
+        self,
+        clusters: Sequence[Cluster],
+        *,
+        write_quorum: str | int = "51%",
+        read: ReadStrategy | str = "all",
+        repair: RepairStrategy | str = "all",
+        names: Sequence[str] | None = None,
+        instrumentation: Instrumentation = nop,
+    ) -> None:
+        clusters = list(clusters)
+        quorum = parse_quorum(write_quorum, len(clusters))
+        names = [f"replica{i}" for i in range(len(clusters))] if names is None else [str(n) for n in names]
+        if len(names) != len(clusters) or len(set(names)) != len(names):
+            raise ConfigError(f"names must be {len(clusters)} distinct names, got {names!r}")
+        repairer = Repairer(repair_strategy(repair), {}, instrumentation)
+        self._setup(clusters, quorum, read_strategy(read), names, instrumentation, _Shared(repairer), True)
+
+    def _setup(
+        self,
+        clusters: list[Cluster],
+        quorum: int,
+        read: ReadStrategy,
+        names: list[str],
+        instrumentation: Instrumentation,
+        shared: _Shared,
+        owner: bool,
+    ) -> None:
+        self.clusters = clusters
+        self.names = names
+        self.quorum = quorum
+        self.read_strategy = read
+        self.instrumentation = instrumentation
+        self._shared = shared
+        self._owner = owner
+        self._bucket = TokenBucket(read.per_second, read.burst) if isinstance(read, SendVarReadFirstLinger) else None
+        shared.repairer.names.update({id(c): n for c, n in zip(clusters, names, strict=True)})
+
+    def view(self, prefix: Blob, **options: Any) -> Farm:
+        """Another namespace on every replica (:meth:`Cluster.view` with ``options``), sharing this farm's
+        connections, threads and repairs; its :meth:`close` does nothing."""
+        view = object.__new__(Farm)
+        clusters = [c.view(prefix, **options) for c in self.clusters]
+        view._setup(clusters, self.quorum, self.read_strategy, self.names, self.instrumentation, self._shared, False)
+        return view
+
+    @property
+    def prefix(self) -> bytes:
+        return self.clusters[0].prefix
+
+    @property
+    def repairs(self) -> RepairCounts:
+        """Repairs requested, done, failed and dropped so far (by this farm and its views)."""
+        return self._shared.repairer.snapshot()
+
+    def flush_repairs(self, timeout: float | None = None) -> bool:
+        """Wait for queued repairs (:class:`NonBlockingRepair`) and lingering reads to finish writing them;
+        False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._shared.lock:
+            lingering = list(self._shared.lingering)
+        if wait(lingering, timeout=timeout).not_done:
+            return False
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self._shared.repairer.flush(left)
+
+    def close(self) -> None:
+        """Finish queued repairs, stop the threads and close every replica (a view does nothing)."""
+        if not self._owner:
+            return
+        pool = self._shared.pool
+        if pool is not None:
+            pool.shutdown(wait=True)
+        self._shared.repairer.close()
+        for c in self.clusters:
+            c.close()
+
+    def __enter__(self) -> Farm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Farm({', '.join(self.names)}; quorum {self.quorum}/{len(self.clusters)}, {self.read_strategy})"
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    def insert(
+        self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *, raise_on_error: bool = True
+    ) -> FarmWriteResult:
+        """:meth:`Cluster.insert` on every replica (validated and encoded once); see :class:`FarmWriteResult`."""
+        items = tuples if isinstance(tuples, list | tuple) else list(tuples)
+        return self._write("insert", [(b"+", items, None)], len(items), raise_on_error)
+
+    def delete(
+        self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *, raise_on_error: bool = True
+    ) -> FarmWriteResult:
+        """:meth:`Cluster.delete` on every replica; same contract as :meth:`insert`."""
+        items = tuples if isinstance(tuples, list | tuple) else list(tuples)
+        return self._write("delete", [(b"-", items, None)], len(items), raise_on_error)
+
+    def apply(self, writes: Iterable[Insert | Delete], *, raise_on_error: bool = True) -> FarmWriteResult:
+        """:meth:`Cluster.apply` on every replica; same contract as :meth:`insert`."""
+        items = writes if isinstance(writes, list | tuple) else list(writes)
+        ins = [i for i, w in enumerate(items) if isinstance(w, Insert)]
+        dels = [i for i, w in enumerate(items) if isinstance(w, Delete)]
+        if len(ins) + len(dels) != len(items):
+            bad = next(i for i, w in enumerate(items) if not isinstance(w, Insert | Delete))
+            error = InvalidTupleError(bad, items[bad], "expected an Insert or a Delete")
+            self._report("farm.apply", len(items), time.perf_counter(), error=error)
+            raise error
+        ops = [(b"+", [items[i] for i in ins], ins), (b"-", [items[i] for i in dels], dels)]
+        return self._write("apply", ops, len(items), raise_on_error)
+
+    def _write(self, name: str, ops: list[Any], n: int, raise_on_error: bool) -> FarmWriteResult:
+        started = time.perf_counter()
+        try:
+            prepared: dict[Any, Any] = {}
+            work = []
+            for c in self.clusters:  # encode once for every replica of the same shape
+                shape = c._encoding()
+                p = prepared.get(shape) if shape is not None else None
+                if p is None:
+                    p = c._prepare(ops)
+                    if shape is not None:
+                        prepared[shape] = p
+                work.append((c, p))
+            results = self._each(lambda cp: cp[0]._send(name, cp[1], n, False, started), work)
+        except BaseException as exc:
+            self._report(f"farm.{name}", n, started, error=exc)
+            raise
+        confirmed = [len(results)] * n
+        applied = [False] * n
+        for r in results:
+            for i in r.failed_indices:
+                confirmed[i] -= 1
+            applied = [a or b for a, b in zip(applied, r.applied, strict=True)]
+        below = {i for i in range(n) if confirmed[i] < self.quorum}
+        failures = []
+        everything: dict[str, list[ShardFailure]] = {}
+        for replica, r in zip(self.names, results, strict=True):
+            everything[replica] = [ShardFailure(f"{replica}/{f.shard}", f.error, f.indices) for f in r.failures]
+            for f in everything[replica]:
+                lost = tuple(i for i in f.indices if i in below)
+                if lost:
+                    failures.append(ShardFailure(f.shard, f.error, lost))
+        result = FarmWriteResult(applied, failures, confirmed, self.quorum, everything)
+        self._report(f"farm.{name}", n, started, result.applied_count, [f.shard for f in failures])
+        if raise_on_error and failures:
+            raise QuorumError(result)
+        return result
+
+    def forget(self, keys: Iterable[Blob], up_to: float) -> int:
+        """:meth:`Cluster.forget` on every replica; the most entries any replica removed. A replica that
+        failed raises :class:`PartialWriteError` naming its shards (the others did their part)."""
+        key_list = list(keys)
+        outcome = self._each_safe(lambda c: c.forget(key_list, up_to), self.clusters)
+        failures = []
+        for replica, res in zip(self.names, outcome, strict=True):
+            if isinstance(res, PartialWriteError):
+                failures += [ShardFailure(f"{replica}/{f.shard}", f.error, f.indices) for f in res.result.failures]
+            elif isinstance(res, BaseException):
+                raise res
+        if failures:
+            handled = [all(i not in f.indices for f in failures) for i in range(len(key_list))]
+            raise PartialWriteError(WriteResult(handled, failures))
+        return max(int(r) for r in outcome if not isinstance(r, BaseException))
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    def select(
+        self, keys: Iterable[Blob], offset: int = 0, limit: int = 10, *, strict: bool = True
+    ) -> ReadResult[Blob, list[KeyScoreMember]]:
+        """:meth:`Cluster.select` under the farm's read strategy (each replica is asked for the first
+        ``offset + limit`` members)."""
+        key_list = _key_list(keys)
+        self.clusters[0].select([], offset, limit)  # validates the paging arguments, sends nothing
+
+        def fetch(c: Cluster, ks: list[Blob], window: int) -> ReadResult[Blob, list[KeyScoreMember]]:
+            return c.select(ks, 0, window, strict=False)
+
+        return self._window_read("select", key_list, fetch, offset, limit, strict)
+
+    def select_range(
+        self,
+        keys: Iterable[Blob],
+        start: Cursor | None = None,
+        stop: Cursor | None = None,
+        limit: int = 10,
+        *,
+        strict: bool = True,
+    ) -> ReadResult[Blob, list[KeyScoreMember]]:
+        """:meth:`Cluster.select_range` under the farm's read strategy."""
+        key_list = _key_list(keys)
+        self.clusters[0].select_range([], start, stop, limit)  # validates, sends nothing
+
+        def fetch(c: Cluster, ks: list[Blob], window: int) -> ReadResult[Blob, list[KeyScoreMember]]:
+            return c.select_range(ks, start, stop, window, strict=False)
+
+        return self._window_read("select_range", key_list, fetch, 0, limit, strict)
+
+    def score(
+        self, key_members: Iterable[KeyMember | tuple[Blob, Blob]], *, strict: bool = True
+    ) -> ReadResult[KeyMember, Presence]:
+        """:meth:`Cluster.score` under the farm's read strategy; merged, it is each member's winning record."""
+        items = [km if type(km) is KeyMember else KeyMember(*km) for km in key_members]
+        started = time.perf_counter()
+
+        def fetch(c: Cluster, kms: list[KeyMember]) -> ReadResult[KeyMember, Presence]:
+            return c.score(kms, strict=False)
+
+        def merge(answers: list[Answer]) -> tuple[ReadResult[KeyMember, Presence], list[Repair]]:
+            return self._merge_scores(items, answers)
+
+        result = self._read(items, fetch, merge)
+        return self._finish("farm.score", result, len(items), started, strict)
+
+    def records(self, keys: Iterable[Blob]) -> list[ReadResult[Blob, list[Write]]]:
+        """What each replica holds for ``keys`` (:meth:`Cluster.records`), in replica order, unmerged:
+        for inspection (``zcluster diff``). A replica that failed has its keys in ``errors``."""
+        key_list = _key_list(keys)
+        return self._each(lambda c: c.records(key_list, strict=False), self.clusters)
+
+    def keys(
+        self, batch_size: int = 1000, *, include_removed: bool = False, match: Blob | None = None
+    ) -> Iterator[list[Blob]]:
+        """Every logical key held by any replica, each reported by the first replica that holds it
+        (see :func:`zcluster.farm.walker.sweep`): a replica's keys are checked against the earlier
+        replicas, so a key is reported once even where all replicas hold it. A replica that failed during
+        the sweep raises :class:`PartialScanError` at the end, after every key that could be read."""
+        from zcluster.farm.walker import sweep
+
+        for step in sweep(self, batch_size=batch_size, include_removed=include_removed, match=match):
+            if step.keys:
+                yield step.keys
+
+    def ping(self) -> dict[str, BaseException | None]:
+        """Every replica's masters (``replica/host:port``) and their PING failure (None: answered)."""
+        out: dict[str, BaseException | None] = {}
+        for replica, res in zip(self.names, self._each(lambda c: c.ping(), self.clusters), strict=True):
+            out.update({f"{replica}/{shard}": err for shard, err in res.items()})
+        return out
+
+    # -- read strategies ----------------------------------------------------------------------------------
+
+    def _read(
+        self,
+        items: list[Any],
+        fetch: Callable[[Cluster, list[Any]], ReadResult[Any, Any]],
+        merge: Callable[[list[Answer]], tuple[ReadResult[Any, Any], list[Repair]]],
+    ) -> ReadResult[Any, Any]:
+        """Run the read strategy: ``fetch`` asks one replica, ``merge`` turns every replica's answer into
+        the merged result and the repairs it found (and may ask replicas more)."""
+        strategy = self.read_strategy
+        if not items:
+            return ReadResult()
+        if isinstance(strategy, SendOneReadOne):
+            return self._one(items, fetch)
+        if isinstance(strategy, SendAllReadAll):
+            answers = self._each_safe(lambda c: fetch(c, items), self.clusters)
+            result, repairs = merge(answers)
+            self._shared.repairer.submit(repairs)
+            return result
+        pool = self._shared.executor()
+        start = next(self._shared.rr) % len(self.clusters)
+        futures: dict[int, Future[ReadResult[Any, Any]]] = {}
+        if self._bucket is not None and not self._bucket.take():  # SendVar over its rate: one replica first
+            futures[start] = pool.submit(fetch, self.clusters[start], items)
+            assert isinstance(strategy, SendVarReadFirstLinger)
+            done, _ = wait(list(futures.values()), timeout=strategy.threshold)
+            if done:
+                answer = futures[start].result()
+                if not answer.errors:
+                    return answer
+        for i, c in enumerate(self.clusters):
+            if i not in futures:
+                futures[i] = pool.submit(fetch, c, items)
+        return self._first_then_linger(futures, merge)
+
+    def _first_then_linger(
+        self,
+        futures: dict[int, Future[ReadResult[Any, Any]]],
+        merge: Callable[[list[Answer]], tuple[ReadResult[Any, Any], list[Repair]]],
+    ) -> ReadResult[Any, Any]:
+        pending = set(futures.values())
+        first: ReadResult[Any, Any] | None = None
+        while pending and first is None:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                if f.result().errors:  # reads with strict=False raise only for bad input or a bug
+                    continue
+                first = f.result()
+                break
+        ordered = [futures[i] for i in sorted(futures)]
+
+        def linger() -> tuple[ReadResult[Any, Any], list[Repair]]:
+            return merge([f.result() for f in ordered])
+
+        if first is None:  # no replica answered everything: the merge of what they did answer
+            result, repairs = linger()
+            self._shared.repairer.submit(repairs)
+            return result
+        self._shared.linger(lambda: self._shared.repairer.submit(linger()[1]))
+        return first
+
+    def _one(
+        self, items: list[Any], fetch: Callable[[Cluster, list[Any]], ReadResult[Any, Any]]
+    ) -> ReadResult[Any, Any]:
+        start = next(self._shared.rr) % len(self.clusters)
+        answers: dict[Any, Any] = {}
+        errors: dict[Any, ShardFailure] = {}
+        remaining = items
+        for step in range(len(self.clusters)):
+            i = (start + step) % len(self.clusters)
+            answer = fetch(self.clusters[i], remaining)
+            answers.update(answer)
+            errors = {k: _named(self.names[i], f) for k, f in answer.errors.items()}
+            remaining = [k for k in remaining if k in answer.errors]
+            if not remaining:
+                break
+        return _in_order(items, answers, errors)
+
+    # -- merges -------------------------------------------------------------------------------------------
+
+    def _merge_scores(
+        self, items: list[KeyMember], answers: list[Answer]
+    ) -> tuple[ReadResult[KeyMember, Presence], list[Repair]]:
+        values: dict[KeyMember, Presence] = {}
+        errors: dict[KeyMember, ShardFailure] = {}
+        repairs: list[Repair] = []
+        for km in items:
+            have: list[Presence | None] = []
+            for i, ans in enumerate(answers):
+                if isinstance(ans, BaseException):
+                    have.append(None)
+                    errors.setdefault(km, ShardFailure(self.names[i], ans, ()))
+                elif km in ans:
+                    have.append(ans[km])
+                else:
+                    have.append(None)
+                    errors.setdefault(km, _named(self.names[i], ans.errors[km]))
+            if all(h is None for h in have):
+                continue
+            errors.pop(km, None)
+            best = winner(have)
+            values[km] = best if best is not None else NOT_PRESENT
+            if best is not None:
+                repairs += [
+                    (self.clusters[i], as_write(km.key, km.member, best))
+                    for i, h in enumerate(have)
+                    if differs(h, best)
+                ]
+        return _in_order(items, values, errors), repairs
+
+    def _window_read(
+        self,
+        op: str,
+        keys: list[Blob],
+        fetch: Callable[[Cluster, list[Blob], int], ReadResult[Blob, list[KeyScoreMember]]],
+        offset: int,
+        limit: int,
+        strict: bool,
+    ) -> ReadResult[Blob, list[KeyScoreMember]]:
+        started = time.perf_counter()
+        need = offset + limit
+
+        def first(c: Cluster, ks: list[Blob]) -> ReadResult[Blob, list[KeyScoreMember]]:
+            return fetch(c, ks, need)
+
+        def merge(answers: list[Answer]) -> tuple[ReadResult[Blob, list[KeyScoreMember]], list[Repair]]:
+            return self._merge_windows(keys, answers, fetch, need)
+
+        if isinstance(self.read_strategy, SendAllReadAll):
+            result, repairs = self._merge_windows(keys, None, fetch, need)
+            self._shared.repairer.submit(repairs)
+        else:
+            result = self._read(keys, first, merge)
+        return self._finish(f"farm.{op}", _sliced(result, offset, limit), len(keys), started, strict)
+
+    def _merge_windows(
+        self,
+        keys: list[Blob],
+        answers: list[Answer] | None,
+        fetch: Callable[[Cluster, list[Blob], int], ReadResult[Blob, list[KeyScoreMember]]],
+        need: int,
+    ) -> tuple[ReadResult[Blob, list[KeyScoreMember]], list[Repair]]:
+        """The first ``need`` entries of every key's merged set, widening the windows until exact.
+
+        ``answers`` (one per replica: each key's first ``need`` entries, or the replica's failure) are
+        the first round when a lingering read already has them. A member in no replica's window ranks
+        below the lowest entry of the window of the replica holding its winner (if that window was
+        full), so merged entries at or above the highest full window's lowest entry are exact; when
+        fewer than ``need`` are, the windows are doubled and those keys asked again.
+        """
+        window = need
+        values: dict[Blob, list[KeyScoreMember]] = {}
+        errors: dict[Blob, ShardFailure] = {}
+        repairs: list[Repair] = []
+        pending = keys
+        while pending:
+            if answers is None:
+                got = self._each_safe(functools.partial(_ask, fetch, pending, window), self.clusters)
+            else:
+                got, answers = answers, None
+            more: list[Blob] = []
+            lookups: dict[int, list[KeyMember]] = {}
+            merging: dict[Blob, dict[int, list[KeyScoreMember]]] = {}
+            for key in pending:
+                have: dict[int, list[KeyScoreMember]] = {}
+                for i, ans in enumerate(got):
+                    if isinstance(ans, BaseException):
+                        errors.setdefault(key, ShardFailure(self.names[i], ans, ()))
+                    elif key in ans:
+                        have[i] = ans[key]
+                    else:
+                        errors.setdefault(key, _named(self.names[i], ans.errors[key]))
+                if not have:
+                    continue
+                errors.pop(key, None)
+                lists = list(have.values())
+                flat = [(e.member, e.score) for e in lists[0]]
+                if all([(e.member, e.score) for e in other] == flat for other in lists[1:]):
+                    values[key] = lists[0][:need]  # agreeing windows are exact (see the docstring)
+                    continue
+                merging[key] = have
+                members = {to_bytes(e.member): e.member for entries in lists for e in entries}
+                for i, entries in have.items():
+                    seen = {to_bytes(e.member) for e in entries}
+                    lookups.setdefault(i, []).extend(KeyMember(key, m) for b, m in members.items() if b not in seen)
+            asked = list(lookups.items())
+            scores = self._each_safe(lambda item: self.clusters[item[0]].score(item[1], strict=False), asked)
+            looked: dict[int, ReadResult[KeyMember, Presence] | BaseException] = {
+                i: res for (i, _), res in zip(asked, scores, strict=True)
+            }
+            for key, have in merging.items():
+                records: dict[bytes, tuple[Blob, dict[int, Presence | None]]] = {}
+                for i, entries in have.items():
+                    for e in entries:
+                        records.setdefault(to_bytes(e.member), (e.member, {}))[1][i] = Presence(True, True, e.score)
+                for member, per in records.values():
+                    for i in have:
+                        if i not in per:
+                            km = KeyMember(key, member)
+                            score_answer = looked.get(i)
+                            found = isinstance(score_answer, ReadResult) and km in score_answer
+                            per[i] = score_answer[km] if found else None  # type: ignore[index]
+                visible: list[KeyScoreMember] = []
+                key_repairs: list[Repair] = []
+                for member, per in records.values():
+                    best = winner(list(per.values()))
+                    if best is None:
+                        continue
+                    if best.inserted:
+                        visible.append(KeyScoreMember(key, best.score, member))
+                    key_repairs += [
+                        (self.clusters[i], as_write(key, member, best)) for i, p in per.items() if differs(p, best)
+                    ]
+                visible.sort(key=lambda e: order(e.score, e.member), reverse=True)
+                floors = [order(es[-1].score, es[-1].member) for es in have.values() if len(es) >= window]
+                if floors:
+                    bound = max(floors)
+                    exact = [e for e in visible if order(e.score, e.member) >= bound]
+                else:
+                    exact = visible
+                if len(exact) >= need or not floors:
+                    values[key] = exact[:need]
+                    repairs += key_repairs
+                else:
+                    more.append(key)
+            pending = more
+            window *= 2
+        return _in_order(keys, values, errors), repairs
+
+    # -- plumbing -----------------------------------------------------------------------------------------
+
+    def _each(self, fn: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
+        """``fn`` over ``items`` in parallel threads; the first exception propagates."""
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        pool = self._shared.executor()
+        return [f.result() for f in [pool.submit(fn, x) for x in items]]
+
+    def _each_safe(self, fn: Callable[[Any], T], items: Sequence[Any]) -> list[T | BaseException]:
+        """``fn`` over ``items`` in parallel; a replica's failures (ShardError, OSError) become values,
+        anything else (a bug, bad input) propagates."""
+
+        def guarded(x: Any) -> T | BaseException:
+            try:
+                return fn(x)
+            except (ShardError, OSError) as exc:
+                return exc
+
+        return self._each(guarded, items)
+
+    def _report(
+        self, op: str, records: int, started: float, applied: int = 0, shards: Sequence[str] = (), error: Any = None
+    ) -> None:
+        seconds = time.perf_counter() - started
+        self.instrumentation(OpEvent(op, records, seconds, applied, tuple(sorted(set(shards))), error))
+
+    def _finish(
+        self, op: str, result: ReadResult[Any, Any], records: int, started: float, strict: bool
+    ) -> ReadResult[Any, Any]:
+        self._report(op, records, started, shards=[f.shard for f in result.errors.values()])
+        if strict and result.errors:
+            raise PartialReadError(dict(result), dict(result.errors))
+        return result
+
+
+def _ask(
+    fetch: Callable[[Cluster, list[Blob], int], ReadResult[Blob, list[KeyScoreMember]]],
+    keys: list[Blob],
+    window: int,
+    cluster: Cluster,
+) -> ReadResult[Blob, list[KeyScoreMember]]:
+    return fetch(cluster, keys, window)
+
+
+def _named(replica: str, failure: ShardFailure) -> ShardFailure:
+    return ShardFailure(f"{replica}/{failure.shard}", failure.error, failure.indices)
+
+
+def _sliced(result: ReadResult[Blob, list[KeyScoreMember]], offset: int, limit: int) -> ReadResult[Blob, Any]:
+    out: ReadResult[Blob, list[KeyScoreMember]] = ReadResult()
+    out.update({k: v[offset : offset + limit] for k, v in result.items()})
+    out.errors.update(result.errors)
+    return out
+
+
+def _in_order(items: Sequence[Any], values: dict[Any, Any], errors: dict[Any, ShardFailure]) -> ReadResult[Any, Any]:
+    result: ReadResult[Any, Any] = ReadResult()
+    for item in items:
+        if item in values:
+            result[item] = values[item]
+        elif item in errors:
+            result.errors[item] = errors[item]
+    return result
+
+
+def _key_list(keys: Iterable[Blob]) -> list[Blob]:
+    if isinstance(keys, str | bytes):
+        raise TypeError(f"keys must be an iterable of keys, not a single {type(keys).__name__}: use [{keys!r}]")
+    return list(keys)
