@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -94,7 +94,11 @@ class Transport:
         """
         waits = _Waits(durability)
         step = self.pipeline_calls
-        chunks = [commands[lo : lo + step] for lo in range(0, len(commands), step)]
+        chunks: list[list[Command]]
+        if isinstance(commands, SharedCommands):
+            chunks = list(commands.chunks(step))
+        else:
+            chunks = [commands[lo : lo + step] for lo in range(0, len(commands), step)]
         if streamed:
             replies = waits.streamed(shard, chunks)
         else:
@@ -201,6 +205,27 @@ class _Waits:
             raise self.shortfall
 
 
+class _Chunk(list[Command]):
+    """One pipeline's commands and, once packed, their RESP bytes."""
+
+    packed: Any = None
+
+
+class SharedCommands(list[Command]):
+    """Commands that several servers receive alike (a farm's replicas of the same shape): split into
+    pipeline chunks and packed into RESP once, by whichever sender gets there first."""
+
+    def __init__(self, commands: Iterable[Command] = ()) -> None:
+        super().__init__(commands)
+        self._chunks: dict[int, list[_Chunk]] = {}
+
+    def chunks(self, step: int) -> list[_Chunk]:
+        got = self._chunks.get(step)
+        if got is None:
+            got = self._chunks[step] = [_Chunk(self[lo : lo + step]) for lo in range(0, len(self), step)]
+        return got
+
+
 def pipeline(client: redis.Redis, commands: Sequence[Command]) -> list[Any]:
     """One non-transactional pipeline round trip; error replies are values."""
     pipe = client.pipeline(transaction=False)
@@ -220,12 +245,19 @@ def _streamed(client: redis.Redis, chunks: list[list[Command]]) -> list[Any]:
     pool = client.connection_pool
     conn = pool.get_connection()
 
+    def pack(chunk: list[Command]) -> Any:
+        if type(chunk) is not _Chunk:
+            return conn.pack_commands(chunk)
+        if chunk.packed is None:  # two senders may both pack it: the bytes are the same
+            chunk.packed = conn.pack_commands(chunk)
+        return chunk.packed
+
     def once() -> list[Any]:
         replies: list[Any] = []
-        conn.send_packed_command(conn.pack_commands(chunks[0]))
+        conn.send_packed_command(pack(chunks[0]))
         for i, chunk in enumerate(chunks):
             if i + 1 < len(chunks):
-                conn.send_packed_command(conn.pack_commands(chunks[i + 1]))
+                conn.send_packed_command(pack(chunks[i + 1]))
             for _ in chunk:
                 try:
                     replies.append(conn.read_response())

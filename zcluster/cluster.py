@@ -20,7 +20,7 @@ from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, score_p
 from zcluster._keys import ADD, KeyLayout
 from zcluster._scripts import fingerprint_script, forget_script, write_script
 from zcluster._topology import ClusterTopology, Routing, Shard, StandaloneTopology, Topology
-from zcluster._transport import SHARD_ERRORS, Transport, read, read_each
+from zcluster._transport import SHARD_ERRORS, SharedCommands, Transport, read, read_each
 from zcluster.errors import (
     ConfigError,
     InconsistentDataError,
@@ -289,12 +289,12 @@ class Cluster:
 
     def _prepare(self, ops: list[tuple[bytes, Sequence[Any], list[int] | None]]) -> _Prepared:
         """Validate and pack writes into script calls per shard (raises InvalidTupleError, nothing sent)."""
-        commands: dict[int, list[tuple[Any, ...]]] = {}
+        commands: dict[int, SharedCommands] = {}
         index_lists: dict[int, list[list[int]]] = {}
         sha, bound, flag = self._write_sha, self.max_size or 0, b"1" if self.floors else b"0"
         for op, items, indices in ops:
             for shard_idx, calls in self._encoder.writes(items, indices).items():
-                commands.setdefault(shard_idx, []).extend(
+                commands.setdefault(shard_idx, SharedCommands()).extend(
                     ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv) for c in calls
                 )
                 index_lists.setdefault(shard_idx, []).extend(c.indices for c in calls)
@@ -784,7 +784,7 @@ class Cluster:
 class _Prepared(NamedTuple):
     """Writes packed for one topology: script calls per shard index, and the caller's indices per call."""
 
-    commands: dict[int, list[tuple[Any, ...]]]
+    commands: dict[int, SharedCommands]
     indices: dict[int, list[list[int]]]
 
 
