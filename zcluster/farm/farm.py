@@ -57,6 +57,7 @@ __all__ = ["Farm", "FarmWriteResult", "QuorumError"]
 
 log = logging.getLogger("zcluster.farm")
 T = TypeVar("T")
+MAX_LINGERING = 64
 Answer = ReadResult[Any, Any] | BaseException
 
 
@@ -95,12 +96,26 @@ class _Shared:
         self.pool: ThreadPoolExecutor | None = None
         self.rr = itertools.count()
         self.lingering: set[Future[None]] = set()
+        self.linger_pool: ThreadPoolExecutor | None = None
 
     def linger(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` (a lingering read's merge and repairs) in the background, tracked for flushing."""
-        future = self.executor().submit(fn)
+        """Run ``fn`` (a lingering read's merge and repairs) in the background, tracked for flushing.
+
+        On threads of their own: a merge asks replicas through :meth:`executor`, and a pool waiting on
+        its own tasks could deadlock. Past ``MAX_LINGERING`` merges in flight the caller runs ``fn``
+        itself (backpressure: a slower read, never a skipped merge or an unbounded backlog).
+        """
         with self.lock:
-            self.lingering.add(future)
+            if len(self.lingering) >= MAX_LINGERING:
+                future = None
+            else:
+                if self.linger_pool is None:
+                    self.linger_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zcluster-linger")
+                future = self.linger_pool.submit(fn)
+                self.lingering.add(future)
+        if future is None:
+            fn()
+            return
         future.add_done_callback(self._done)
 
     def _done(self, future: Future[None]) -> None:
@@ -153,7 +168,7 @@ class Farm:
         names = [f"replica{i}" for i in range(len(clusters))] if names is None else [str(n) for n in names]
         if len(names) != len(clusters) or len(set(names)) != len(names):
             raise ConfigError(f"names must be {len(clusters)} distinct names, got {names!r}")
-        repairer = Repairer(repair_strategy(repair), {}, instrumentation)
+        repairer = Repairer(repair_strategy(repair), instrumentation)
         self._setup(clusters, quorum, read_strategy(read), names, instrumentation, _Shared(repairer), True)
 
     def _setup(
@@ -174,7 +189,6 @@ class Farm:
         self._shared = shared
         self._owner = owner
         self._bucket = TokenBucket(read.per_second, read.burst) if isinstance(read, SendVarReadFirstLinger) else None
-        shared.repairer.names.update({id(c): n for c, n in zip(clusters, names, strict=True)})
 
     def view(self, prefix: Blob, **options: Any) -> Farm:
         """Another namespace on every replica (:meth:`Cluster.view` with ``options``), sharing this farm's
@@ -208,9 +222,9 @@ class Farm:
         """Finish queued repairs, stop the threads and close every replica (a view does nothing)."""
         if not self._owner:
             return
-        pool = self._shared.pool
-        if pool is not None:
-            pool.shutdown(wait=True)
+        for pool in (self._shared.linger_pool, self._shared.pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
         self._shared.repairer.close()
         for c in self.clusters:
             c.close()
@@ -338,7 +352,14 @@ class Farm:
         def fetch(c: Cluster, ks: list[Blob], window: int) -> ReadResult[Blob, list[KeyScoreMember]]:
             return c.select_range(ks, start, stop, window, strict=False)
 
-        return self._window_read("select_range", key_list, fetch, 0, limit, strict)
+        def within(score: float, member: Blob) -> bool:
+            # A winner from another replica's record (score lookup) may lie outside the range.
+            at = order(score, member)
+            return (start is None or at < order(start.score, start.member)) and (
+                stop is None or at > order(stop.score, stop.member)
+            )
+
+        return self._window_read("select_range", key_list, fetch, 0, limit, strict, within)
 
     def score(
         self, key_members: Iterable[KeyMember | tuple[Blob, Blob]], *, strict: bool = True
@@ -487,7 +508,7 @@ class Farm:
             values[km] = best if best is not None else NOT_PRESENT
             if best is not None:
                 repairs += [
-                    (self.clusters[i], as_write(km.key, km.member, best))
+                    Repair(self.names[i], self.clusters[i], as_write(km.key, km.member, best))
                     for i, h in enumerate(have)
                     if differs(h, best)
                 ]
@@ -501,6 +522,7 @@ class Farm:
         offset: int,
         limit: int,
         strict: bool,
+        within: Callable[[float, Blob], bool] | None = None,
     ) -> ReadResult[Blob, list[KeyScoreMember]]:
         started = time.perf_counter()
         need = offset + limit
@@ -509,10 +531,10 @@ class Farm:
             return fetch(c, ks, need)
 
         def merge(answers: list[Answer]) -> tuple[ReadResult[Blob, list[KeyScoreMember]], list[Repair]]:
-            return self._merge_windows(keys, answers, fetch, need)
+            return self._merge_windows(keys, answers, fetch, need, within)
 
         if isinstance(self.read_strategy, SendAllReadAll):
-            result, repairs = self._merge_windows(keys, None, fetch, need)
+            result, repairs = self._merge_windows(keys, None, fetch, need, within)
             self._shared.repairer.submit(repairs)
         else:
             result = self._read(keys, first, merge)
@@ -524,6 +546,7 @@ class Farm:
         answers: list[Answer] | None,
         fetch: Callable[[Cluster, list[Blob], int], ReadResult[Blob, list[KeyScoreMember]]],
         need: int,
+        within: Callable[[float, Blob], bool] | None = None,
     ) -> tuple[ReadResult[Blob, list[KeyScoreMember]], list[Repair]]:
         """The first ``need`` entries of every key's merged set, widening the windows until exact.
 
@@ -531,7 +554,9 @@ class Farm:
         the first round when a lingering read already has them. A member in no replica's window ranks
         below the lowest entry of the window of the replica holding its winner (if that window was
         full), so merged entries at or above the highest full window's lowest entry are exact; when
-        fewer than ``need`` are, the windows are doubled and those keys asked again.
+        fewer than ``need`` are, the windows are doubled and those keys asked again. ``within``
+        (``select_range``): whether a winner lies inside the range; a member seen inside it on one replica
+        may win with another replica's record outside it, and is then left out.
         """
         window = need
         values: dict[Blob, list[KeyScoreMember]] = {}
@@ -591,10 +616,12 @@ class Farm:
                     best = winner(list(per.values()))
                     if best is None:
                         continue
-                    if best.inserted:
+                    if best.inserted and (within is None or within(best.score, member)):
                         visible.append(KeyScoreMember(key, best.score, member))
                     key_repairs += [
-                        (self.clusters[i], as_write(key, member, best)) for i, p in per.items() if differs(p, best)
+                        Repair(self.names[i], self.clusters[i], as_write(key, member, best))
+                        for i, p in per.items()
+                        if differs(p, best)
                     ]
                 visible.sort(key=lambda e: order(e.score, e.member), reverse=True)
                 floors = [order(es[-1].score, es[-1].member) for es in have.values() if len(es) >= window]

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError
@@ -23,8 +24,13 @@ from zcluster.types import Write
 
 log = logging.getLogger("zcluster.farm")
 
-Repair = tuple[Cluster, Write]
-"""A record to write onto one replica."""
+
+class Repair(NamedTuple):
+    """A record to write onto one replica (named for failure reports)."""
+
+    replica: str
+    cluster: Cluster
+    write: Write
 
 
 class TokenBucket:
@@ -121,9 +127,8 @@ class RepairCounts:
 class Repairer:
     """Carries out a :data:`RepairStrategy` for a farm and its views (one per farm, shared)."""
 
-    def __init__(self, strategy: RepairStrategy, names: dict[int, str], instrumentation: Instrumentation) -> None:
+    def __init__(self, strategy: RepairStrategy, instrumentation: Instrumentation) -> None:
         self.strategy = strategy
-        self.names = names  # id(cluster) -> replica name, for failure reports
         self.instrumentation = instrumentation
         self.counts = RepairCounts()
         self._lock = threading.Lock()
@@ -202,18 +207,18 @@ class Repairer:
 
     def write(self, repairs: Sequence[Repair]) -> None:
         """Write ``repairs`` now, grouped by replica; each is counted done or failed."""
-        by_cluster: dict[int, tuple[Cluster, list[Write]]] = {}
-        for cluster, write in repairs:
-            by_cluster.setdefault(id(cluster), (cluster, []))[1].append(write)
+        by_cluster: dict[int, tuple[str, Cluster, list[Write]]] = {}
+        for replica, cluster, write in repairs:
+            by_cluster.setdefault(id(cluster), (replica, cluster, []))[2].append(write)
         started = time.perf_counter()
         done = failed = 0
         failed_names: list[str] = []
-        for key, (cluster, writes) in by_cluster.items():
+        for replica, cluster, writes in by_cluster.values():
             result = cluster.apply(writes, raise_on_error=False)
             bad = len(result.failed_indices)
             done += len(writes) - bad
             failed += bad
-            failed_names += [f"{self.names.get(key, '?')}/{f.shard}" for f in result.failures]
+            failed_names += [f"{replica}/{f.shard}" for f in result.failures]
         self._count(done=done, failed=failed)
         seconds = time.perf_counter() - started
         self.instrumentation(OpEvent("farm.repair", len(repairs), seconds, done, tuple(failed_names)))

@@ -239,7 +239,7 @@ class Walker:
                 if best is None:
                     continue
                 repairs += [
-                    (farm.clusters[i], as_write(key, member, best))
+                    Repair(farm.names[i], farm.clusters[i], as_write(key, member, best))
                     for i in answered
                     if differs(have.get(i, NOT_PRESENT), best)
                 ]
