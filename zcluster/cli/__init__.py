@@ -1,12 +1,23 @@
-"""``zcluster``: the operator command (keys, select, score, insert, delete, info); the ``cli`` extra.
+"""``zcluster``: the operator command (keys, select, score, insert, delete, info; walk and diff for farms);
+the ``cli`` extra.
 
-Connection, from flags or the environment (flags win):
+Connection, from flags or the environment (flags win; the environment is read only when no connection
+flag is given):
 
 * ``--url URL`` (repeatable; env ``ZCLUSTER_URLS``, comma-separated): standalone shards, routed client-side
   (``--routing jump|roshi``, env ``ZCLUSTER_ROUTING``; the order of the URLs matters, as for the library);
 * ``--cluster-url URL`` (env ``ZCLUSTER_CLUSTER_URL``): a seed node of a native Redis Cluster;
+* ``--replica WHERE`` (repeatable, one per replica; env ``ZCLUSTER_REPLICAS``, replicas separated by ``;``):
+  a farm of replicas (:class:`zcluster.farm.Farm`), each a shard URL, comma-separated shard URLs or a
+  ``redis+cluster://`` seed. Not with ``--url``/``--cluster-url`` (a usage error). Replicas are named
+  ``replica0``, ``replica1``, ... in the order given, and their shards ``replicaN/host:port``;
 * ``--prefix`` (env ``ZCLUSTER_PREFIX``, default ``zc:``) and ``--max-size`` (env ``ZCLUSTER_MAX_SIZE``;
-  writes must use the size bound of every other writer).
+  writes must use the size bound of every other writer), for every replica alike.
+
+Every command works on a farm: writes go to every replica and are confirmed by a majority (a replica that
+missed a confirmed write is a warning), reads merge the replicas' answers and repair what differs.
+``walk`` (sweep every replica and repair every difference, resumable) and ``diff`` (what each replica holds
+for some keys) need a farm of two or more replicas (:mod:`zcluster.cli.replicas`).
 
 URLs are parsed by :class:`zcluster.ClusterConfig`, the library's one parser. They may carry credentials
 (``redis://user:password@host:port``); prefer the environment over flags for them (process lists show
@@ -15,14 +26,16 @@ flags). Passwords never appear in output or error messages (:func:`zcluster._url
 Output is a human table by default and one JSON document with ``--json`` (before or after the subcommand);
 keys and members that are not UTF-8 are ``{"b64": ...}`` objects there (see :mod:`zcluster.cli.output`).
 Expected errors (bad input, unreachable or failing shards) print one ``Error:`` line on stderr and exit
-non-zero: 2 for usage errors (bad flags, arguments, input files, URLs), 1 otherwise, also when only some
-shards failed (their part is reported, and the failed shards are named).
+non-zero: 2 for usage errors (bad flags, arguments, input files, URLs, a command given the wrong kind of
+store), 1 otherwise, also when only some shards failed (their part is reported, and the failed shards are
+named). ``diff`` exits 3 when replicas differ; ``walk`` exits 130 when stopped by Ctrl-C.
 
 Modules: :mod:`~zcluster.cli.app` (the click group, error handling, :func:`main`),
-:mod:`~zcluster.cli.context` (the settings every command gets), :mod:`~zcluster.cli.reads` (keys, select,
-score), :mod:`~zcluster.cli.writes` (insert, delete, tuple files), :mod:`~zcluster.cli.info` and
-:mod:`~zcluster.cli.output` (encodings, scores, tables). click and rich are the ``cli`` extra: this package
-imports neither until :func:`main` runs, which says how to install them when they are missing.
+:mod:`~zcluster.cli.context` (the settings every command gets, the Cluster or Farm they open),
+:mod:`~zcluster.cli.reads` (keys, select, score), :mod:`~zcluster.cli.writes` (insert, delete, tuple files),
+:mod:`~zcluster.cli.replicas` (walk, diff), :mod:`~zcluster.cli.info` and :mod:`~zcluster.cli.output`
+(encodings, scores, tables). click and rich are the ``cli`` extra: this package imports neither until
+:func:`main` runs, which says how to install them when they are missing.
 """
 
 from __future__ import annotations

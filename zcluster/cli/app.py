@@ -13,6 +13,7 @@ import click
 from zcluster.cli.context import EXPECTED, Settings
 from zcluster.cli.info import info
 from zcluster.cli.reads import keys, score, select
+from zcluster.cli.replicas import diff, walk
 from zcluster.cli.writes import delete, insert
 from zcluster.errors import ConfigError, InvalidTupleError, ZClusterError
 
@@ -51,6 +52,14 @@ class _Group(click.Group):
 )
 @click.option("--cluster-url", metavar="URL", help="A seed node of a Redis Cluster. Env: ZCLUSTER_CLUSTER_URL.")
 @click.option(
+    "--replica",
+    "replicas",
+    multiple=True,
+    metavar="WHERE",
+    help="A replica of a farm (repeatable, one per replica; not with --url/--cluster-url): a shard URL, "
+    "comma-separated shard URLs, or a redis+cluster:// seed. Env: ZCLUSTER_REPLICAS (replicas separated by ';').",
+)
+@click.option(
     "--prefix",
     envvar="ZCLUSTER_PREFIX",
     default="zc:",
@@ -78,25 +87,31 @@ def cli(
     ctx: click.Context,
     urls: tuple[str, ...],
     cluster_url: str | None,
+    replicas: tuple[str, ...],
     prefix: str,
     routing: str | None,
     max_size: int | None,
     json_: bool,
 ) -> None:
-    """Inspect and edit zcluster CRDT sorted sets on Redis shards or a Redis Cluster.
+    """Inspect and edit zcluster CRDT sorted sets on Redis shards, a Redis Cluster, or a farm of replicas.
+
+    One cluster is named by --url (repeatable) or --cluster-url; a farm (independent clusters holding the
+    same sets) by --replica, once per replica. Every command works on both; walk and diff compare and
+    repair the replicas of a farm. Flags win over the environment.
 
     Non-UTF-8 keys and members appear as {"b64": "<base64>"} in --json output and are accepted in that
     form in JSON-lines input (insert/delete --file).
     """
-    if not urls and not cluster_url:
+    if not urls and not cluster_url and not replicas:
         urls = tuple(u.strip() for u in os.environ.get("ZCLUSTER_URLS", "").split(",") if u.strip())
         cluster_url = os.environ.get("ZCLUSTER_CLUSTER_URL") or None
-    settings = Settings(urls, cluster_url, prefix, routing, max_size, json_)
+        replicas = tuple(r.strip() for r in os.environ.get("ZCLUSTER_REPLICAS", "").split(";") if r.strip())
+    settings = Settings(urls, cluster_url, prefix, routing, max_size, json_, replicas=replicas)
     ctx.obj = settings
     ctx.call_on_close(settings.close)
 
 
-for _command in (keys, select, score, insert, delete, info):
+for _command in (keys, select, score, insert, delete, info, walk, diff):
     cli.add_command(_command)
 
 

@@ -1,4 +1,5 @@
-"""The ``info`` subcommand: per shard figures from :meth:`zcluster.Cluster.stats`."""
+"""The ``info`` subcommand: per shard figures from :meth:`zcluster.Cluster.stats` (of every replica of a farm,
+its shards named ``replica/host:port``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import click
 
 from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
 from zcluster.cli.output import emit_json, human, print_table
+from zcluster.cluster import Cluster
 
 __all__ = ["info"]
 
@@ -17,16 +19,24 @@ __all__ = ["info"]
 @json_option
 @pass_settings
 def info(settings: Settings, no_scan: bool) -> None:
-    """Per shard: Redis keys (DBSIZE), logical keys of the prefix, memory, write script loaded, version."""
-    cluster = settings.cluster()
-    stats = [
-        s if s.error is None else dataclasses.replace(s, error=settings.redact(s.error))
-        for s in cluster.stats(scan=not no_scan)
-    ]
+    """Per shard: Redis keys (DBSIZE), logical keys of the prefix, memory, write script loaded, version.
+
+    On a farm, the shards of every replica, named replica/host:port.
+    """
+    store = settings.store()
+    if isinstance(store, Cluster):
+        found = store.stats(scan=not no_scan)
+    else:
+        found = [
+            dataclasses.replace(s, shard=f"{name}/{s.shard}")
+            for name, cluster in zip(store.names, store.clusters, strict=True)
+            for s in cluster.stats(scan=not no_scan)
+        ]
+    stats = [s if s.error is None else dataclasses.replace(s, error=settings.redact(s.error)) for s in found]
     if settings.json:
         emit_json(
             {
-                "prefix": cluster.prefix.decode("utf-8", "backslashreplace"),
+                "prefix": store.prefix.decode("utf-8", "backslashreplace"),
                 "shards": [dataclasses.asdict(s) for s in stats],
             }
         )
@@ -46,5 +56,5 @@ def info(settings: Settings, no_scan: bool) -> None:
             )
             for s in stats
         ]
-        print_table(f"prefix {human(cluster.prefix)}", columns, rows)
+        print_table(f"prefix {human(store.prefix)}", columns, rows)
     fail_if(settings, (f"shard {s.shard}: {s.error}" for s in stats if s.error is not None))

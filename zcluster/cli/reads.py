@@ -1,4 +1,9 @@
-"""The reading subcommands: ``keys`` (a SCAN of every shard), ``select`` (pages of members), ``score``."""
+"""The reading subcommands: ``keys`` (a SCAN of every shard), ``select`` (pages of members), ``score``.
+
+On a farm (``--replica``) they read through :class:`zcluster.farm.Farm`: answers of the replicas are merged
+by the 2P-set rules, and the differences found are repaired (the library's default read and repair
+strategies); failed shards are named ``replica/host:port``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
 from zcluster.cli.output import console, emit_json, human, human_score, json_blob, json_score, print_table
+from zcluster.cluster import Cluster
 from zcluster.errors import PartialScanError
 from zcluster.types import Blob, Cursor, KeyMember, KeyScoreMember, ReadResult, ShardFailure
 
@@ -25,9 +31,9 @@ def keys(settings: Settings, match: str | None, count: int, include_removed: boo
     """Every logical key on every shard, each once (SCAN; never blocks the servers).
 
     A shard that fails does not stop the scan: the keys of the others are listed, then the failed shards
-    are named (exit status 1).
+    are named (exit status 1). On a farm, every key held by any replica is listed once.
     """
-    cluster = settings.cluster()
+    store = settings.store()
     err = console(stderr=True)
     collected: list[Blob] = []
     failures: list[ShardFailure] = []
@@ -47,8 +53,12 @@ def keys(settings: Settings, match: str | None, count: int, include_removed: boo
                 tasks[shard] = progress.add_task(shard, total=None)
             progress.update(tasks[shard], completed=found)
 
+        if isinstance(store, Cluster):
+            batches = store.keys(count, include_removed=include_removed, match=match, progress=on_progress)
+        else:  # a farm's sweep reports no per-shard progress
+            batches = store.keys(count, include_removed=include_removed, match=match)
         try:
-            for batch in cluster.keys(count, include_removed=include_removed, match=match, progress=on_progress):
+            for batch in batches:
                 if settings.json:
                     collected.extend(batch)
                 else:
@@ -102,11 +112,11 @@ def select(
     """Members of each KEY, highest score first; prints each key's next-page cursor when the page is full."""
     if (start is not None or stop is not None) and offset is not None:
         raise click.UsageError("--offset cannot be combined with --start/--stop")
-    cluster = settings.cluster()
+    store = settings.store()
     if start is not None or stop is not None:
-        result = cluster.select_range(keys, start=start, stop=stop, limit=limit, strict=False)
+        result = store.select_range(keys, start=start, stop=stop, limit=limit, strict=False)
     else:
-        result = cluster.select(keys, offset=offset or 0, limit=limit, strict=False)
+        result = store.select(keys, offset=offset or 0, limit=limit, strict=False)
     pages: list[tuple[str, list[KeyScoreMember], str | None]] = []
     for key in keys:
         page = result.get(key, [])
@@ -146,7 +156,7 @@ def score(settings: Settings, args: tuple[str, ...]) -> None:
     if len(args) % 2:
         raise click.UsageError(f"score takes KEY MEMBER pairs; got {len(args)} argument(s)")
     items = [KeyMember(args[i], args[i + 1]) for i in range(0, len(args), 2)]
-    result = settings.cluster().score(items, strict=False)
+    result = settings.store().score(items, strict=False)
     found = [(km, result.get(km)) for km in items]
     if settings.json:
         emit_json(

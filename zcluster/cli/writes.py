@@ -1,7 +1,9 @@
 """The writing subcommands, ``insert`` and ``delete``, and the tuples they read (arguments, TSV, JSON lines).
 
 Every tuple is parsed and checked before anything is sent: a bad argument or line is a usage error
-(exit 2) and nothing of the call is written.
+(exit 2) and nothing of the call is written. On a farm (``--replica``) a tuple is confirmed when the write
+quorum of replicas (a majority) confirmed it; a replica that failed a confirmed tuple is reported as a
+warning (exit 0: read-repair or ``zcluster walk`` brings it up to date).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import click
 
 from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
 from zcluster.cli.output import emit_json, parse_json_blob, parse_score
-from zcluster.types import KeyScoreMember, WriteResult
+from zcluster.farm.farm import FarmWriteResult
+from zcluster.types import KeyScoreMember, ShardFailure, WriteResult
 
 __all__ = ["delete", "insert", "read_file", "triples"]
 
@@ -96,33 +99,62 @@ def _write_options(f: F) -> F:
     return json_option(f)
 
 
+def _lagging(result: WriteResult) -> list[tuple[ShardFailure, int]]:
+    """A farm write's replica failures of tuples the quorum confirmed, with how many such tuples each."""
+    if not isinstance(result, FarmWriteResult):
+        return []
+    unconfirmed = set(result.failed_indices)
+    out = []
+    for failures in result.replica_failures.values():
+        for f in failures:
+            n = sum(1 for i in f.indices if i not in unconfirmed)
+            if n:
+                out.append((f, n))
+    return out
+
+
 def _write(settings: Settings, op: str, args: Sequence[str], file: IO[bytes] | None, fmt: str) -> None:
     tuples = triples(args) + (read_file(file, fmt) if file is not None else [])
     if not tuples:
         raise click.UsageError(f"nothing to {op}: give KEY SCORE MEMBER triples or --file")
-    cluster = settings.cluster()
-    write = cluster.insert if op == "insert" else cluster.delete
+    store = settings.store()
+    write = store.insert if op == "insert" else store.delete
     result: WriteResult = write(tuples, raise_on_error=False)
     unconfirmed = len(result.failed_indices)
     stale = len(tuples) - result.applied_count - unconfirmed
     reasons = [f"{type(f.error).__name__}: {f.error}" for f in result.failures]
+    lagging = _lagging(result)
     if settings.json:
-        emit_json(
-            {
-                "op": op,
-                "tuples": len(tuples),
-                "applied": result.applied_count,
-                "stale": stale,
-                "unconfirmed": unconfirmed,
-                "failures": [
-                    {"shard": f.shard, "error": settings.redact(reason), "tuples": len(f.indices)}
-                    for f, reason in zip(result.failures, reasons, strict=True)
-                ],
-            }
-        )
+        document: dict[str, Any] = {
+            "op": op,
+            "tuples": len(tuples),
+            "applied": result.applied_count,
+            "stale": stale,
+            "unconfirmed": unconfirmed,
+            "failures": [
+                {"shard": f.shard, "error": settings.redact(reason), "tuples": len(f.indices)}
+                for f, reason in zip(result.failures, reasons, strict=True)
+            ],
+        }
+        if isinstance(result, FarmWriteResult):
+            document["quorum"] = result.quorum
+            document["replica_failures"] = [
+                {"shard": f.shard, "error": settings.redact(f"{type(f.error).__name__}: {f.error}"), "tuples": n}
+                for f, n in lagging
+            ]
+        emit_json(document)
     else:
         tail = f", {unconfirmed} unconfirmed" if unconfirmed else ""
         click.echo(f"{op}: {len(tuples)} tuple(s): {result.applied_count} applied, {stale} stale{tail}")
+    for f, n in lagging:
+        click.echo(
+            "Warning: "
+            + settings.redact(
+                f"shard {f.shard}: {type(f.error).__name__}: {f.error}; {n} tuple(s) confirmed by the other "
+                "replicas are missing there (read-repair or `zcluster walk` repairs them)"
+            ),
+            err=True,
+        )
     fail_if(
         settings,
         (
@@ -143,7 +175,9 @@ keys and members are strings or {{"b64": "<base64>"}}). Every tuple is checked b
 Scores are finite decimal numbers (integers exact, |x| <= 2**53); negative ones work as arguments. Put --
 before the arguments when a key or member starts with '-'.
 
-Exit status 1 when a shard failed: its tuples are reported as unconfirmed (resending them is safe).
+Exit status 1 when a shard failed: its tuples are reported as unconfirmed (resending them is safe). On a
+farm (--replica), a tuple is confirmed by a majority of the replicas; a replica that missed a confirmed
+tuple is only a warning (exit 0): read-repair or `zcluster walk` brings it up to date.
 """
 
 

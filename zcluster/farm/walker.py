@@ -28,7 +28,7 @@ from zcluster.farm.merge import as_write, differs, presence_of, winner
 from zcluster.farm.repair import Repair, TokenBucket
 from zcluster.types import NOT_PRESENT, Blob, Presence, ReadResult, ShardFailure, to_bytes
 
-__all__ = ["SweepStep", "WalkReport", "Walker", "sweep"]
+__all__ = ["SweepStep", "WalkReport", "Walker", "parse_position", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,9 @@ def _holds(answer: bytes, include_removed: bool) -> bool:
     return answer == b"+" or (include_removed and answer == b"1")
 
 
-def _parse_position(position: str | None, replicas: int) -> tuple[int, list[bool], str | None]:
+def parse_position(position: str | None, replicas: int) -> tuple[int, list[bool], str | None]:
+    """A walk position as (replica index, which earlier sweeps completed, that replica's scan position);
+    ValueError naming it when it is not a position of a farm of ``replicas``."""
     if position is None:
         return 0, [], None
     try:
@@ -90,7 +92,7 @@ def sweep(
     given; otherwise :class:`PartialScanError` is raised at the end, after every step.
     """
     replicas = len(farm.clusters)
-    j, clean, cluster_pos = _parse_position(position, replicas)
+    j, clean, cluster_pos = parse_position(position, replicas)
     if not clean:
         clean = [True]
     errors: list[ShardFailure] = []
