@@ -66,8 +66,11 @@ class FarmWriteResult(WriteResult):
     """Outcome of a farm write, per input tuple.
 
     ``confirmed[i]`` counts the replicas that answered for tuple ``i`` (applied it or found it stale);
-    the tuple is confirmed when that reaches ``quorum``. ``applied[i]``: it took effect on at least one
-    replica. ``failures`` lists, per replica shard (named ``replica/host:port``), only the tuples left
+    the tuple is confirmed when that reaches ``quorum``. ``applied[i]``: it took effect on every replica
+    that answered for it (at least one), i.e. it was newer than all they held, as :attr:`WriteResult.applied`
+    for the farm as one store: a replica that missed or lost an older write of the member (and so applies
+    it again) does not make a duplicate look new (:class:`zcluster.state.DedupStore` relies on it).
+    ``failures`` lists, per replica shard (named ``replica/host:port``), only the tuples left
     below the quorum (so :attr:`ok` means "every tuple reached the quorum"); ``replica_failures`` has
     every failure of every replica, the ones a quorum covered included (the walker repairs those).
     """
@@ -285,11 +288,13 @@ class Farm:
             self._report(f"farm.{name}", n, started, error=exc)
             raise
         confirmed = [len(results)] * n
-        applied = [False] * n
+        fresh = [True] * n  # new to every replica that answered for it
         for r in results:
-            for i in r.failed_indices:
+            failed = set(r.failed_indices)
+            for i in failed:
                 confirmed[i] -= 1
-            applied = [a or b for a, b in zip(applied, r.applied, strict=True)]
+            fresh = [f and (a or i in failed) for i, (f, a) in enumerate(zip(fresh, r.applied, strict=True))]
+        applied = [f and c > 0 for f, c in zip(fresh, confirmed, strict=True)]
         below = {i for i in range(n) if confirmed[i] < self.quorum}
         failures = []
         everything: dict[str, list[ShardFailure]] = {}

@@ -1,0 +1,107 @@
+"""The exactly-once sink on a farm of three clusters, one of which is SIGKILLed in the middle of a batch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+
+from zcluster.farm import Farm, FarmConfig, Walker
+from zcluster.journal.files import FileJournals
+from zcluster.spark import ZClusterSink, run_available_now
+from zcluster.state import StateStore
+from zcluster.testing import LocalShards
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
+
+pytestmark = pytest.mark.spark
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import this test module
+
+PREFIX = "farm:"
+
+
+class KillReplicaMidBatch:
+    """The timeline mapper; the first task to map its ``after``-th message of round 2 SIGKILLs ``pid`` (a
+    replica's only server) once, leaving a marker, and goes on mapping: the rest of the batch, its
+    checkpoints and its progress are written with that replica dead."""
+
+    def __init__(self, pid: int, marker: Path, after: int) -> None:
+        self.pid, self.marker, self.after, self.seen = pid, marker, after, 0
+
+    def __call__(self, message: Any) -> list[Any]:
+        if str(message.doc["event"]).startswith("s2-"):
+            self.seen += 1
+            if self.seen == self.after:
+                try:
+                    fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    pass  # another task (or a retry) did it
+                else:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.close(fd)
+        return timeline_mapper(message)
+
+
+def visible(farm: Farm, keys: list[str]) -> dict[str, list[tuple[str, float]]]:
+    return {k: [(str(t.member), t.score) for t in v] for k, v in farm.select(keys, limit=100_000).items()}
+
+
+def replicas_equal(farm: Farm) -> int:
+    """Asserts that every replica holds the same keys and records; returns how many keys."""
+    keys = [sorted(str(k) for batch in c.keys(include_removed=True) for k in batch) for c in farm.clusters]
+    assert keys[1] == keys[0] and keys[2] == keys[0]
+    per = [
+        {k: sorted((type(w).__name__, str(w.member), w.score) for w in v) for k, v in rs.items()}
+        for rs in farm.records(keys[0])
+    ]
+    assert per[1] == per[0] and per[2] == per[0]
+    return len(keys[0])
+
+
+def test_sink_on_a_farm_survives_a_replica_killed_mid_batch(spark: Any, tmp_path: Path) -> None:
+    store = FileJournals(tmp_path / "journals")
+    names = [f"timelines/part-{i:03d}" for i in range(3)]
+    create_journals(store, names)
+    url = f"file://{tmp_path / 'journals'}"
+    with LocalShards(3) as servers:
+        config = FarmConfig.of(servers.urls)
+        marker = tmp_path / "killed"
+        mapper = KillReplicaMidBatch(servers.servers[1].process.pid, marker, after=10)  # type: ignore[union-attr]
+        sink = ZClusterSink(config, mapper, "farmq", journals=url, prefix=PREFIX, flush=8)
+        traffic = publish(store, Traffic(names), producers=3, messages=40, seed=1)
+        with FarmConfig.of(servers.urls, prefix=PREFIX).open() as farm:
+            run_available_now(spark, sink, url, tmp_path / "ckpt")  # batch 0: every replica up
+            assert not marker.exists()
+            assert visible(farm, list(traffic.expected())) == traffic.expected()
+
+            publish(store, traffic, producers=3, messages=40, seed=2)
+            run_available_now(spark, sink, url, tmp_path / "ckpt")  # batch 1: replica1 dies in its middle
+            assert marker.exists(), "the mapper never killed the replica"
+            assert servers.servers[1].process is not None and servers.servers[1].process.poll() is not None
+            expected = traffic.expected()
+            keys = list(expected)
+            # exactly once, read from the surviving majority
+            assert visible(farm, keys) == expected
+            assert [(b.batch_id, b.skipped) for b in sink.history] == [(0, False), (1, False)]
+            assert sum(b.delivered for b in sink.history) == traffic.committed
+            assert sink.history[1].delivered > 10
+            state = StateStore(farm, "farmq")  # type: ignore[arg-type]
+            assert state.committed_batch(sink.history[1].query_id) == 1
+            assert all(state.load_journal(n).offset == store.end(n) for n in names)
+
+            servers.kill(1)  # already dead: reaps it
+            servers.start(1)  # empty: no persistence
+            assert not any(batch for batch in farm.clusters[1].keys(include_removed=True))
+            data = Walker(farm, batch_size=50).run()
+            states = Walker(farm.view("zcstate:", floors=True)).run()
+            assert data.position is None and data.failures == [] and data.diverged >= len(keys)
+            assert states.position is None and states.failures == [] and states.diverged > 0
+            assert replicas_equal(farm) >= len(keys)
+            assert replicas_equal(farm.view("zcstate:", floors=True)) >= len(names) + 1
+            for c in farm.clusters:  # each replica alone now answers the model
+                alone = {k: [(str(t.member), t.score) for t in v] for k, v in c.select(keys, limit=100_000).items()}
+                assert alone == expected
