@@ -2,10 +2,11 @@
 -- zcluster fingerprints: what a logical key holds, in a few bytes, so that replicas can be compared
 -- without moving their records (the farm's walker and diff).
 --
--- KEYS, per logical key: K+, K-. ARGV[1] = "fingerprint" or "exists".
+-- KEYS, per logical key: K+, K-, the floor. ARGV[1] = "fingerprint" or "exists".
 -- "exists" returns one string per key: "1" when it holds a record, "+" when that includes members
 -- (K+), "" when it holds nothing (cheap: the walker's check against replicas already swept).
--- "fingerprint" returns one string per key: "" when it holds no record, else "<K+>|<K->", each set
+-- "fingerprint" returns one string per key: "" when it holds no record and no floor, else
+-- "<K+>|<K->|<floor>" (the floor's text, "" when none), each set
 -- described by its records as "<member length>:<member> <score>\n" in ZRANGE order (score, then
 -- member) with the score as the server prints it: "<n>=<records>" when short, "<n>#<SHA-1>" for a set
 -- of one page, "*<SHA-1 of the pages' SHA-1s>" for a larger one (read page by page, so no set is copied
@@ -39,7 +40,7 @@ end
 
 local out = {}
 if ARGV[1] == "exists" then
-  for i = 1, #KEYS, 2 do
+  for i = 1, #KEYS, 3 do
     if redis.call("EXISTS", KEYS[i]) == 1 then
       out[#out + 1] = "+"
     elseif redis.call("EXISTS", KEYS[i + 1]) == 1 then
@@ -50,11 +51,12 @@ if ARGV[1] == "exists" then
   end
   return out
 end
-for i = 1, #KEYS, 2 do
+for i = 1, #KEYS, 3 do
   local adds = digest(KEYS[i])
   local removes = digest(KEYS[i + 1])
-  if adds or removes then
-    out[#out + 1] = (adds or "") .. "|" .. (removes or "")
+  local floor = redis.call("GET", KEYS[i + 2])
+  if adds or removes or floor then
+    out[#out + 1] = (adds or "") .. "|" .. (removes or "") .. "|" .. (floor or "")
   else
     out[#out + 1] = ""
   end

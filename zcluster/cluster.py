@@ -611,13 +611,31 @@ class Cluster:
             )
         return self._finish("records", result, len(key_list), started, strict)
 
+    def floors_of(self, keys: Iterable[Blob], *, strict: bool = True) -> ReadResult[Blob, float | None]:
+        """Each key's floor (see :meth:`forget` and ``max_size``): writes at or below it are stale for
+        members without a record; None when the key has none."""
+        started = time.perf_counter()
+        with self._reporting("floors", started):
+            key_list = _key_list(keys)
+            encoded = self._encoder.keys(key_list)
+            layout = self._layout
+            result = read(
+                self._transport,
+                key_list,
+                encoded,
+                lambda kb, _: [("GET", layout.floor(kb))],
+                lambda key, replies: None if replies[0] is None else float(replies[0]),
+            )
+        return self._finish("floors", result, len(key_list), started, strict)
+
     def fingerprints(
         self, keys: Iterable[Blob], *, exists: bool = False, strict: bool = True
     ) -> ReadResult[Blob, bytes]:
-        """A short digest of every record each key holds (``b""`` for a key holding none).
+        """A short digest of every record each key holds, and of its floor (``b""`` for a key holding
+        neither).
 
-        Two servers whose fingerprints of a key are equal hold the same records for it (up to SHA-1
-        collisions), provided they print scores alike (the same server major version; otherwise equal
+        Two servers whose fingerprints of a key are equal hold the same records and floor for it (up to
+        SHA-1 collisions), provided they print scores alike (the same server major version; otherwise equal
         records may differ in fingerprint, never the reverse). Computed server-side, many keys per call,
         so comparing replicas moves a few bytes per key. With ``exists`` only whether each key holds
         members (``b"+"``), only tombstones (``b"1"``) or nothing (``b""``), which is cheaper.
@@ -640,7 +658,7 @@ class Cluster:
                 for members in by_group.values():
                     for lo in range(0, len(members), size):
                         chunk = members[lo : lo + size]
-                        rkeys = [k for p in chunk for k in (layout.adds(encoded[p][1]), layout.removes(encoded[p][1]))]
+                        rkeys = [k for p in chunk for k in layout.script_keys(encoded[p][1], True)]
                         commands.setdefault(shard_idx, []).append(("EVALSHA", sha, len(rkeys), *rkeys, mode))
                         positions.setdefault(shard_idx, []).append(chunk)
             outcome = self._transport.fanout(commands, self._transport.commands)

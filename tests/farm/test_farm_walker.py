@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from farm_helpers import Model, all_keys, farm_of, held, put
 
-from zcluster import Delete, Insert
+from zcluster import Cluster, Delete, Insert, KeyScoreMember
 from zcluster.farm import Farm, Walker
 from zcluster.testing import LocalShards
 from zcluster.types import Write
@@ -174,3 +174,26 @@ def test_a_dead_replica_is_reported_and_the_others_still_converge() -> None:
         left = [k for k in keys if survivors[k]]
         assert report.failures == [] and report.diverged == len(left) < len(keys)
         converged(farm, merged, left)
+
+
+def test_floors_are_replicated_and_forgotten_records_do_not_come_back() -> None:
+    """A replica restarted empty has lost its floor: a late insert below it lands there only; the walk
+    raises its floor, drops the record, and the replicas converge (a second walk finds nothing)."""
+    with LocalShards(3) as shards:
+        clusters = [Cluster.from_urls([u], floors=True) for u in shards.urls]
+        farm = Farm(clusters)
+        farm.insert([("k", 1, "a"), ("k", 3, "b")])
+        farm.forget(["k"], 2.0)
+        shards.kill(1)
+        shards.start(1)
+        assert farm.insert([("k", 1.5, "late")]).applied == [False]
+        assert clusters[1].records(["k"])["k"] == [Insert("k", 1.5, "late")]
+        first = Walker(farm).run()
+        assert (first.diverged, first.floors_raised) == (1, 1)
+        second = Walker(farm).run()
+        assert second.diverged == 0
+        for c in clusters:
+            assert c.records(["k"])["k"] == [Insert("k", 3.0, "b")]
+            assert c.floors_of(["k"])["k"] == 2.0
+        assert farm.select(["k"])["k"] == [KeyScoreMember("k", 3.0, "b")]
+        farm.close()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from zcluster.errors import PartialScanError
+from zcluster.errors import PartialScanError, PartialWriteError
 from zcluster.farm.farm import Farm, _named
 from zcluster.farm.merge import as_write, differs, presence_of, winner
 from zcluster.farm.repair import Repair, TokenBucket
@@ -48,6 +48,10 @@ def _fingerprints(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob
 
 def _exists(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, bytes]:
     return farm.clusters[replica].fingerprints(keys, exists=True, strict=False)
+
+
+def _floors(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, float | None]:
+    return farm.clusters[replica].floors_of(keys, strict=False)
 
 
 def _holds(answer: bytes, include_removed: bool) -> bool:
@@ -136,13 +140,16 @@ class WalkReport:
     """What a walk did. ``position`` resumes it (None: it reached the end of the last replica).
 
     ``keys``: keys compared; ``diverged``: keys whose replicas held different records; ``repaired`` /
-    ``repair_failures``: records written / not written (the replica failed); ``failures``: replica shards
-    that could not be scanned or read (their keys were not compared, or only among the others).
+    ``repair_failures``: records written / not written (the replica failed); ``floors_raised``: keys of a
+    replica whose floor was raised to the key's highest floor (see :meth:`Walker._repairs`);
+    ``failures``: replica shards that could not be scanned or read (their keys were not compared, or
+    only among the others).
     """
 
     keys: int = 0
     diverged: int = 0
     repaired: int = 0
+    floors_raised: int = 0
     repair_failures: int = 0
     seconds: float = 0.0
     position: str | None = None
@@ -226,18 +233,34 @@ class Walker:
             report.repair_failures += after.failed - before.failed
 
     def _repairs(self, keys: list[Blob], report: WalkReport) -> list[Repair]:
+        """The records to write for ``keys``, after raising every replica's floor to the highest one.
+
+        A floor (``forget``, or trimming with ``max_size``) is replicated like a record: a replica below
+        the highest floor of a key, or still holding records at or below it, forgets up to it (the
+        records it drops are ones another replica forgot). Records at or below that floor are then left
+        out of the merge, so a replica rebuilt without its floor does not bring forgotten records back.
+        """
         farm = self.farm
         held = farm.records(keys)
+        floors = farm._each(functools.partial(_floors, farm, keys), list(range(len(farm.clusters))))
+        forgets: dict[tuple[int, float], list[Blob]] = {}
         repairs: list[Repair] = []
         for key in keys:
+            answered = [i for i, res in enumerate(held) if key in res and key in floors[i]]
+            known = [f for i in answered if (f := floors[i][key]) is not None]
+            top = max(known) if known else None
             per: dict[bytes, tuple[Any, dict[int, Presence]]] = {}
-            answered = [i for i, res in enumerate(held) if key in res]
             for i in answered:
-                for w in held[i][key]:
-                    per.setdefault(to_bytes(w.member), (w.member, {}))[1][i] = presence_of(w)
+                records = held[i][key]
+                if top is not None and farm.clusters[i].floors:
+                    below = floors[i][key] is None or floors[i][key] < top  # type: ignore[operator]
+                    if below or any(w.score <= top for w in records):
+                        forgets.setdefault((i, top), []).append(key)
+                for w in records:
+                    if top is None or w.score > top:
+                        per.setdefault(to_bytes(w.member), (w.member, {}))[1][i] = presence_of(w)
             for member, have in per.values():
-                records: list[Presence | None] = [have.get(i, NOT_PRESENT) for i in answered]
-                best = winner(records)
+                best = winner([have.get(i, NOT_PRESENT) for i in answered])
                 if best is None:
                     continue
                 repairs += [
@@ -245,6 +268,12 @@ class Walker:
                     for i in answered
                     if differs(have.get(i, NOT_PRESENT), best)
                 ]
+        for (i, top), forgotten in forgets.items():
+            try:
+                farm.clusters[i].forget(forgotten, top)
+                report.floors_raised += len(forgotten)
+            except PartialWriteError as exc:
+                report.failures += [_named(farm.names[i], f) for f in exc.result.failures]
         return repairs
 
 
