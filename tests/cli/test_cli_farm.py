@@ -295,9 +295,15 @@ def test_password_never_printed(servers: LocalShards, prefix: str) -> None:
 
         dead = f"redis://:{SECRET}@127.0.0.1:{free_port()}"
         wrong = f"redis://:wr0ng{SECRET}@127.0.0.1:{port}"
+        # With a live and a dead shard in one replica, the key must route to the dead one to fail.
+        split = Cluster.from_urls([url, dead], prefix=prefix)
+        dead_name = dead.rsplit("@", 1)[1]
+        on_dead = next(f"k{i}" for i in range(1000) if split.shard_of(f"k{i}") == dead_name)
+        split.close()
         for bad in (dead, wrong, f"{url},{dead}", f"redis+cluster://:{SECRET}@127.0.0.1:{free_port()}"):
             failing = ["--replica", url, "--replica", bad, "--prefix", prefix]
-            for command in (["diff", "k"], ["walk"], ["insert", "k", "3", "m"], ["keys"], ["info"]):
+            key = on_dead if "," in bad else "k"
+            for command in (["diff", key], ["walk"], ["insert", key, "3", "m"], ["keys"], ["info"]):
                 outputs += [fails([*failing, *command]), fails([*failing, *command, "--json"])]
         for bad in (f"redis://:{SECRET}@127.0.0.1:99999", f"{url},redis+cluster://:{SECRET}@127.0.0.1:1"):
             outputs.append(fails(["--replica", url, "--replica", bad, "diff", "k"], code=2))

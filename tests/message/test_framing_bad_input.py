@@ -57,6 +57,16 @@ def test_csv_bare_quote_is_one_bad_record() -> None:
     ]
 
 
+def test_csv_a_blank_line_after_a_bad_record_stays_blank() -> None:
+    # Found by the fuzz tier: the bad record's quote paired with one on a later line, and the parse's
+    # newline cache then hid the blank line, which became the start of the next record's first field.
+    data = b'00,"\n\n0,",a"\n'
+    assert every_chunking(CSV, data, offset=0) == [
+        ("DecodeError", 0, 5, None),
+        ("Frame", 6, 13, ["0", ",a"]),
+    ]
+
+
 def test_csv_unterminated_quote_is_cut_at_the_next_newline() -> None:
     data = b'a,1\n"x,1\nb,2\nc,3\n'
     assert every_chunking(CSV, data) == [

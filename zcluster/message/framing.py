@@ -337,6 +337,8 @@ class _CsvDecoder(Decoder):
                 item = DecodeError(begin, self._base + end, item.reason)
             if item is not None:
                 out.append(item)
+            if isinstance(item, DecodeError):
+                self._eol, self._eol_scan = -1, end  # the parse may have gone past a bad record's end
             self._rs = end
             self._start_record()
         rs = self._rs
