@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_cluster import machine_info, make_tuples, med, timed
+from bench_cluster import machine_info, make_tuples, med, metered, timed
 
 from zcluster import Cluster
 from zcluster.farm import Farm, SendAllReadAll, SendOneReadOne, Walker
@@ -74,18 +74,24 @@ def main(argv: list[str] | None = None) -> int:
         # -- insert: farm vs single, spread and hot keys
         shapes = {"spread": n, "hot": max(1, n // 100)}
         inserts: dict[str, dict[str, list[float]]] = {s: {"farm": [], "single": []} for s in shapes}
+        cpu: dict[str, dict[str, list[tuple[float, float]]]] = {s: {"farm": [], "single": []} for s in shapes}
+        servers = {"farm": tuple(flush[:3]), "single": (flush[3],)}
         for r in range(repeat):
             for shape, nkeys in shapes.items():
                 tuples = make_tuples(n, nkeys, seed=r * 10 + len(shape))
                 order = [("farm", farm), ("single", single)] if r % 2 == 0 else [("single", single), ("farm", farm)]
                 for name, store in order:
                     flush_all()
-                    inserts[shape][name].append(n / timed(insert_all, store, tuples, call))
+                    _, wall, client_cpu, server_cpu = metered(servers[name], insert_all, store, tuples, call)
+                    inserts[shape][name].append(n / wall)
+                    cpu[shape][name].append((client_cpu / n * 1e6, server_cpu / n * 1e6))
         report["insert"] = {
             shape: {
                 "farm_tuples_per_s": med(v["farm"]),
                 "single_tuples_per_s": med(v["single"]),
                 "ratio": med(v["farm"]) / med(v["single"]),
+                "client_us_per_tuple": {k: med([c for c, _ in cpu[shape][k]]) for k in v},
+                "server_us_per_tuple": {k: med([s for _, s in cpu[shape][k]]) for k in v},
                 "samples": v,
             }
             for shape, v in inserts.items()
@@ -138,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  insert {shape:<6} farm {row['farm_tuples_per_s']:>9,.0f}/s"
             f"  single {row['single_tuples_per_s']:>9,.0f}/s  ratio {row['ratio']:.2f} (goal >= 0.6: {goal})"
+        )
+        c, sv = row["client_us_per_tuple"], row["server_us_per_tuple"]
+        print(
+            f"      CPU µs/tuple: client farm {c['farm']:.2f} single {c['single']:.2f};"
+            f" servers farm {sv['farm']:.2f} (3 servers) single {sv['single']:.2f}"
         )
     s = report["select"]
     print(

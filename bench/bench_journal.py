@@ -9,6 +9,19 @@ Each figure is the median of ``--runs`` runs, on a local redis-server started fo
 printed, and written to bench/results/journal.json and journal.png.
 
     python bench/bench_journal.py [--messages 100000] [--batch 1000] [--runs 5]
+
+``--read-path``: the file journals' read path alone, as the Spark source uses it (no Redis). ``--frames``
+ndjson frames (default 150,000), one append each (as publishers append them), round-robin over
+``--journals`` journals (default 4), read end to end, both while they sit in the open fragments (one
+checksummed record per append) and once rolled into fragment files. Per layout, each step on a fresh
+store, as a new process (a Spark task) would see it: ``open+recover`` (``FileJournals(root)``, which
+checks every journal), ``end`` (every journal's end, on a store opened without recovery), ``read``
+(``FileJournals.read`` of every journal from 0, on a store opened without recovery) and ``source``
+(``zcluster.spark.source.read_batches`` over each journal's whole range: the rows a Spark task hands over,
+store opening included); ``raw`` counts the newlines of the same bytes in plain files. Frames/s and
+µs/frame are medians of ``--runs`` runs (interleaved); written to bench/results/journal-read.json.
+
+    python bench/bench_journal.py --read-path [--frames 150000] [--journals 4] [--runs 7]
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -153,13 +167,115 @@ def plot(results: dict[str, dict[str, object]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+# -- the file read path (--read-path) -------------------------------------------------------------------
+
+
+def build_read_store(root: Path, data: list[bytes], journals: int) -> list[str]:
+    """Append `data` one frame per append, round-robin over `journals` ndjson journals; return their names."""
+    names = [f"j{i}" for i in range(journals)]
+    with FileJournals(root) as fj:
+        for n in names:
+            fj.create(JournalSpec(n, SPEC))
+        for i, d in enumerate(data):
+            fj.append(names[i % journals], d)
+    return names
+
+
+def bench_read_path(root: Path, raw: list[Path], names: list[str]) -> dict[str, float]:
+    """One run of each read-path step over the store at `root` (see the module docstring); seconds."""
+    out: dict[str, float] = {}
+    url = f"file://{root}"
+
+    def open_recover() -> None:
+        FileJournals(root).close()
+
+    def ends() -> None:
+        with FileJournals(root, recover=False) as fj:
+            for n in names:
+                fj.end(n)
+
+    def read() -> None:
+        with FileJournals(root, recover=False) as fj:
+            for n in names:
+                consume(fj.read(n, 0))
+
+    def raw_read() -> None:
+        for p in raw:
+            with open(p, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    chunk.count(b"\n")
+
+    out["raw"] = timed(raw_read)
+    out["open+recover"] = timed(open_recover)
+    out["end"] = timed(ends)
+    out["read"] = timed(read)
+    try:
+        from zcluster.spark.source import JournalRange, read_batches
+    except ImportError:  # no spark extra
+        return out
+    with FileJournals(root, recover=False) as fj:
+        parts = [JournalRange(n, CONTENT_TYPE_NDJSON, 0, fj.end(n)) for n in names]
+    rows: list[int] = []
+    out["source"] = timed(lambda: rows.extend(b.num_rows for p in parts for b in read_batches(url, p)))
+    return out
+
+
+def read_path_main(args: argparse.Namespace) -> None:
+    data = frames(args.frames)
+    nbytes = sum(map(len, data))
+    results: dict[str, object] = {
+        "params": {"frames": args.frames, "bytes": nbytes, "journals": args.journals, "runs": args.runs}
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "journals"
+        names = build_read_store(root, data, args.journals)
+        raw = []
+        with FileJournals(root, recover=False) as fj:
+            for n in names:
+                raw.append(Path(tmp) / f"{n}.ndjson")
+                raw[-1].write_bytes(b"".join(c for _, c in fj.read(n, 0)))
+        assert sum(p.stat().st_size for p in raw) == nbytes
+        layouts: dict[str, list[dict[str, float]]] = {"open fragment": [], "fragment files": []}
+        rolled = Path(tmp) / "rolled"
+        shutil.copytree(root, rolled)
+        with FileJournals(rolled) as fj:
+            for n in names:
+                fj.roll(n)
+        for _ in range(args.runs):
+            layouts["open fragment"].append(bench_read_path(root, raw, names))
+            layouts["fragment files"].append(bench_read_path(rolled, raw, names))
+    for layout, runs in layouts.items():
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        size = f"{args.frames:,} frames ({nbytes / 1e6:.1f} MB) in {args.journals} journals"
+        print(f"== {layout}: {size}, median of {args.runs}")
+        for k, sec in med.items():
+            rate, per = args.frames / sec, sec / args.frames * 1e6
+            print(f"  {k:13s} {rate:>12,.0f} frames/s {per:>7.2f} us/frame {sec * 1e3:>8.1f} ms")
+        results[layout] = {
+            k: {"seconds": sec, "frames_per_s": args.frames / sec, "us_per_frame": sec / args.frames * 1e6}
+            for k, sec in med.items()
+        }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "journal-read.json").write_text(json.dumps(results, indent=2))
+    print(f"wrote {args.out / 'journal-read.json'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--single", type=int, default=10_000, help="messages for the one-append-per-message runs")
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=None, help="runs per figure (default 5; --read-path: 7)")
+    ap.add_argument("--read-path", action="store_true", help="only the file journals' read path (see above)")
+    ap.add_argument("--frames", type=int, default=150_000, help="--read-path: frames, one append each")
+    ap.add_argument("--journals", type=int, default=4, help="--read-path: journals the frames go round")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="--read-path: results folder (default bench/results)")
     args = ap.parse_args()
+    if args.read_path:
+        args.runs = args.runs or 7
+        read_path_main(args)
+        return
+    args.runs = args.runs or 5
     data = frames(args.messages)
     nbytes = sum(map(len, data))
     single_bytes = sum(map(len, data[: args.single]))

@@ -47,6 +47,7 @@ __all__ = [
     "RECORD",
     "OpenHeader",
     "Record",
+    "Scan",
     "Span",
     "fragment_name",
     "lost_name",
@@ -55,6 +56,8 @@ __all__ = [
     "parse_fragment_name",
     "parse_lost_name",
     "plan_damage",
+    "scan_at",
+    "scan_payloads",
     "scan_records",
     "unpack_header",
 ]
@@ -70,6 +73,7 @@ LOST_PREFIX = "_lost-"
 MAGIC = b"ZJOPEN1\x00"
 HEADER = struct.Struct(">8sQd")  # magic, begin offset, creation time (Unix seconds)
 RECORD = struct.Struct(">II")  # payload length, CRC-32 of the payload
+_UNPACK_RECORD = RECORD.unpack_from
 
 _FRAGMENT = re.compile(r"(\d{20})-(\d{20})\.frag")
 _LOST = re.compile(r"_lost-(\d{20})-(\d{20})")
@@ -83,6 +87,10 @@ class OpenHeader(NamedTuple):
 class Record(NamedTuple):
     pos: int  # file position of the record's payload
     size: int  # payload length
+
+
+Read = Callable[[int, int], bytes]
+"""``read(n, pos)``: up to n bytes of the open fragment file from position pos (``os.pread``)."""
 
 
 def fragment_name(begin: int, end: int) -> str:
@@ -128,6 +136,73 @@ def pack_record(payload: bytes) -> bytes:
     return RECORD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
+class Scan(NamedTuple):
+    """What :func:`scan_payloads` found at the start of a buffer: `records` whole, CRC-valid records, covering
+    its first `used` bytes, and their payloads end to end (None when not collected)."""
+
+    records: int
+    used: int
+    payload: bytearray | None
+
+    @property
+    def size(self) -> int:
+        """The journal bytes the records hold."""
+        return self.used - RECORD.size * self.records
+
+
+def scan_payloads(buf: bytes | memoryview, collect: bool = True) -> Scan:
+    """Split `buf` (file bytes starting at a record boundary) into whole, CRC-valid records, in one pass,
+    concatenating their payloads if `collect` (no Python object is kept per record).
+
+    Scanning stops at the first record that is incomplete or fails its CRC: bytes from there on are not
+    (yet) a record. An empty record is never written (empty appends write nothing), so one is damage (e.g.
+    zeroed bytes). The same records as :func:`scan_records` finds, faster: this is the hot loop of every
+    scan of an open fragment (one unpack, one slice and one CRC per record).
+    """
+    view = memoryview(buf)
+    data = buf if isinstance(buf, bytes) else view  # unpacking from bytes is a little cheaper
+    unpack, crc32, hsize = _UNPACK_RECORD, zlib.crc32, RECORD.size
+    pos, n, records = 0, len(view), 0
+    last = n - hsize
+    if not collect:
+        while pos <= last:
+            size, crc = unpack(data, pos)
+            start = pos + hsize
+            end = start + size
+            if end > n or not size or crc32(view[start:end]) != crc:
+                break
+            records += 1
+            pos = end
+        return Scan(records, pos, None)
+    out = bytearray()
+    while pos <= last:
+        size, crc = unpack(data, pos)
+        start = pos + hsize
+        end = start + size
+        if end > n or not size:
+            break
+        payload = view[start:end]
+        if crc32(payload) != crc:
+            break
+        out += payload
+        records += 1
+        pos = end
+    return Scan(records, pos, out)
+
+
+def scan_at(read: Read, pos: int, n: int, limit: int, collect: bool = True) -> Scan:
+    """:func:`scan_payloads` over ``read(n, pos)``; when no whole valid record is in those bytes but the
+    first record's header is, the whole first record is read instead if it ends by file position `limit`
+    (a record larger than `n`)."""
+    buf = read(n, pos)
+    scan = scan_payloads(buf, collect)
+    if not scan.records and len(buf) >= RECORD.size:
+        need = RECORD.size + _UNPACK_RECORD(buf)[0]
+        if pos + need <= limit:
+            scan = scan_payloads(read(need, pos), collect)
+    return scan
+
+
 def scan_records(buf: bytes | memoryview, base: int) -> tuple[list[Record], int]:
     """Split `buf` (file bytes starting at file position `base`) into whole, CRC-valid records.
 
@@ -152,9 +227,6 @@ def scan_records(buf: bytes | memoryview, base: int) -> tuple[list[Record], int]
 
 GOOD, LOST, TORN = "good", "lost", "torn"
 _WINDOW = 1 << 20
-
-Read = Callable[[int, int], bytes]
-"""``read(n, pos)``: up to n bytes of the open fragment file from position pos (``os.pread``)."""
 
 
 class Span(NamedTuple):
@@ -232,16 +304,11 @@ def _valid_run(read: Read, pos: int, size: int) -> tuple[int, int]:
     """(file position, journal bytes) reached by walking valid records from `pos`."""
     total = 0
     while pos < size:
-        buf = read(max(_WINDOW, RECORD.size), pos)
-        recs, used = scan_records(buf, pos)
-        if not recs and len(buf) >= RECORD.size:
-            need = RECORD.size + RECORD.unpack_from(buf)[0]
-            if pos + need <= size:
-                recs, used = scan_records(read(need, pos), pos)
-        if not recs:
+        scan = scan_at(read, pos, max(_WINDOW, RECORD.size), size, collect=False)
+        if not scan.records:
             break
-        total += sum(r.size for r in recs)
-        pos += used
+        total += scan.size
+        pos += scan.used
     return pos, total
 
 

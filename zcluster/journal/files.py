@@ -358,10 +358,9 @@ class FileJournals:
         of an incomplete append. A read reaching a lost range raises OffsetOutOfRangeError there, naming
         the range and the offset to read on from.
         """
-        end = self.end(journal)
-        if offset < 0 or offset > end:
-            raise OffsetOutOfRangeError(f"journal {journal!r}: offset {offset} outside [0, {end}]")
         st = self._state(journal)
+        if not st.readable(offset):  # scans the open fragment only for an offset past the sealed pieces
+            raise OffsetOutOfRangeError(f"journal {journal!r}: offset {offset} outside [0, {st.readable_end()}]")
         lost = st.lost_error(offset)
         if lost is not None:
             raise lost

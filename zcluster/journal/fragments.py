@@ -30,6 +30,8 @@ It knows nothing of other journals, metadata, positions or when to roll: that is
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 import os
 import threading
@@ -56,10 +58,12 @@ from zcluster.journal.filefmt import (
     parse_fragment_name,
     parse_lost_name,
     plan_damage,
-    scan_records,
+    scan_at,
     unpack_header,
 )
 from zcluster.message.errors import JournalError, OffsetOutOfRangeError
+
+_MARK_SPACING = 1 << 16  # file bytes between remembered record boundaries: at most ~1000 per 64 MiB open fragment
 
 __all__ = ["JournalDir", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
 
@@ -87,7 +91,7 @@ class ScanCursor:
         self.ino, self.begin, self.fpos, self.jpos = -1, -1, 0, 0
 
 
-def write_all(fd: int, data: bytes | memoryview, pos: int) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
     """Write all of `data` at file position `pos`."""
     view = memoryview(data)
     while view:
@@ -126,6 +130,12 @@ class JournalDir:
         self.end = 0  # journal end offset
         self.end_lock = threading.Lock()
         self.end_cursor = ScanCursor()
+        # Record boundaries of the open fragment seen by scans (see _open_chunks): journal offsets, file
+        # positions, and the open fragment they belong to.
+        self._marks_lock = threading.Lock()
+        self._marks_key: tuple[int, int, float] | None = None
+        self._mark_j: list[int] = []
+        self._mark_f: list[int] = []
 
     def close(self) -> None:
         if self.open_fd is not None:
@@ -268,26 +278,33 @@ class JournalDir:
         assert fd is not None
         size = os.fstat(fd).st_size
         pos = self.open_size
+        key = (self.open_ino, self.open_begin, self.open_created)
         while pos < size:
-            buf = os.pread(fd, max(self._chunk_size, RECORD.size), pos)
-            recs, used = scan_records(buf, pos)
-            if not recs and len(buf) >= RECORD.size:
-                need = RECORD.size + RECORD.unpack_from(buf)[0]
-                if pos + need <= size:
-                    buf = os.pread(fd, need, pos)
-                    recs, used = scan_records(buf, pos)
-            if not recs:
+            scan = scan_at(self._read, pos, max(self._chunk_size, RECORD.size), size, collect=False)
+            if not scan.records:
                 break
-            self.end += sum(r.size for r in recs)
-            pos += used
+            self.end += scan.size
+            pos += scan.used
+            self._note_mark(key, self.end, pos)  # for readers of this process (see _open_chunks)
         self.open_size = pos
         if pos == size and not seal and known <= self.end:
+            self._share_scan()
             return
         spans = plan_damage(self._read, pos, size, self.end) if pos < size else []
         if not seal and known <= self.end and all(sp.kind == TORN for sp in spans):
             self._quarantine(pos, size)  # a torn append: cut off, and its offsets used again
+            self._share_scan()
         else:
             self._seal([Span(GOOD, HEADER.size, pos, self.open_begin, self.end), *spans], known)
+
+    def _share_scan(self) -> None:
+        """Let readers of this process start where this writer's scan of the open fragment got to: its
+        records up to ``open_size`` are whole and valid (readable_end then scans only what follows)."""
+        self._note_mark((self.open_ino, self.open_begin, self.open_created), self.end, self.open_size)
+        with self.end_lock:
+            cur = self.end_cursor
+            if (cur.ino, cur.begin) != (self.open_ino, self.open_begin) or cur.jpos < self.end:
+                cur.ino, cur.begin, cur.fpos, cur.jpos = self.open_ino, self.open_begin, self.open_size, self.end
 
     def _read(self, n: int, pos: int) -> bytes:
         assert self.open_fd is not None
@@ -463,18 +480,13 @@ class JournalDir:
         pos, wpos = sp.fbegin, 0
         try:
             while pos < sp.fend:
-                buf = self._read(min(max(self._chunk_size, RECORD.size), sp.fend - pos), pos)
-                recs, used = scan_records(buf, pos)
-                if not recs and len(buf) >= RECORD.size and pos + RECORD.size + RECORD.unpack_from(buf)[0] <= sp.fend:
-                    buf = self._read(RECORD.size + RECORD.unpack_from(buf)[0], pos)
-                    recs, used = scan_records(buf, pos)
-                if not recs:
+                n = min(max(self._chunk_size, RECORD.size), sp.fend - pos)
+                scan = scan_at(self._read, pos, n, sp.fend)
+                if not scan.records or scan.payload is None:
                     break
-                view = memoryview(buf)
-                for r in recs:
-                    write_all(out, view[r.pos - pos : r.pos - pos + r.size], wpos)
-                    wpos += r.size
-                pos += used
+                write_all(out, scan.payload, wpos)  # one write per read, not one per record
+                wpos += len(scan.payload)
+                pos += scan.used
             if self._fsync:
                 os.fsync(out)
         finally:
@@ -492,38 +504,87 @@ class JournalDir:
             except FileNotFoundError:
                 return self.pieces_end()
             try:
-                for _ in self._open_records(fd, cur, None):
+                for _ in self._open_chunks(fd, cur, None):
                     pass
             finally:
                 os.close(fd)
             return max(cur.jpos, self.pieces_end())
 
-    def _open_records(self, fd: int, cur: ScanCursor, want: int | None) -> Iterator[tuple[int, memoryview]]:
-        """Scan the open fragment `fd` from `cur` (reset if `fd` is another file), advancing `cur`; yield
-        (journal offset, payload) of whole records ending past `want` (None: yield nothing, only scan)."""
+    def readable(self, pos: int) -> bool:
+        """Whether offset `pos` is at most the end of the readable bytes (the open fragment is scanned only
+        when `pos` lies past the sealed pieces)."""
+        return pos >= 0 and (pos <= self.pieces_end() or pos <= self.readable_end())
+
+    def _note_mark(self, key: tuple[int, int, float], jpos: int, fpos: int) -> None:
+        with self._marks_lock:
+            if self._marks_key != key:
+                self._marks_key, self._mark_j, self._mark_f = key, [], []
+            marks = self._mark_f
+            i = bisect.bisect_left(marks, fpos)
+            if (i == 0 or fpos - marks[i - 1] >= _MARK_SPACING) and (
+                i == len(marks) or marks[i] - fpos >= _MARK_SPACING
+            ):
+                marks.insert(i, fpos)
+                self._mark_j.insert(i, jpos)
+
+    def _mark_before(self, key: tuple[int, int, float], want: int, size: int) -> tuple[int, int] | None:
+        """The last record boundary (journal offset, file position) at or before `want` that a scan of the
+        open fragment `key` has seen, within its current `size` (None: none known)."""
+        with self._marks_lock:
+            if self._marks_key != key:
+                return None
+            i = bisect.bisect_right(self._mark_j, want)
+            while i > 0 and self._mark_f[i - 1] > size:  # cut short since (damage): not a boundary now
+                i -= 1
+            return (self._mark_j[i - 1], self._mark_f[i - 1]) if i > 0 else None
+
+    def _open_chunks(self, fd: int, cur: ScanCursor, want: int | None) -> Iterator[tuple[int, bytes]]:
+        """Scan the open fragment `fd` from `cur` (reset if `fd` is another file, or if `cur` is past
+        `want`), advancing `cur`; yield (journal offset, bytes) of the whole records' payloads from `want`
+        on, a read buffer's worth at a time (None: yield nothing, only scan).
+
+        Records are read and checked a buffer at a time (:func:`scan_at`). The record boundary reached after
+        each buffer is remembered (in memory, per open fragment: its inode, begin offset and creation time),
+        so that a scan towards `want` starts from the last one before it rather than from the header."""
         # An inode number can be reused once a rolled open fragment is closed: (inode, begin) names one.
-        ino = os.fstat(fd).st_ino
+        st = os.fstat(fd)
         hdr = unpack_header(os.pread(fd, HEADER.size, 0))
         if hdr is None:
             return
-        if (cur.ino, cur.begin) != (ino, hdr.begin):
-            cur.ino, cur.begin, cur.fpos, cur.jpos = ino, hdr.begin, HEADER.size, hdr.begin
+        key = (st.st_ino, hdr.begin, hdr.created)
+        if (cur.ino, cur.begin) != (st.st_ino, hdr.begin) or (want is not None and cur.jpos > want):
+            cur.ino, cur.begin, cur.fpos, cur.jpos = st.st_ino, hdr.begin, HEADER.size, hdr.begin
+        if want is not None and cur.jpos < want:
+            mark = self._mark_before(key, want, st.st_size)
+            if mark is not None and mark[0] > cur.jpos:
+                cur.jpos, cur.fpos = mark
+        read = functools.partial(os.pread, fd)
+        window = max(self._chunk_size, RECORD.size)
+        size, remeasured = st.st_size, False
         while True:
-            buf = os.pread(fd, max(self._chunk_size, RECORD.size), cur.fpos)
-            recs, used = scan_records(buf, cur.fpos)
-            if not recs and len(buf) >= RECORD.size:
-                buf = os.pread(fd, RECORD.size + RECORD.unpack_from(buf)[0], cur.fpos)
-                recs, used = scan_records(buf, cur.fpos)
-            if not recs:
-                return
-            view = memoryview(buf)
-            base = cur.fpos
-            for r in recs:
-                jpos = cur.jpos
-                cur.jpos += r.size
-                if want is not None and cur.jpos > want:
-                    yield jpos, view[r.pos - base : r.pos - base + r.size]
-            cur.fpos += used
+            # Payloads are collected only from the buffers that may reach `want` (a buffer's payloads are
+            # shorter than it). A record larger than the window is read whole if the file holds it (a
+            # damaged length can claim up to 4 GiB: never allocated); the file may have grown meanwhile.
+            scan = scan_at(read, cur.fpos, window, size, collect=want is not None and cur.jpos + window > want)
+            if not scan.records:
+                if remeasured or (grown := os.fstat(fd).st_size) == size:
+                    return
+                size, remeasured = grown, True
+                continue
+            remeasured = False
+            reaches = want is not None and cur.jpos + scan.size > want
+            if reaches and scan.payload is None:  # a record larger than the window: read it again, whole
+                scan = scan_at(read, cur.fpos, window, size)
+            jpos = cur.jpos
+            cur.fpos += scan.used
+            cur.jpos += scan.size
+            self._note_mark(key, cur.jpos, cur.fpos)
+            if not reaches or want is None or scan.payload is None:
+                continue
+            if jpos < want:  # `want` lies in this buffer
+                yield want, bytes(memoryview(scan.payload)[want - jpos :])
+            else:
+                yield jpos, bytes(scan.payload)
 
     def available(self, pos: int, cur: ScanCursor) -> Iterator[tuple[int, bytes]]:
         """Yield every whole chunk readable now from `pos` on, following roll-overs."""
@@ -561,14 +622,15 @@ class JournalDir:
                         raise JournalError(f"journal {self.name!r}: no fragment holds offset {pos}")
                     relisted = True
                     continue
-                if cur.jpos > pos:
-                    cur.ino = -1  # rescan from the header to reach `pos`
-                for jpos, payload in self._open_records(fd, cur, pos):
-                    start = max(pos - jpos, 0)
-                    for i in range(start, len(payload), self._chunk_size):
-                        piece = bytes(payload[i : i + self._chunk_size])
-                        yield jpos + i, piece
-                    pos = jpos + len(payload)
+                chunk = self._chunk_size
+                for jpos, data in self._open_chunks(fd, cur, pos):
+                    if len(data) <= chunk:
+                        yield jpos, data
+                    else:  # a record larger than the read chunk
+                        view = memoryview(data)
+                        for i in range(0, len(data), chunk):
+                            yield jpos + i, bytes(view[i : i + chunk])
+                    pos = jpos + len(data)
                 if os.fstat(fd).st_nlink > 0:
                     return  # still the open fragment: everything whole has been read
                 relisted = False  # rolled while we read it: continue in the fragments

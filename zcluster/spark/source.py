@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -37,10 +38,13 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from zcluster.errors import ConfigError
+from zcluster.journal.files import FileJournals
 from zcluster.journal.frames import RawFrame, read_frames
 from zcluster.journal.store import JournalStore
 from zcluster.journal.urls import open_store
+from zcluster.message.errors import JournalError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.message.journals import JournalReader
 
 SCHEMA = "journal string, begin long, end long, content_type string, data binary, error string"
 ARROW_SCHEMA = pa.schema(
@@ -66,9 +70,9 @@ class JournalRange(InputPartition):
 
 def read_partition(url: str, part: JournalRange) -> Iterator[RawFrame]:
     """The frames of ``part`` as rows of :data:`SCHEMA` (see :func:`zcluster.journal.frames.read_frames`)."""
-    store = open_store(url)
+    store = _reading_store(url)
     try:
-        yield from read_frames(store, part.journal, part.content_type, part.begin, part.end)
+        yield from read_frames(_RangeReader(store, part.end), part.journal, part.content_type, part.begin, part.end)
     finally:
         _close(store)
 
@@ -76,8 +80,8 @@ def read_partition(url: str, part: JournalRange) -> Iterator[RawFrame]:
 def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
     """The frames of ``part`` as Arrow record batches of :data:`ARROW_SCHEMA`.
 
-    ndjson is split at newlines without a Python object per frame (the frames' bytes stay one buffer);
-    other content types go through :func:`read_partition`.
+    ndjson is split at newlines without a Python object per frame (the frames' bytes stay one buffer, read
+    a large chunk at a time); other content types go through :func:`read_partition`.
     """
     if part.content_type != CONTENT_TYPE_NDJSON:
         rows: list[RawFrame] = []
@@ -89,16 +93,16 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
         if rows:
             yield _rows_batch(rows)
         return
-    store = open_store(url)
+    store = _reading_store(url)
     try:
         pending, base = b"", part.begin  # bytes not yet framed, starting at offset `base`
-        for data in _coalesced(store.read(part.journal, part.begin), part.end - part.begin):
+        for data in _coalesced(read_range(store, part.journal, part.begin, part.end)):
             if pending:
                 data = pending + data
             cuts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
             if len(cuts):
                 framed = int(cuts[-1]) + 1
-                yield _lines_batch(part, base, data[:framed], cuts)
+                yield _lines_batch(part, base, memoryview(data)[:framed], cuts)
                 pending, base = data[framed:], base + framed
             else:
                 pending = data
@@ -109,27 +113,76 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
         _close(store)
 
 
-def _coalesced(chunks: Iterator[tuple[int, bytes]], size: int) -> Iterator[bytes]:
-    """The first ``size`` bytes of ``chunks`` in pieces of about 1 MiB (stores may return one chunk per
-    append: a batch per chunk would cost more than the bytes)."""
+def _reading_store(url: str) -> JournalStore:
+    """The store a partition is read from. File journals are opened without recovery: it would scan every
+    journal under the root and take their append locks, in every task (the driver's store recovered them
+    when the query started); :func:`read_range` recovers the journal it reads if the read comes up short."""
+    parts = urlsplit(url)
+    if parts.scheme in ("", "file"):
+        return FileJournals(parts.path or url, recover=False)
+    return open_store(url)
+
+
+def read_range(store: JournalReader, journal: str, begin: int, end: int) -> Iterator[bytes]:
+    """Bytes [begin, end) of ``journal``, in chunks, all of them or an error.
+
+    A file journal stops short where a record of its open fragment is damaged (a reader never returns
+    one); the journal is then recovered, which seals the damage as a lost range, and the read goes on: into
+    the OffsetOutOfRangeError naming that range, as a reader of a recovered journal gets. Bytes still missing
+    after that raise JournalError: a range the driver planned is never cut short silently.
+    """
+    pos, recovered = begin, False
+    while pos < end:
+        for at, chunk in store.read(journal, pos):
+            if at + len(chunk) > end:
+                chunk = chunk[: end - at]
+            yield chunk
+            pos = at + len(chunk)
+            if pos >= end:
+                return
+        recover = getattr(store, "recover", None)
+        if recovered or recover is None:
+            raise JournalError(f"journal {journal!r}: bytes {pos}..{end} could not be read (fewer bytes than planned)")
+        recover(journal)
+        recovered = True
+
+
+class _RangeReader:
+    """A JournalReader whose reads of any journal stop at `end` and raise rather than come up short."""
+
+    def __init__(self, store: JournalReader, end: int) -> None:
+        self.store, self.end = store, end
+
+    def read(
+        self, journal: str, offset: int, *, block: bool = False, timeout: float | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        pos = offset
+        for chunk in read_range(self.store, journal, offset, self.end):
+            yield pos, chunk
+            pos += len(chunk)
+
+
+def _coalesced(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """``chunks`` in pieces of at least about 1 MiB (stores may return one chunk per append: a batch per
+    chunk would cost more than the bytes)."""
     parts: list[bytes] = []
     held = 0
-    for _, chunk in chunks:
-        if len(chunk) > size:
-            chunk = chunk[:size]
+    for chunk in chunks:
+        if not parts and len(chunk) >= _COALESCE // 4:
+            yield chunk  # large already (file journals read about 1 MiB at a time): no copy
+            continue
         parts.append(chunk)
         held += len(chunk)
-        size -= len(chunk)
-        if held >= _COALESCE or size <= 0:
+        if held >= _COALESCE:
             yield b"".join(parts)
             parts, held = [], 0
-        if size <= 0:
-            return
     if parts:
         yield b"".join(parts)
 
 
-def _lines_batch(part: JournalRange, base: int, data: bytes, newlines: np.ndarray[Any, Any]) -> pa.RecordBatch:
+def _lines_batch(
+    part: JournalRange, base: int, data: bytes | memoryview, newlines: np.ndarray[Any, Any]
+) -> pa.RecordBatch:
     """One row per line of ``data`` (which ends with a newline), zero-copy over its bytes."""
     n = len(newlines)
     offsets = np.empty(n + 1, dtype=np.int32)

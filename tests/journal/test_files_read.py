@@ -1,0 +1,217 @@
+"""The file journals' read path: open-fragment records checked a buffer at a time, whole buffers handed out,
+scans resumed from record boundaries already seen rather than from the header.
+
+No timings: what is checked is the bytes (exactly the journal's, at their offsets, from any offset and with
+any chunk size), how many pieces they come in and how many file bytes a read has to go through.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from journal_helpers import ndjson, read_all
+
+from zcluster.journal import FileJournals
+from zcluster.journal.filefmt import HEADER, OPEN_NAME, RECORD, pack_record, scan_payloads, scan_records
+from zcluster.journal.fragments import _MARK_SPACING
+from zcluster.message import OffsetOutOfRangeError
+
+
+def lines(n: int, seed: int = 0) -> list[bytes]:
+    rng = random.Random(seed)
+    return [b'{"i":%d,"pad":"%s"}\n' % (i, b"x" * rng.randrange(0, 60)) for i in range(n)]
+
+
+def _reference_scan(buf: bytes) -> tuple[list[bytes], int]:
+    """The record scan as the format defines it, one record at a time (what scan_payloads must match)."""
+    out, pos = [], 0
+    while len(buf) - pos >= RECORD.size:
+        size, crc = RECORD.unpack_from(buf, pos)
+        start = pos + RECORD.size
+        if len(buf) - start < size or not size or zlib.crc32(buf[start : start + size]) != crc:
+            break
+        out.append(buf[start : start + size])
+        pos = start + size
+    return out, pos
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_scan_payloads_matches_the_record_by_record_scan_on_damaged_buffers(seed: int) -> None:
+    rng = random.Random(seed)
+    buf = bytearray(b"".join(pack_record(rng.randbytes(rng.randrange(1, 50))) for _ in range(rng.randrange(0, 30))))
+    for _ in range(rng.randrange(0, 3)):  # flipped bytes, zeroed spans, a cut tail
+        if buf:
+            what, at = rng.randrange(3), rng.randrange(len(buf))
+            if what == 0:
+                buf[at] ^= 1 << rng.randrange(8)
+            elif what == 1:
+                buf[at : at + rng.randrange(1, 12)] = bytes(min(len(buf) - at, 11))
+            else:
+                del buf[at:]
+    data = bytes(buf)
+    want, used = _reference_scan(data)
+    for form in (data, memoryview(data), bytearray(data)):
+        scan = scan_payloads(form)
+        assert (scan.payload, scan.records, scan.used) == (b"".join(want), len(want), used)
+        assert scan.size == len(b"".join(want))
+        assert scan_payloads(form, collect=False) == (len(want), used, None)
+    records, rec_used = scan_records(data, 100)
+    assert rec_used == used and [data[r.pos - 100 : r.pos - 100 + r.size] for r in records] == want
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64, 1000, 1 << 20])
+def test_reads_from_every_kind_of_offset_return_the_journal_bytes(tmp_path: Path, chunk: int) -> None:
+    data = lines(300)
+    with FileJournals(tmp_path, chunk_size=chunk) as fj:
+        fj.create(ndjson("j"))
+        for d in data:
+            fj.append("j", d)
+        whole = b"".join(data)
+        offsets = sorted({0, 1, len(data[0]), len(whole) // 3, len(whole) - 1, len(whole), *range(0, len(whole), 997)})
+        for fresh in (True, False):  # a store that never scanned the open fragment, then one that did
+            with FileJournals(tmp_path, chunk_size=chunk, recover=False) as reader:
+                if not fresh:
+                    reader.end("j")
+                for off in offsets if fresh else reversed(offsets):  # backwards: scans restart behind the last
+                    chunks = list(reader.read("j", off))
+                    assert b"".join(c for _, c in chunks) == whole[off:], off
+                    assert all(0 < len(c) <= chunk for _, c in chunks)
+                    pos = off
+                    for begin, c in chunks:  # contiguous, each chunk at its offset
+                        assert begin == pos
+                        pos += len(c)
+                with pytest.raises(OffsetOutOfRangeError, match="outside"):
+                    reader.read("j", len(whole) + 1)
+
+
+def test_open_fragment_reads_come_in_large_chunks_not_one_per_append(tmp_path: Path) -> None:
+    data = lines(2000)
+    with FileJournals(tmp_path) as fj:  # default chunk size, 1 MiB
+        fj.create(ndjson("j"))
+        for d in data:
+            fj.append("j", d)
+        chunks = list(fj.read("j", 0))
+        assert b"".join(c for _, c in chunks) == b"".join(data)
+        assert len(chunks) == 1  # 2000 records, well under 1 MiB: one chunk
+
+
+class _PreadCounter:
+    """Counts the bytes read with os.pread (how the open fragment is read)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bytes = 0
+        real = os.pread
+
+        def pread(fd: int, n: int, pos: int) -> bytes:
+            out = real(fd, n, pos)
+            self.bytes += len(out)
+            return out
+
+        monkeypatch.setattr(os, "pread", pread)
+
+
+def _appended(root: Path, n: int, chunk: int) -> tuple[list[bytes], int]:
+    data = lines(n)
+    with FileJournals(root, chunk_size=chunk) as fj:
+        fj.create(ndjson("j"))
+        for d in data:
+            fj.append("j", d)
+    return data, (root / "j" / OPEN_NAME).stat().st_size
+
+
+def test_a_read_past_the_sealed_pieces_resumes_from_a_record_boundary_already_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunk = 4096
+    data, size = _appended(tmp_path, 20000, chunk)
+    whole = b"".join(data)
+    near = _MARK_SPACING + 4 * chunk  # how far before an offset a scan may have to start
+    counter = _PreadCounter(monkeypatch)
+    with FileJournals(tmp_path, chunk_size=chunk, recover=False) as fj:
+        assert fj.end("j") == len(whole)
+        assert size <= counter.bytes <= size + 4 * chunk  # the end: one scan of the open fragment
+        for off in (len(whole) - 100, len(whole) // 2, len(whole) // 3):
+            counter.bytes = 0
+            assert read_all(fj, "j", off) == whole[off:]
+            assert counter.bytes <= size - off + near  # not another scan from the header
+
+
+def test_recovery_scan_is_shared_with_readers_of_the_same_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunk = 4096
+    data, size = _appended(tmp_path, 20000, chunk)
+    whole = b"".join(data)
+    counter = _PreadCounter(monkeypatch)
+    with FileJournals(tmp_path, chunk_size=chunk) as fj:  # recovery checks every record once
+        assert size <= counter.bytes <= size + 4 * chunk
+        counter.bytes = 0
+        assert fj.end("j") == len(whole)
+        assert counter.bytes <= 2 * HEADER.size  # the end: from where recovery got to
+        off = len(whole) // 2
+        assert read_all(fj, "j", off) == whole[off:]
+        assert counter.bytes <= size - off + _MARK_SPACING + 4 * chunk
+        fj.append("j", b'{"more":1}\n')  # appends go on, and are seen
+        assert read_all(fj, "j", len(whole)) == b'{"more":1}\n'
+
+
+def test_a_damaged_record_stops_readers_of_an_unrecovered_store_at_it(tmp_path: Path) -> None:
+    data, _ = _appended(tmp_path, 50, 1 << 20)
+    path = tmp_path / "j" / OPEN_NAME
+    raw = bytearray(path.read_bytes())
+    third = HEADER.size + sum(RECORD.size + len(d) for d in data[:2])
+    raw[third + RECORD.size] ^= 0xFF  # the third record's payload
+    path.write_bytes(bytes(raw))
+    with FileJournals(tmp_path, recover=False) as fj:
+        assert read_all(fj, "j", 0) == b"".join(data[:2])  # never past a record that fails its CRC
+        assert fj.end("j") == len(b"".join(data[:2]))
+    with FileJournals(tmp_path) as fj:  # recovery seals it as a lost range
+        [report] = fj.recovered
+        assert report.lost == ((len(b"".join(data[:2])), len(b"".join(data[:3]))),)
+
+
+def test_a_record_length_claiming_more_than_the_file_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, _ = _appended(tmp_path, 20, 64)
+    with open(tmp_path / "j" / OPEN_NAME, "ab") as f:  # a torn record whose length says 3 GB
+        f.write(struct.pack(">II", 3 << 30, 0) + b"partial")
+    sizes: list[int] = []
+    real = os.pread
+
+    def pread(fd: int, n: int, pos: int) -> bytes:
+        sizes.append(n)
+        return real(fd, n, pos)
+
+    monkeypatch.setattr(os, "pread", pread)
+    with FileJournals(tmp_path, chunk_size=64, recover=False) as fj:
+        assert read_all(fj, "j", 0) == b"".join(data)
+    assert max(sizes) < 1 << 20  # no buffer sized by the damaged length
+
+
+def test_reads_follow_a_roll_over_and_appends_of_another_store(tmp_path: Path) -> None:
+    data = lines(400)
+    with FileJournals(tmp_path, chunk_size=256) as writer, FileJournals(tmp_path, chunk_size=256) as reader:
+        writer.create(ndjson("j"))
+        for d in data[:200]:
+            writer.append("j", d)
+        it: Iterator[tuple[int, bytes]] = reader.read("j", 0, block=True, timeout=0.5)
+        got = b""
+        for _, c in it:
+            got += c
+            if len(got) >= len(b"".join(data[:100])):
+                break
+        writer.roll("j")
+        for d in data[200:]:
+            writer.append("j", d)
+        for _, c in it:
+            got += c
+            if len(got) >= len(b"".join(data)):
+                break
+        assert got == b"".join(data)
