@@ -89,7 +89,10 @@ def test_message_layer_imports_nothing_redis_specific() -> None:
             assert "import redis" not in _source(module).read_text(), module
 
 
-@pytest.mark.parametrize("package", ["zcluster", "zcluster.state", "zcluster.journal", "zcluster.channels"])
+@pytest.mark.parametrize(
+    "package",
+    ["zcluster", "zcluster.state", "zcluster.journal", "zcluster.channels", "zcluster.farm", "zcluster.spark"],
+)
 def test_exports_match_all(package: str) -> None:
     mod = importlib.import_module(package)
     for name in mod.__all__:
@@ -150,7 +153,9 @@ def test_modules_over_400_lines_say_why() -> None:
     assert long == []
 
 
-@pytest.mark.parametrize("package", ["zcluster", "zcluster.journal", "zcluster.message", "zcluster.state"])
+@pytest.mark.parametrize(
+    "package", ["zcluster", "zcluster.journal", "zcluster.message", "zcluster.state", "zcluster.farm"]
+)
 def test_importing_the_library_pulls_in_no_optional_dependency(package: str) -> None:
     code = (
         f"import sys, {package}\n"
@@ -165,3 +170,13 @@ def test_importing_zcluster_or_its_journals_loads_no_redis_client() -> None:
     code = "import sys, zcluster, zcluster.journal, zcluster.message\nprint('redis' in sys.modules)\n"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
     assert out == "False"
+
+
+def test_a_spark_worker_running_the_source_loads_no_sink_state_or_redis_client() -> None:
+    # Every query of a Python data source starts a worker that imports the source: keep that import small.
+    code = (
+        "import sys, zcluster.spark.source\n"
+        "print(sorted(m for m in ('redis', 'zcluster.state', 'zcluster.spark.sink') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    assert out == "[]"

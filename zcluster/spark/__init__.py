@@ -4,13 +4,31 @@
 running :class:`zcluster.state.Applier` on executors); ``zcluster-journal`` reads journals as a streaming
 source; ``zcluster`` writes Insert/Delete rows. :func:`register` registers both data sources with a
 SparkSession; :func:`local_session` starts a local one with them registered.
+
+Names load lazily: a Python worker that only runs the source (it imports ``zcluster.spark.source``, and
+so this package) does not import the sink, the state layer or a Redis client.
 """
 
-from zcluster.config import ClusterConfig
-from zcluster.spark.session import local_session, register, run_available_now
-from zcluster.spark.sink import ZClusterSink
-from zcluster.state.applier import BatchStats, MapperError
-from zcluster.types import Delete, Insert
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zcluster import _lazy
+
+if TYPE_CHECKING:
+    from zcluster.config import ClusterConfig
+    from zcluster.spark.session import local_session, register, run_available_now
+    from zcluster.spark.sink import ZClusterSink
+    from zcluster.state.applier import BatchStats, MapperError
+    from zcluster.types import Delete, Insert
+
+_WHERE = {
+    "ClusterConfig": "zcluster.config",
+    **dict.fromkeys(["local_session", "register", "run_available_now"], "zcluster.spark.session"),
+    "ZClusterSink": "zcluster.spark.sink",
+    **dict.fromkeys(["BatchStats", "MapperError"], "zcluster.state.applier"),
+    **dict.fromkeys(["Delete", "Insert"], "zcluster.types"),
+}
 
 __all__ = [
     "BatchStats",
@@ -23,3 +41,5 @@ __all__ = [
     "register",
     "run_available_now",
 ]
+
+__getattr__, __dir__ = _lazy.exports(__name__, _WHERE, __all__)
