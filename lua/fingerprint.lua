@@ -2,7 +2,7 @@
 -- zcluster fingerprints: what a logical key holds, in a few bytes, so that replicas can be compared
 -- without moving their records (the farm's walker and diff).
 --
--- KEYS, per logical key: K+, K-, the floor. ARGV[1] = "fingerprint" or "exists".
+-- KEYS, per logical key: K+, K- and, when ARGV[2] is "3", the floor. ARGV[1] = "fingerprint" or "exists".
 -- "exists" returns one string per key: "1" when it holds a record, "+" when that includes members
 -- (K+), "" when it holds nothing (cheap: the walker's check against replicas already swept).
 -- "fingerprint" returns one string per key: "" when it holds no record and no floor, else
@@ -39,8 +39,9 @@ local function digest(key)
 end
 
 local out = {}
+local stride = tonumber(ARGV[2])
 if ARGV[1] == "exists" then
-  for i = 1, #KEYS, 3 do
+  for i = 1, #KEYS, stride do
     if redis.call("EXISTS", KEYS[i]) == 1 then
       out[#out + 1] = "+"
     elseif redis.call("EXISTS", KEYS[i + 1]) == 1 then
@@ -51,10 +52,11 @@ if ARGV[1] == "exists" then
   end
   return out
 end
-for i = 1, #KEYS, 3 do
+for i = 1, #KEYS, stride do
   local adds = digest(KEYS[i])
   local removes = digest(KEYS[i + 1])
-  local floor = redis.call("GET", KEYS[i + 2])
+  local floor = false
+  if stride == 3 then floor = redis.call("GET", KEYS[i + 2]) end
   if adds or removes or floor then
     out[#out + 1] = (adds or "") .. "|" .. (removes or "") .. "|" .. (floor or "")
   else

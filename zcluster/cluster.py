@@ -654,12 +654,14 @@ class Cluster:
             positions: dict[int, list[list[int]]] = {}
             size, layout, sha = self.batch_size, self._layout, self._fingerprint_sha
             mode = "exists" if exists else "fingerprint"
+            floors = self.floors  # without floors a key has no floor to read
+            stride = 3 if floors else 2
             for shard_idx, by_group in groups.items():
                 for members in by_group.values():
                     for lo in range(0, len(members), size):
                         chunk = members[lo : lo + size]
-                        rkeys = [k for p in chunk for k in layout.script_keys(encoded[p][1], True)]
-                        commands.setdefault(shard_idx, []).append(("EVALSHA", sha, len(rkeys), *rkeys, mode))
+                        rkeys = [k for p in chunk for k in layout.script_keys(encoded[p][1], floors)]
+                        commands.setdefault(shard_idx, []).append(("EVALSHA", sha, len(rkeys), *rkeys, mode, stride))
                         positions.setdefault(shard_idx, []).append(chunk)
             outcome = self._transport.fanout(commands, self._transport.commands)
             answers: list[Any] = [None] * len(key_list)
