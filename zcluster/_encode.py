@@ -6,7 +6,7 @@ its index) with nothing of the call applied.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,13 @@ def blob(value: object, index: int, item: object, what: str) -> bytes:
     except UnicodeEncodeError:  # a lone surrogate outside the escaped-byte range
         raise InvalidTupleError(index, item, f"{what} is not encodable as UTF-8 (a lone surrogate)") from None
     raise InvalidTupleError(index, item, f"{what} must be str or bytes, not {type(value).__name__}")
+
+
+def listed_keys(keys: Iterable[Blob]) -> list[Blob]:
+    """``keys`` as a list; a single str or bytes is a TypeError (iterating it would ask one key per character)."""
+    if isinstance(keys, str | bytes):
+        raise TypeError(f"keys must be an iterable of keys, not a single {type(keys).__name__}: use [{keys!r}]")
+    return list(keys)
 
 
 def check_limit(limit: int, offset: int = 0) -> None:

@@ -318,7 +318,7 @@ def read(
             j += width
             err = next((r for r in replies if isinstance(r, BaseException)), None)
             answers[pos] = ShardFailure(name, err, (pos,)) if err is not None else parse(items[pos], replies)
-    return _in_order(items, answers)
+    return in_order(items, answers)
 
 
 def read_each(
@@ -354,10 +354,10 @@ def read_each(
                 answers[pos] = ShardFailure(name, value, (pos,))
             else:
                 answers[pos] = parse(items[pos], value)
-    return _in_order(items, answers)
+    return in_order(items, answers)
 
 
-def _in_order(items: Sequence[Any], answers: list[Any]) -> ReadResult[Any, Any]:
+def in_order(items: Sequence[Any], answers: list[Any]) -> ReadResult[Any, Any]:
     """A ReadResult keyed by ``items`` in the caller's order; ShardFailure answers go to ``errors``."""
     result: ReadResult[Any, Any] = ReadResult()
     for item, answer in zip(items, answers, strict=True):

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from zcluster import _encode
-from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, score_pairs
+from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, listed_keys, score_pairs
 from zcluster._keys import ADD, KeyLayout
 from zcluster._scripts import fingerprint_script, forget_script, write_script
 from zcluster._topology import ClusterTopology, Routing, Shard, StandaloneTopology, Topology
-from zcluster._transport import SHARD_ERRORS, SharedCommands, Transport, read, read_each
+from zcluster._transport import SHARD_ERRORS, SharedCommands, Transport, in_order, read, read_each
 from zcluster.errors import (
     ConfigError,
     InconsistentDataError,
@@ -357,7 +357,7 @@ class Cluster:
         started = time.perf_counter()
         with self._reporting("select", started):
             check_limit(limit, offset)
-            key_list = _key_list(keys)
+            key_list = listed_keys(keys)
             encoded = self._encoder.keys(key_list)
             adds, stop, pairs = self._layout.adds, offset + limit - 1, self._pairs
             result = read(
@@ -387,7 +387,7 @@ class Cluster:
         started = time.perf_counter()
         with self._reporting("select_range", started):
             check_limit(limit)
-            key_list = _key_list(keys)
+            key_list = listed_keys(keys)
             encoded = self._encoder.keys(key_list)
         hi = repr(float(start.score)) if start is not None else "+inf"
         lo = repr(float(stop.score)) if stop is not None else "-inf"
@@ -588,7 +588,7 @@ class Cluster:
         """
         started = time.perf_counter()
         with self._reporting("records", started):
-            key_list = _key_list(keys)
+            key_list = listed_keys(keys)
             encoded = self._encoder.keys(key_list)
             layout = self._layout
             dec = from_bytes if self.decode else bytes
@@ -616,7 +616,7 @@ class Cluster:
         members without a record; None when the key has none."""
         started = time.perf_counter()
         with self._reporting("floors", started):
-            key_list = _key_list(keys)
+            key_list = listed_keys(keys)
             encoded = self._encoder.keys(key_list)
             layout = self._layout
             result = read(
@@ -642,7 +642,7 @@ class Cluster:
         """
         started = time.perf_counter()
         with self._reporting("fingerprints", started):
-            key_list = _key_list(keys)
+            key_list = listed_keys(keys)
             encoded = self._encoder.keys(key_list)
             groups: dict[int, dict[int, list[int]]] = {}
             one_slot = self._transport.topology.single_slot_calls
@@ -672,12 +672,7 @@ class Cluster:
                     for j, p in enumerate(chunk):
                         bad = isinstance(reply, BaseException)
                         answers[p] = ShardFailure(name, reply, (p,)) if bad else to_bytes(reply[j])
-            result: ReadResult[Blob, bytes] = ReadResult()
-            for key, answer in zip(key_list, answers, strict=True):
-                if isinstance(answer, ShardFailure):
-                    result.errors[key] = answer
-                else:
-                    result[key] = answer
+            result: ReadResult[Blob, bytes] = in_order(key_list, answers)
         return self._finish("fingerprints", result, len(key_list), started, strict)
 
     def forget(self, keys: Iterable[Blob], up_to: float) -> int:
@@ -694,7 +689,7 @@ class Cluster:
             if not self.floors:
                 raise ConfigError("forget() needs a Cluster with floors=True (or max_size)")
             bound = _encode.score(up_to, 0, up_to)
-            key_list = _key_list(keys)
+            key_list = listed_keys(keys)
             encoded = self._encoder.keys(key_list)
             layout, sha = self._layout, self._forget_sha
             result = read(
@@ -826,12 +821,6 @@ def _positive(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def _key_list(keys: Iterable[Blob]) -> list[Blob]:
-    if isinstance(keys, str | bytes):  # iterating would query one key per character
-        raise TypeError(f"keys must be an iterable of keys, not a single {type(keys).__name__}: use [{keys!r}]")
-    return list(keys)
 
 
 def _key_members(items: Iterable[Any]) -> list[KeyMember]:

@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from zcluster._encode import listed_keys
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError, InvalidTupleError, PartialReadError, PartialWriteError, ShardError
 from zcluster.farm.merge import as_write, differs, order, winner
@@ -333,7 +334,7 @@ class Farm:
     ) -> ReadResult[Blob, list[KeyScoreMember]]:
         """:meth:`Cluster.select` under the farm's read strategy (each replica is asked for the first
         ``offset + limit`` members)."""
-        key_list = _key_list(keys)
+        key_list = listed_keys(keys)
         self.clusters[0].select([], offset, limit)  # validates the paging arguments, sends nothing
 
         def fetch(c: Cluster, ks: list[Blob], window: int) -> ReadResult[Blob, list[KeyScoreMember]]:
@@ -351,7 +352,7 @@ class Farm:
         strict: bool = True,
     ) -> ReadResult[Blob, list[KeyScoreMember]]:
         """:meth:`Cluster.select_range` under the farm's read strategy."""
-        key_list = _key_list(keys)
+        key_list = listed_keys(keys)
         self.clusters[0].select_range([], start, stop, limit)  # validates, sends nothing
 
         def fetch(c: Cluster, ks: list[Blob], window: int) -> ReadResult[Blob, list[KeyScoreMember]]:
@@ -385,7 +386,7 @@ class Farm:
     def records(self, keys: Iterable[Blob]) -> list[ReadResult[Blob, list[Write]]]:
         """What each replica holds for ``keys`` (:meth:`Cluster.records`), in replica order, unmerged:
         for inspection (``zcluster diff``). A replica that failed has its keys in ``errors``."""
-        key_list = _key_list(keys)
+        key_list = listed_keys(keys)
         return self._each(lambda c: c.records(key_list, strict=False), self.clusters)
 
     def keys(
@@ -708,9 +709,3 @@ def _in_order(items: Sequence[Any], values: dict[Any, Any], errors: dict[Any, Sh
         elif item in errors:
             result.errors[item] = errors[item]
     return result
-
-
-def _key_list(keys: Iterable[Blob]) -> list[Blob]:
-    if isinstance(keys, str | bytes):
-        raise TypeError(f"keys must be an iterable of keys, not a single {type(keys).__name__}: use [{keys!r}]")
-    return list(keys)
