@@ -24,7 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from zcluster._encode import listed_keys
+from zcluster._encode import check_limit, listed_keys
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError, InvalidTupleError, PartialReadError, PartialWriteError, ShardError
 from zcluster.farm.merge import as_write, differs, order, winner
@@ -335,7 +335,7 @@ class Farm:
         """:meth:`Cluster.select` under the farm's read strategy (each replica is asked for the first
         ``offset + limit`` members)."""
         key_list = listed_keys(keys)
-        self.clusters[0].select([], offset, limit)  # validates the paging arguments, sends nothing
+        check_limit(limit, offset)
 
         def fetch(c: Cluster, ks: list[Blob], window: int) -> ReadResult[Blob, list[KeyScoreMember]]:
             return c.select(ks, 0, window, strict=False)
@@ -353,7 +353,7 @@ class Farm:
     ) -> ReadResult[Blob, list[KeyScoreMember]]:
         """:meth:`Cluster.select_range` under the farm's read strategy."""
         key_list = listed_keys(keys)
-        self.clusters[0].select_range([], start, stop, limit)  # validates, sends nothing
+        check_limit(limit)
 
         def fetch(c: Cluster, ks: list[Blob], window: int) -> ReadResult[Blob, list[KeyScoreMember]]:
             return c.select_range(ks, start, stop, window, strict=False)
