@@ -57,6 +57,9 @@ for i = 1, #KEYS, stride do
   local removes = digest(KEYS[i + 1])
   local floor = false
   if stride == 3 then floor = redis.call("GET", KEYS[i + 2]) end
+  -- Floors are stored as written (the client's text, or the server's print of a trimmed score): the
+  -- same number in one canonical text, so that equal floors have equal fingerprints.
+  if floor then floor = string.format("%.17g", tonumber(floor)) end
   if adds or removes or floor then
     out[#out + 1] = (adds or "") .. "|" .. (removes or "") .. "|" .. (floor or "")
   else

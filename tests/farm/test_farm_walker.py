@@ -126,9 +126,9 @@ def test_memory_is_bounded_by_one_batch_whatever_the_divergence(trio: LocalShard
         read_whole: list[int] = []
         repair_now, records = repairer.repair_now, farm.records
 
-        def watched_repairs(repairs: Any) -> None:
+        def watched_repairs(repairs: Any) -> tuple[int, int]:
             writes.append((len({r[-1].key for r in repairs}), len(repairs)))
-            repair_now(repairs)
+            return repair_now(repairs)
 
         def watched_records(ks: Any) -> Any:
             ks = list(ks)
@@ -196,4 +196,36 @@ def test_floors_are_replicated_and_forgotten_records_do_not_come_back() -> None:
             assert c.records(["k"])["k"] == [Insert("k", 3.0, "b")]
             assert c.floors_of(["k"])["k"] == 2.0
         assert farm.select(["k"])["k"] == [KeyScoreMember("k", 3.0, "b")]
+        farm.close()
+
+
+def test_equal_floors_written_as_different_text_do_not_diverge_forever(trio: LocalShards, prefix: str) -> None:
+    # A trim stores the floor as the server prints it ("1"), forget() as the client sent it ("1.0").
+    a = Cluster.from_urls([trio.urls[0]], prefix=prefix, max_size=2)
+    b = Cluster.from_urls([trio.urls[1]], prefix=prefix, max_size=2)
+    farm = Farm([a, b])
+    a.apply([Insert("k", 1.0, "x"), Insert("k", 2.0, "y"), Insert("k", 3.0, "z")])
+    b.apply([Insert("k", 2.0, "y"), Insert("k", 3.0, "z")])
+    assert Walker(farm).run().floors_raised == 1
+    again = Walker(farm).run()
+    assert (again.diverged, again.floors_raised) == (0, 0)
+    assert a.fingerprints(["k"]) == b.fingerprints(["k"])
+
+
+def test_a_shard_that_cannot_be_scanned_is_reported_by_a_walk_stopped_early() -> None:
+    fast = {"socket_connect_timeout": 0.5, "socket_timeout": 2.0}
+    with LocalShards(3) as shards:
+        a = Cluster.from_urls([shards.urls[0]], connection=fast)
+        b = Cluster.from_urls([shards.urls[1], shards.urls[2]], connection=fast)
+        farm = Farm([a, b], write_quorum=1)
+        b.apply([Insert(f"k{i}", 1.0, "x") for i in range(200)])
+        shards.kill(1)
+        position, failures = None, []
+        while True:
+            report = Walker(farm, batch_size=10).run(position, max_keys=10)
+            failures += report.failures
+            position = report.position
+            if position is None:
+                break
+        assert any(f.shard == f"replica1/127.0.0.1:{shards.servers[1].port}" for f in failures)
         farm.close()

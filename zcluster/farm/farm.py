@@ -280,11 +280,14 @@ class Farm:
                 shape = c._encoding()
                 p = prepared.get(shape) if shape is not None else None
                 if p is None:
-                    p = c._prepare(ops)
+                    try:
+                        p = c._prepare(ops)
+                    except ShardError as exc:  # e.g. a Redis Cluster replica with a slot uncovered
+                        p = exc
                     if shape is not None:
                         prepared[shape] = p
                 work.append((c, p))
-            results = self._each(lambda cp: cp[0]._send(name, cp[1], n, False, started), work)
+            results = self._each(functools.partial(_send, name, n, started), work)
         except BaseException as exc:
             self._report(f"farm.{name}", n, started, error=exc)
             raise
@@ -387,7 +390,7 @@ class Farm:
         """What each replica holds for ``keys`` (:meth:`Cluster.records`), in replica order, unmerged:
         for inspection (``zcluster diff``). A replica that failed has its keys in ``errors``."""
         key_list = listed_keys(keys)
-        return self._each(lambda c: c.records(key_list, strict=False), self.clusters)
+        return self._replica_reads(lambda c: c.records(key_list, strict=False), key_list)
 
     def keys(
         self, batch_size: int = 1000, *, include_removed: bool = False, match: Blob | None = None
@@ -422,6 +425,7 @@ class Farm:
         strategy = self.read_strategy
         if not items:
             return ReadResult()
+        fetch = functools.partial(self._guarded, fetch)
         if isinstance(strategy, SendOneReadOne):
             return self._one(items, fetch)
         if isinstance(strategy, SendAllReadAll):
@@ -444,6 +448,23 @@ class Farm:
             if i not in futures:
                 futures[i] = pool.submit(fetch, c, items)
         return self._first_then_linger(futures, merge)
+
+    def _guarded(
+        self, fetch: Callable[[Cluster, list[Any]], ReadResult[Any, Any]], cluster: Cluster, items: list[Any]
+    ) -> ReadResult[Any, Any]:
+        """``fetch``, with a replica's own failure (ShardError, OSError) as an answer failing every item."""
+        try:
+            return fetch(cluster, items)
+        except (ShardError, OSError) as exc:
+            return _failed(items, exc)
+
+    def _replica_reads(
+        self, fn: Callable[[Cluster], ReadResult[Any, Any]], items: list[Any]
+    ) -> list[ReadResult[Any, Any]]:
+        """``fn`` on every replica in parallel, in replica order; a replica whose call raised a ShardError or
+        OSError answers with every item in ``errors``."""
+        answers = self._each_safe(fn, self.clusters)
+        return [_failed(items, a) if isinstance(a, BaseException) else a for a in answers]
 
     def _first_then_linger(
         self,
@@ -609,13 +630,21 @@ class Farm:
                 for i, entries in have.items():
                     for e in entries:
                         records.setdefault(to_bytes(e.member), (e.member, {}))[1][i] = Presence(True, True, e.score)
+                lost: ShardFailure | None = None
                 for member, per in records.values():
                     for i in have:
                         if i not in per:
                             km = KeyMember(key, member)
-                            score_answer = looked.get(i)
-                            found = isinstance(score_answer, ReadResult) and km in score_answer
-                            per[i] = score_answer[km] if found else None  # type: ignore[index]
+                            score_answer = looked[i]
+                            if isinstance(score_answer, BaseException):
+                                lost = lost or ShardFailure(f"{self.names[i]}/*", score_answer, ())
+                            elif km in score_answer:
+                                per[i] = score_answer[km]
+                            else:  # its tombstone may be the winner: the key is not answered
+                                lost = lost or _named(self.names[i], score_answer.errors[km])
+                if lost is not None:
+                    errors[key] = lost
+                    continue
                 visible: list[KeyScoreMember] = []
                 key_repairs: list[Repair] = []
                 for member, per in records.values():
@@ -681,6 +710,14 @@ class Farm:
         return result
 
 
+def _send(name: str, n: int, started: float, work: tuple[Cluster, Any]) -> WriteResult:
+    """One replica's part of a farm write; a replica that could not even route the tuples failed them all."""
+    cluster, prepared = work
+    if isinstance(prepared, ShardError):
+        return WriteResult([False] * n, [ShardFailure("routing", prepared, tuple(range(n)))])
+    return cluster._send(name, prepared, n, False, started)
+
+
 def _ask(
     fetch: Callable[[Cluster, list[Blob], int], ReadResult[Blob, list[KeyScoreMember]]],
     keys: list[Blob],
@@ -688,6 +725,14 @@ def _ask(
     cluster: Cluster,
 ) -> ReadResult[Blob, list[KeyScoreMember]]:
     return fetch(cluster, keys, window)
+
+
+def _failed(items: Sequence[Any], exc: BaseException) -> ReadResult[Any, Any]:
+    """The answer of a replica whose whole call failed: every item in ``errors`` (shard ``*``: the
+    replica as a whole; readers prefix the replica's name)."""
+    failed: ReadResult[Any, Any] = ReadResult()
+    failed.errors.update((item, ShardFailure("*", exc, ())) for item in items)
+    return failed
 
 
 def _named(replica: str, failure: ShardFailure) -> ShardFailure:

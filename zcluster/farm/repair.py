@@ -190,9 +190,8 @@ class Repairer:
             work = [r for r in batch if r is not None]
             try:
                 self.write(work)
-            except Exception as exc:  # a bug: the thread must live on; the failure is counted and reported
+            except Exception as exc:  # a bug: the thread must live on (write() counted the repairs failed)
                 log.exception("repair of %d record(s) failed", len(work))
-                self._count(failed=len(work))
                 self.instrumentation(OpEvent("farm.repair", len(work), 0.0, 0, (), exc))
             finally:
                 for _ in batch:
@@ -200,28 +199,32 @@ class Repairer:
             if stop:
                 return
 
-    def repair_now(self, repairs: Sequence[Repair]) -> None:
-        """Write ``repairs`` whatever the strategy (the walker's), counted like the others."""
+    def repair_now(self, repairs: Sequence[Repair]) -> tuple[int, int]:
+        """Write ``repairs`` whatever the strategy (the walker's), counted like the others; (done, failed)."""
         self._count(requested=len(repairs))
-        self.write(repairs)
+        return self.write(repairs)
 
-    def write(self, repairs: Sequence[Repair]) -> None:
-        """Write ``repairs`` now, grouped by replica; each is counted done or failed."""
+    def write(self, repairs: Sequence[Repair]) -> tuple[int, int]:
+        """Write ``repairs`` now, grouped by replica; each is counted done or failed; (done, failed)."""
         by_cluster: dict[int, tuple[str, Cluster, list[Write]]] = {}
         for replica, cluster, write in repairs:
             by_cluster.setdefault(id(cluster), (replica, cluster, []))[2].append(write)
         started = time.perf_counter()
         done = failed = 0
         failed_names: list[str] = []
-        for replica, cluster, writes in by_cluster.values():
-            result = cluster.apply(writes, raise_on_error=False)
-            bad = len(result.failed_indices)
-            done += len(writes) - bad
-            failed += bad
-            failed_names += [f"{replica}/{f.shard}" for f in result.failures]
-        self._count(done=done, failed=failed)
-        seconds = time.perf_counter() - started
-        self.instrumentation(OpEvent("farm.repair", len(repairs), seconds, done, tuple(failed_names)))
+        try:
+            for replica, cluster, writes in by_cluster.values():
+                result = cluster.apply(writes, raise_on_error=False)
+                bad = len(result.failed_indices)
+                done += len(writes) - bad
+                failed += bad
+                failed_names += [f"{replica}/{f.shard}" for f in result.failures]
+        finally:  # a write that raised (a bug) leaves the rest failed, each repair counted once
+            failed = len(repairs) - done
+            self._count(done=done, failed=failed)
+            seconds = time.perf_counter() - started
+            self.instrumentation(OpEvent("farm.repair", len(repairs), seconds, done, tuple(failed_names)))
+        return done, failed
 
     def _count(self, requested: int = 0, done: int = 0, failed: int = 0, dropped: int = 0) -> None:
         with self._lock:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zcluster.errors import PartialScanError, PartialWriteError
-from zcluster.farm.farm import Farm, _named
+from zcluster.farm.farm import Farm, _failed, _named
 from zcluster.farm.merge import as_write, differs, presence_of, winner
 from zcluster.farm.repair import Repair, TokenBucket
 from zcluster.types import NOT_PRESENT, Blob, Presence, ReadResult, ShardFailure, to_bytes
@@ -40,6 +40,14 @@ class SweepStep:
     keys: list[Blob]
     position: str | None
     known: dict[int, ReadResult[Blob, bytes]]
+
+
+def _reads(
+    farm: Farm, fn: Callable[[Farm, list[Blob], int], ReadResult[Blob, Any]], keys: list[Blob], replicas: list[int]
+) -> list[ReadResult[Blob, Any]]:
+    """``fn`` on ``replicas`` in parallel; a replica whose call raised answers with every key failed."""
+    answers = farm._each_safe(functools.partial(fn, farm, keys), replicas)
+    return [_failed(keys, a) if isinstance(a, BaseException) else a for a in answers]
 
 
 def _fingerprints(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, bytes]:
@@ -92,8 +100,9 @@ def sweep(
     """Every key held by any replica, in steps (see the module). ``position`` (a step's) resumes a sweep.
 
     A replica shard that cannot be scanned is skipped and that replica's sweep counts as incomplete (its
-    keys are then not used to skip later replicas' keys). Its failures are appended to ``failures`` when
-    given; otherwise :class:`PartialScanError` is raised at the end, after every step.
+    keys are then not used to skip later replicas' keys). Its failures are appended to ``failures`` as
+    they happen when it is given; otherwise :class:`PartialScanError` is raised at the end, after every
+    step.
     """
     replicas = len(farm.clusters)
     j, clean, cluster_pos = parse_position(position, replicas)
@@ -105,13 +114,14 @@ def sweep(
         try:
             keys, nxt = cluster.scan(cluster_pos, batch_size, include_removed=include_removed, match=match)
         except PartialScanError as exc:
-            errors += [_named(farm.names[j], f) for f in exc.failures]
+            # Reported at once: a walk stopped before the sweep's end must still say what it could not scan.
+            (errors if failures is None else failures).extend(_named(farm.names[j], f) for f in exc.failures)
             clean[j] = False
             keys, nxt = [], cluster.next_shard(cluster_pos)
         earlier = [i for i in range(j) if clean[i]]
         known: dict[int, ReadResult[Blob, bytes]] = {}
         if keys and earlier:
-            answers = farm._each(functools.partial(_exists, farm, keys), earlier)
+            answers = _reads(farm, _exists, keys, earlier)
             held = {k for ans in answers for k, has in ans.items() if _holds(has, include_removed)}
             keys = [k for k in keys if k not in held]
             # The keys left are held by none of these replicas: their fingerprint is b"" there.
@@ -130,9 +140,7 @@ def sweep(
             clean.append(True)
         cluster_pos = nxt
     if errors:
-        if failures is None:
-            raise PartialScanError(errors)
-        failures.extend(errors)
+        raise PartialScanError(errors)
 
 
 @dataclass
@@ -189,19 +197,21 @@ class Walker:
         started = time.perf_counter()
         failures: list[ShardFailure] = []
         steps = _prefetched(sweep(self.farm, batch_size=self.batch_size, position=position, failures=failures))
-        for step in steps:
-            if self._bucket is not None and step.keys:
-                self._bucket.wait(len(step.keys))
-            self._compare(step, report)
-            report.position = step.position
-            report.seconds = time.perf_counter() - started
-            if progress is not None:
-                progress(report, step.replica)
-            if (stop is not None and stop.is_set()) or (max_keys is not None and report.keys >= max_keys):
-                steps.close()
-                break
-        else:
-            report.position = None
+        try:
+            for step in steps:
+                if self._bucket is not None and step.keys:
+                    self._bucket.wait(len(step.keys))
+                self._compare(step, report)
+                report.position = step.position
+                report.seconds = time.perf_counter() - started
+                if progress is not None:
+                    progress(report, step.replica)
+                if (stop is not None and stop.is_set()) or (max_keys is not None and report.keys >= max_keys):
+                    break
+            else:
+                report.position = None
+        finally:
+            steps.close()  # stops the scanning thread, also when a comparison raised
         report.failures += failures
         report.seconds = time.perf_counter() - started
         return report
@@ -212,7 +222,7 @@ class Walker:
             return
         report.keys += len(keys)
         missing = [i for i in range(len(farm.clusters)) if i not in step.known]
-        fresh = farm._each(functools.partial(_fingerprints, farm, keys), missing)
+        fresh = _reads(farm, _fingerprints, keys, missing)
         prints = {**step.known, **dict(zip(missing, fresh, strict=True))}
         diverged = []
         for key in keys:
@@ -226,11 +236,9 @@ class Walker:
         report.diverged += len(diverged)
         repairs = self._repairs(diverged, report)
         if repairs:
-            before = farm._shared.repairer.snapshot()
-            farm._shared.repairer.repair_now(repairs)
-            after = farm._shared.repairer.snapshot()
-            report.repaired += after.done - before.done
-            report.repair_failures += after.failed - before.failed
+            done, unwritten = farm._shared.repairer.repair_now(repairs)
+            report.repaired += done
+            report.repair_failures += unwritten
 
     def _repairs(self, keys: list[Blob], report: WalkReport) -> list[Repair]:
         """The records to write for ``keys``, after raising every replica's floor to the highest one.
@@ -242,7 +250,7 @@ class Walker:
         """
         farm = self.farm
         held = farm.records(keys)
-        floors = farm._each(functools.partial(_floors, farm, keys), list(range(len(farm.clusters))))
+        floors = _reads(farm, _floors, keys, list(range(len(farm.clusters))))
         forgets: dict[tuple[int, float], list[Blob]] = {}
         repairs: list[Repair] = []
         for key in keys:
@@ -253,7 +261,8 @@ class Walker:
             for i in answered:
                 records = held[i][key]
                 if top is not None and farm.clusters[i].floors:
-                    below = floors[i][key] is None or floors[i][key] < top  # type: ignore[operator]
+                    mine = floors[i][key]
+                    below = mine is None or mine < top
                     if below or any(w.score <= top for w in records):
                         forgets.setdefault((i, top), []).append(key)
                 for w in records:
