@@ -22,6 +22,19 @@ def test_demo_end_to_end(tmp_path: object) -> None:
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_demo_on_a_farm_loses_a_replica_shard_and_heals_it(tmp_path: object) -> None:
+    args = ["--replicas", "3", "--messages", "40", "--workdir", str(tmp_path)]
+    out = subprocess.run([sys.executable, "-m", "zcluster.demo", *args], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = " ".join(out.stdout.split())  # rich wraps long lines
+    assert "killed replica1's first shard" in text
+    assert "exactly once: the cluster matches the model" in text
+    assert "all 3 replicas hold the same records" in text and "a second walk finds 0 diverged" in text
+    assert "Traceback" not in out.stderr
+
+
 def test_demo_urls_go_through_cluster_config() -> None:
     from zcluster.demo.__main__ import _config
 

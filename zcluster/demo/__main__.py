@@ -6,8 +6,10 @@ transactions, rolled-back transactions, one transaction left open across micro-b
 appends), runs a PySpark Structured Streaming query with :class:`zcluster.spark.ZClusterSink` twice from
 one checkpoint, and compares what the cluster holds with what exactly-once delivery must produce.
 ``--url`` (repeatable) or ``--cluster-url`` point it at real Redis servers or a Redis Cluster instead
-(parsed by :class:`zcluster.ClusterConfig`, as everywhere). Exits non-zero if the state differs from the
-model. Needs the ``spark`` and ``cli`` extras.
+(parsed by :class:`zcluster.ClusterConfig`, as everywhere). ``--replicas N`` runs it on a farm of N local
+replicas of two shards each instead, kills one replica's shard (no persistence) after the first
+micro-batch, restarts it empty after the second, and shows the walker rebuilding it. Exits non-zero if the
+state differs from the model (or a rebuilt replica from the others). Needs the ``spark`` and ``cli`` extras.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from zcluster.cluster import Cluster
 from zcluster.config import ClusterConfig
 from zcluster.errors import ConfigError
+from zcluster.farm.config import FarmConfig, Store, StoreConfig
+from zcluster.farm.farm import Farm
+from zcluster.farm.walker import Walker
 from zcluster.journal.files import FileJournals
 from zcluster.journal.publishing import AsyncPublisher
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
@@ -37,7 +42,14 @@ from zcluster.testing.traffic import Traffic, create_journals, publish, timeline
 from zcluster.types import KeyMember
 
 
-def demo(console: Console, config: ClusterConfig, cluster: Cluster, workdir: Path, messages: int) -> bool:
+def demo(
+    console: Console,
+    config: StoreConfig,
+    cluster: Store,
+    workdir: Path,
+    messages: int,
+    fault: Callable[[], None] | None = None,
+) -> bool:
     from zcluster.spark import ZClusterSink, local_session, run_available_now  # PySpark: only when it runs
 
     journals_url = f"file://{workdir / 'journals'}"
@@ -67,6 +79,8 @@ def demo(console: Console, config: ClusterConfig, cluster: Cluster, workdir: Pat
         )
         with console.status("micro-batch 0: sequencing and writing"):
             run_available_now(spark, sink, journals_url, workdir / "checkpoint")
+        if fault is not None:
+            fault()
         with console.status("publishing round 2, committing the long transaction"):
             publish(store, traffic, producers=3, messages=messages // 2, seed=2)
             long_txn.commit()
@@ -81,7 +95,7 @@ def demo(console: Console, config: ClusterConfig, cluster: Cluster, workdir: Pat
     return report(console, cluster, traffic, sink)
 
 
-def report(console: Console, cluster: Cluster, traffic: Traffic, sink: Any) -> bool:
+def report(console: Console, cluster: Store, traffic: Traffic, sink: Any) -> bool:
     expected = traffic.expected()
     got = cluster.select(list(expected), limit=1_000_000)
     matching = sum([(t.member, t.score) for t in got[k]] == v for k, v in expected.items())
@@ -124,6 +138,29 @@ def report(console: Console, cluster: Cluster, traffic: Traffic, sink: Any) -> b
     return ok
 
 
+def heal(console: Console, farm: Farm, local: LocalShards, killed: int) -> bool:
+    """Restart the killed shard empty, walk the farm, and check every replica holds the same records."""
+    local.start(killed)
+    state = farm.view("zcstate:", floors=True)  # the sink's checkpoints: rebuilt like the data
+    with console.status("walking the farm: the restarted replica is rebuilt from the others"):
+        checkpoints = Walker(state).run()
+        first, second = (Walker(farm).run() for _ in range(2))
+    console.print(f"walk of the checkpoints: {checkpoints.keys} keys, {checkpoints.repaired} records repaired")
+    console.print(
+        f"walk: {first.keys:,} keys compared, {first.diverged:,} diverged, {first.repaired:,} records repaired "
+        f"in {first.seconds:.1f}s; a second walk finds {second.diverged} diverged"
+    )
+    keys = sorted(k for batch in farm.keys(include_removed=True) for k in batch)
+    held = farm.records(keys)
+    same = all(h == held[0] and not h.errors for h in held[1:])
+    console.print(
+        f"[bold green]all {len(held)} replicas hold the same records for {len(keys):,} keys[/]"
+        if same and second.diverged == 0
+        else "[bold red]the replicas differ after the walk[/]"
+    )
+    return same and second.diverged == 0
+
+
 def _config(urls: tuple[str, ...], cluster_url: str | None, prefix: str) -> ClusterConfig:
     """The config of a ``--cluster-url`` seed (``redis://`` or ``redis+cluster://``; it wins) or ``--url``
     shards; a URL the library refuses is a usage error (its message names the URL without password)."""
@@ -140,14 +177,37 @@ def _config(urls: tuple[str, ...], cluster_url: str | None, prefix: str) -> Clus
 @click.option("--cluster-url", help="Seed node of a Redis Cluster instead of standalone shards.")
 @click.option("--messages", default=400, show_default=True, help="Publish steps per producer in round 1.")
 @click.option("--workdir", type=click.Path(path_type=Path), help="Where journals and the checkpoint go.")
-def main(urls: tuple[str, ...], cluster_url: str | None, messages: int, workdir: Path | None) -> None:
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Run on a farm of this many local replicas (2 shards each), kill one mid-run and heal it.",
+)
+def main(urls: tuple[str, ...], cluster_url: str | None, messages: int, workdir: Path | None, replicas: int) -> None:
     """Run the zcluster demo end to end; exit non-zero if the cluster does not match the model."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     console = Console()
     started = time.perf_counter()
     prefix = f"demo{int(time.time())}:"
     work = workdir or Path(tempfile.mkdtemp(prefix="zcluster-demo-"))
-    if cluster_url or urls:
+    if replicas and (cluster_url or urls):
+        raise click.UsageError("--replicas starts local servers: it does not take --url or --cluster-url")
+    if replicas == 1:
+        raise click.UsageError("a farm needs at least 2 replicas")
+    if replicas:
+        binary = find_server_binary()
+        console.print(f"starting {replicas} local replicas of 2 shards: {server_version(binary).split(' sha=')[0]}")
+        with LocalShards(2 * replicas, binary=binary) as local:
+            farm_config = FarmConfig.of([local.urls[2 * i : 2 * i + 2] for i in range(replicas)], prefix=prefix)
+            with farm_config.open() as farm:
+
+                def fault() -> None:
+                    local.kill(2)  # replica1's first shard: its data is gone
+                    console.print("[yellow]killed replica1's first shard (no persistence): the farm carries on[/]")
+
+                ok = demo(console, farm_config, farm, work, messages, fault)
+                ok = heal(console, farm, local, 2) and ok
+    elif cluster_url or urls:
         config = _config(urls, cluster_url, prefix)
         with config.open() as cluster:
             ok = demo(console, config, cluster, work, messages)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,11 +51,6 @@ class FarmConfig:
         configs = tuple(ClusterConfig.of(r, **options) for r in replicas)
         return cls(configs, write_quorum, names=tuple(names) if names else None, **farm_options)
 
-    def with_layout(self, prefix: str, max_size: int | None) -> FarmConfig:
-        """This farm with every replica's ``prefix`` and ``max_size`` set."""
-        replicas = tuple(dataclasses.replace(r, prefix=prefix, max_size=max_size) for r in self.replicas)
-        return dataclasses.replace(self, replicas=replicas)
-
     def open(self) -> Farm:
         """A new Farm (and its clusters) for this config; the caller closes it."""
         clusters = [r.open() for r in self.replicas]
@@ -79,8 +73,8 @@ StoreConfig = ClusterConfig | FarmConfig
 
 
 def store_config(where: Where | FarmConfig, **options: Any) -> StoreConfig:
-    """A :class:`FarmConfig` as given (with ``prefix``/``max_size`` from ``options`` applied to every
-    replica), or :meth:`ClusterConfig.of` for every other form."""
+    """A :class:`FarmConfig` as given, or :meth:`ClusterConfig.of` for every other form (which also keeps
+    a :class:`ClusterConfig` as given: a config carries its own ``prefix`` and ``max_size``)."""
     if isinstance(where, FarmConfig):
-        return where.with_layout(options.get("prefix", "zc:"), options.get("max_size"))
+        return where
     return ClusterConfig.of(where, **options)
