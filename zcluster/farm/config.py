@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,9 +73,16 @@ Store = Cluster | Farm
 StoreConfig = ClusterConfig | FarmConfig
 
 
-def store_config(where: Where | FarmConfig, **options: Any) -> StoreConfig:
-    """A :class:`FarmConfig` as given, or :meth:`ClusterConfig.of` for every other form (which also keeps
-    a :class:`ClusterConfig` as given: a config carries its own ``prefix`` and ``max_size``)."""
+def store_config(where: Where | FarmConfig, *, prefix: str | None = None, max_size: int | None = None) -> StoreConfig:
+    """The config of ``where`` (any form :func:`zcluster.connect` takes, or a :class:`FarmConfig`).
+
+    ``prefix`` and ``max_size``, when given, are set on it (on every replica of a farm), also on a config
+    object; when not, a config keeps its own and URL forms get the defaults (``"zc:"``, unbounded).
+    """
+    layout: dict[str, Any] = {k: v for k, v in (("prefix", prefix), ("max_size", max_size)) if v is not None}
     if isinstance(where, FarmConfig):
-        return where
-    return ClusterConfig.of(where, **options)
+        replicas = tuple(dataclasses.replace(r, **layout) for r in where.replicas)
+        return dataclasses.replace(where, replicas=replicas)
+    if isinstance(where, ClusterConfig):
+        return dataclasses.replace(where, **layout)
+    return ClusterConfig.of(where, **layout)

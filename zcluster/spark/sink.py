@@ -117,7 +117,8 @@ class ZClusterSink:
     ``query_name``: the application id that keys producer states and progress. ``journals``: the journal
     store URL, needed to replay transactions that span batches. ``decode``: record -> message (e.g. a
     ``KindRegistry``'s ``decode``); default: the framing's own. ``prune_horizon``: seconds after which quiet
-    producers are forgotten.
+    producers are forgotten. ``prefix`` and ``max_size``, when given, are set on the cluster's config (on
+    every replica of a farm); otherwise a config object keeps its own and URLs get ``"zc:"``, unbounded.
 
     ``history`` holds a :class:`BatchStats` per batch handled by this driver process.
     Errors: a mapper failure raises :class:`zcluster.state.MapperError` (journal, offset, kind) and fails
@@ -138,7 +139,7 @@ class ZClusterSink:
         flush: int = 16384,
         retries: int = 5,
         prune_horizon: float | None = None,
-        prefix: str = "zc:",
+        prefix: str | None = None,
         max_size: int | None = None,
     ) -> None:
         self.config = store_config(cluster, prefix=prefix, max_size=max_size)
