@@ -159,3 +159,30 @@ def test_retention_trims_old_entries(rj: RedisJournals, prefix: str) -> None:
     assert read_all(kept, "j", 1450) == b"0290\n0291\n0292\n0293\n0294\n0295\n0296\n0297\n0298\n0299\n"
     with pytest.raises(OffsetOutOfRangeError):
         kept.read("j", 1445)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:p@ss/w0rd@127.0.0.1:6379?prefix=x",  # an unescaped "/" once sent redis-py to host "ss"
+        "redis://:s3cret@127.0.0.1:notaport",
+        "redis+cluster://:s3cret@[::1:7000",
+        "redis://:s3cret@127.0.0.1:1?foo=bar",
+    ],
+)
+def test_a_bad_journal_store_url_is_a_config_error_without_the_password(url: str) -> None:
+    from zcluster import ConfigError
+    from zcluster.journal.urls import open_store
+
+    with pytest.raises(ConfigError) as caught:
+        open_store(url)
+    assert "s3cret" not in str(caught.value) and "w0rd" not in str(caught.value) and "ss/" not in str(caught.value)
+
+
+def test_a_journal_store_url_keeps_its_prefix_and_reaches_the_server(shards: object, prefix: str) -> None:
+    from zcluster.journal.urls import open_store
+
+    url = shards.urls[0]  # type: ignore[attr-defined]
+    with open_store(f"{url}?prefix={prefix}j:") as store:
+        assert isinstance(store, RedisJournals) and store.prefix == f"{prefix}j:"
+        assert store.list("") == []

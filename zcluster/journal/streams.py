@@ -26,10 +26,12 @@ import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import redis
 from redis.cluster import RedisCluster
 
+from zcluster.errors import ConfigError
 from zcluster.journal.store import (
     JournalExistsError,
     JournalInfo,
@@ -138,8 +140,26 @@ class RedisJournals:
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> RedisJournals:
-        """Connect to `url` (a Redis Cluster seed node when `cluster`); `options` go to the constructor."""
-        client: RedisClient = RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
+        """Connect to `url` (a Redis Cluster seed node when `cluster`); `options` go to the constructor.
+
+        A ``prefix`` query option is the key prefix (default ``zcj:``); the rest of the URL is read as the
+        cluster's URLs are (``zcluster.connect``): a URL that does not parse, or an option redis-py cannot
+        take, is a :class:`zcluster.ConfigError` naming it with its password replaced by ``***``.
+        """
+        from zcluster._urls import client_from_url, redact, safe_name
+
+        name = safe_name(url)  # a URL that does not parse is refused here, redacted
+        parts = urlsplit(url)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        if "prefix" in query:
+            options.setdefault("prefix", query.pop("prefix")[-1])
+        base = parts._replace(query=urlencode(query, doseq=True)).geturl()
+        if not cluster:
+            return cls(client_from_url(base), **options)
+        try:
+            client: RedisClient = RedisCluster.from_url(base)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"invalid Redis Cluster URL for {name}: {redact(str(exc), [url])}") from None
         return cls(client, **options)
 
     def close(self) -> None:

@@ -4,7 +4,7 @@ Only a Redis URL imports redis-py (file stores work without it loaded)."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from zcluster.journal.files import FileJournals
 from zcluster.journal.store import JournalStore
@@ -15,15 +15,14 @@ __all__ = ["open_store"]
 def open_store(url: str) -> JournalStore:
     """``file:///dir`` (or a plain path) for file journals; ``redis://host:port?prefix=p`` for Redis Streams;
     ``redis+cluster://host:port?prefix=p`` for Redis Streams on a Redis Cluster (seed node)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("redis", "rediss", "redis+cluster"):
+        from zcluster.journal.streams import RedisJournals  # only Redis URLs load a Redis client
+
+        cluster = scheme == "redis+cluster"
+        # Parsed (and refused, password redacted) by the same code as the cluster's URLs.
+        return RedisJournals.from_url(f"redis://{rest}" if cluster else url, cluster=cluster)
     parts = urlsplit(url)
     if parts.scheme in ("", "file"):
         return FileJournals(parts.path or url)
-    if parts.scheme in ("redis", "rediss", "redis+cluster"):
-        from zcluster.journal.streams import RedisJournals  # only Redis URLs load a Redis client
-
-        query = parse_qs(parts.query)
-        prefix = query.pop("prefix", ["zcj:"])[0]
-        cluster = parts.scheme == "redis+cluster"
-        base = url.replace("redis+cluster://", "redis://", 1).split("?")[0]
-        return RedisJournals.from_url(base, cluster=cluster, prefix=prefix)
     raise ValueError(f"unsupported journal store URL scheme {parts.scheme!r} (file:, redis:, redis+cluster:)")
