@@ -24,6 +24,7 @@ drawing is true::
     │   │   ├── DesyncError          bytes that are not a frame were skipped
     │   │   └── UnexpectedEndError   the stream ended inside a frame
     │   ├── UnknownContentTypeError  (LookupError) no framing for a content type
+    │   ├── FrameTooLargeError       (ValueError) a message's frame exceeds max_frame_bytes; nothing appended
     │   ├── SelectorError            (ValueError) a label selector does not parse
     │   ├── EmptyPartitionsError     (LookupError) a mapping found no journal
     │   ├── JournalError             a journal operation failed

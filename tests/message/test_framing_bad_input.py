@@ -11,6 +11,7 @@ from zcluster.message import (
     DecodeError,
     DesyncError,
     Frame,
+    FrameTooLargeError,
     InMemoryJournals,
     JournalSpec,
     Publisher,
@@ -138,7 +139,7 @@ def test_json_line_longer_than_the_maximum_is_one_decode_error() -> None:
         ("DecodeError", 4, 57, None),
         ("Frame", 57, 60, {}),
     ]
-    with pytest.raises(ValueError, match="max_frame_bytes"):
+    with pytest.raises(FrameTooLargeError, match="max_frame_bytes"):
         framing.marshal(_Json({"k": "v" * 20}))
 
 

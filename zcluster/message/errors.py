@@ -61,6 +61,11 @@ class UnknownContentTypeError(MessageError, LookupError):
     """No Framing is registered for a content type."""
 
 
+class FrameTooLargeError(MessageError, ValueError):
+    """A message marshals to a frame larger than its framing's ``max_frame_bytes``; nothing was appended
+    (readers would refuse the frame: see the framing module)."""
+
+
 # -- selectors and mappings ------------------------------------------------------------------------
 
 

@@ -56,6 +56,7 @@ from zcluster.message.envelope import Message
 from zcluster.message.errors import (
     DecodeError,
     DesyncError,
+    FrameTooLargeError,
     FramingError,
     UnexpectedEndError,
     UnknownContentTypeError,
@@ -173,7 +174,7 @@ class Framing(ABC):
 
     def _check_size(self, size: int) -> None:
         if size > self.max_frame_bytes:
-            raise ValueError(
+            raise FrameTooLargeError(
                 f"{self.content_type} frame of {size} bytes exceeds max_frame_bytes ({self.max_frame_bytes}); "
                 "nothing was appended"
             )
