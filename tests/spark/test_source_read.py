@@ -94,3 +94,29 @@ def test_a_range_the_store_cannot_give_whole_is_an_error_not_fewer_rows() -> Non
     assert list(read_range(_ShortStore(), "j", 0, 2)) == [b"ab"]
     with pytest.raises(JournalError, match=r"4\.\.10"):
         list(read_range(_ShortStore(), "j", 0, 10))
+
+
+def test_a_line_longer_than_the_maximum_frame_is_one_error_row_as_in_read_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zcluster.message.framing import framing_for
+
+    monkeypatch.setattr(framing_for(CONTENT_TYPE_NDJSON), "max_frame_bytes", 1000)
+    long_line = b'{"big":"' + b"z" * (3 << 20) + b'"}\n'  # spans several of the reader's ~1 MiB chunks
+    data = [b'{"a":1}\n', long_line, b'{"b":2}\n', b'{"tail":"' + b"t" * 5000]  # the last never ends
+    with FileJournals(tmp_path) as fj:
+        fj.create(JournalSpec("j", SPEC))
+        for d in data:
+            fj.append("j", d)
+        end = fj.end("j")
+    url, part = f"file://{tmp_path}", JournalRange("j", CONTENT_TYPE_NDJSON, 0, end)
+    rows = _rows(read_batches(url, part))
+    assert rows == [tuple(r) for r in read_partition(url, part)]
+    first, second = len(data[0]), len(data[0]) + len(long_line)
+    assert [(r[1], r[2], r[4]) for r in rows] == [
+        (0, first, data[0]),
+        (first, second, None),
+        (second, second + len(data[2]), data[2]),
+        (second + len(data[2]), end, None),
+    ]
+    assert "longer than the maximum frame size" in rows[1][5] and "unexpected end" in rows[3][5]

@@ -43,7 +43,7 @@ from zcluster.journal.frames import RawFrame, read_frames
 from zcluster.journal.store import JournalStore
 from zcluster.journal.urls import open_store
 from zcluster.message.errors import JournalError
-from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.message.framing import CONTENT_TYPE_NDJSON, framing_for
 from zcluster.message.journals import JournalReader
 
 SCHEMA = "journal string, begin long, end long, content_type string, data binary, error string"
@@ -93,10 +93,20 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
         if rows:
             yield _rows_batch(rows)
         return
+    limit = framing_for(part.content_type).max_frame_bytes
     store = _reading_store(url)
     try:
         pending, base = b"", part.begin  # bytes not yet framed, starting at offset `base`
+        skip_from: int | None = None  # start of a line longer than `limit`: its bytes are dropped as they come
         for data in _coalesced(read_range(store, part.journal, part.begin, part.end)):
+            if skip_from is not None:  # as read_frames does: one error row for the whole over-long line
+                nl = data.find(b"\n")
+                if nl < 0:
+                    base += len(data)
+                    continue
+                reason = f"line longer than the maximum frame size ({limit} bytes)"
+                yield _rows_batch([RawFrame(part.journal, skip_from, base + nl + 1, part.content_type, None, reason)])
+                data, base, skip_from = data[nl + 1 :], base + nl + 1, None
             if pending:
                 data = pending + data
             cuts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
@@ -106,7 +116,12 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
                 pending, base = data[framed:], base + framed
             else:
                 pending = data
-        if pending:
+            if len(pending) > limit:
+                skip_from, base, pending = base, base + len(pending), b""
+        if skip_from is not None:
+            error = f"unexpected end: no newline after offset {skip_from}"
+            yield _rows_batch([RawFrame(part.journal, skip_from, base, part.content_type, None, error)])
+        elif pending:
             error = f"unexpected end: no newline after offset {base}"
             yield _rows_batch([RawFrame(part.journal, base, base + len(pending), part.content_type, None, error)])
     finally:
