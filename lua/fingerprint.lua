@@ -2,7 +2,8 @@
 -- zcluster fingerprints: what a logical key holds, in a few bytes, so that replicas can be compared
 -- without moving their records (the farm's walker and diff).
 --
--- KEYS, per logical key: K+, K- and, when ARGV[2] is "3", the floor. ARGV[1] = "fingerprint" or "exists".
+-- KEYS, per logical key: K+, K- and, when ARGV[2] is "3", the floor. ARGV[1] = "fingerprint",
+-- "serialized" or "exists".
 -- "exists" returns one string per key: "1" when it holds a record, "+" when that includes members
 -- (K+), "" when it holds nothing (cheap: the walker's check against replicas already swept).
 -- "fingerprint" returns one string per key: "" when it holds no record and no floor, else
@@ -40,6 +41,31 @@ end
 
 local out = {}
 local stride = tonumber(ARGV[2])
+
+-- The floor's text, canonical (floors are stored as written: the client's text, or the server's print
+-- of a trimmed score), so that equal floors compare equal; "" when none.
+local function floor_of(i)
+  if stride ~= 3 then return "" end
+  local floor = redis.call("GET", KEYS[i + 2])
+  if not floor then return "" end
+  return string.format("%.17g", tonumber(floor))
+end
+
+if ARGV[1] == "serialized" then
+  -- Cheap: a SHA-1 of the sets' serialized values (DUMP). Equal means equal records; different may still
+  -- be equal records in another encoding or server version: compare "fingerprint"s then.
+  for i = 1, #KEYS, stride do
+    local adds = redis.call("DUMP", KEYS[i])
+    local removes = redis.call("DUMP", KEYS[i + 1])
+    local floor = floor_of(i)
+    if adds or removes or floor ~= "" then
+      out[#out + 1] = redis.sha1hex((adds or "") .. "|" .. (removes or "")) .. "|" .. floor
+    else
+      out[#out + 1] = ""
+    end
+  end
+  return out
+end
 if ARGV[1] == "exists" then
   for i = 1, #KEYS, stride do
     if redis.call("EXISTS", KEYS[i]) == 1 then
@@ -55,13 +81,9 @@ end
 for i = 1, #KEYS, stride do
   local adds = digest(KEYS[i])
   local removes = digest(KEYS[i + 1])
-  local floor = false
-  if stride == 3 then floor = redis.call("GET", KEYS[i + 2]) end
-  -- Floors are stored as written (the client's text, or the server's print of a trimmed score): the
-  -- same number in one canonical text, so that equal floors have equal fingerprints.
-  if floor then floor = string.format("%.17g", tonumber(floor)) end
-  if adds or removes or floor then
-    out[#out + 1] = (adds or "") .. "|" .. (removes or "") .. "|" .. (floor or "")
+  local floor = floor_of(i)
+  if adds or removes or floor ~= "" then
+    out[#out + 1] = (adds or "") .. "|" .. (removes or "") .. "|" .. floor
   else
     out[#out + 1] = ""
   end

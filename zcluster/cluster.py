@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from zcluster import _encode
 from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, listed_keys, score_pairs
@@ -629,16 +629,23 @@ class Cluster:
         return self._finish("floors", result, len(key_list), started, strict)
 
     def fingerprints(
-        self, keys: Iterable[Blob], *, exists: bool = False, strict: bool = True
+        self,
+        keys: Iterable[Blob],
+        *,
+        kind: Literal["records", "serialized", "exists"] = "records",
+        strict: bool = True,
     ) -> ReadResult[Blob, bytes]:
         """A short digest of every record each key holds, and of its floor (``b""`` for a key holding
         neither).
 
-        Two servers whose fingerprints of a key are equal hold the same records and floor for it (up to
-        SHA-1 collisions), provided they print scores alike (the same server major version; otherwise equal
-        records may differ in fingerprint, never the reverse). Computed server-side, many keys per call,
-        so comparing replicas moves a few bytes per key. With ``exists`` only whether each key holds
-        members (``b"+"``), only tombstones (``b"1"``) or nothing (``b""``), which is cheaper.
+        ``kind="records"``: two servers whose fingerprints of a key are equal hold the same records and
+        floor for it (up to SHA-1 collisions); equal records give equal fingerprints on servers that print
+        scores alike (the same major version). ``kind="serialized"`` is about twice as cheap (a SHA-1 of
+        the sets' ``DUMP``): equal still means equal records, but equal records may differ (another
+        internal encoding or server version), so compare ``"records"`` fingerprints before concluding.
+        ``kind="exists"``: only whether each key holds members (``b"+"``), only tombstones (``b"1"``) or
+        nothing (``b""``). All ``b""`` for a key holding nothing. Computed server-side, many keys per
+        call, so comparing replicas moves a few bytes per key.
         """
         started = time.perf_counter()
         with self._reporting("fingerprints", started):
@@ -653,7 +660,9 @@ class Cluster:
             commands: dict[int, list[tuple[Any, ...]]] = {}
             positions: dict[int, list[list[int]]] = {}
             size, layout, sha = self.batch_size, self._layout, self._fingerprint_sha
-            mode = "exists" if exists else "fingerprint"
+            if kind not in ("records", "serialized", "exists"):
+                raise ValueError(f"kind must be 'records', 'serialized' or 'exists', not {kind!r}")
+            mode = "fingerprint" if kind == "records" else kind
             floors = self.floors  # without floors a key has no floor to read
             stride = 3 if floors else 2
             for shard_idx, by_group in groups.items():

@@ -54,8 +54,12 @@ def _fingerprints(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob
     return farm.clusters[replica].fingerprints(keys, strict=False)
 
 
+def _serialized(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, bytes]:
+    return farm.clusters[replica].fingerprints(keys, kind="serialized", strict=False)
+
+
 def _exists(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, bytes]:
-    return farm.clusters[replica].fingerprints(keys, exists=True, strict=False)
+    return farm.clusters[replica].fingerprints(keys, kind="exists", strict=False)
 
 
 def _floors(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, float | None]:
@@ -222,14 +226,16 @@ class Walker:
             return
         report.keys += len(keys)
         missing = [i for i in range(len(farm.clusters)) if i not in step.known]
-        fresh = _reads(farm, _fingerprints, keys, missing)
-        prints = {**step.known, **dict(zip(missing, fresh, strict=True))}
-        diverged = []
+        # Cheap serialized fingerprints first; the keys they cannot settle get record fingerprints.
+        fresh = _reads(farm, _serialized, keys, missing)
+        quick = {**step.known, **dict(zip(missing, fresh, strict=True))}
+        suspects = [key for key in keys if len({ans[key] for ans in quick.values() if key in ans}) > 1]
+        exact = (
+            dict(enumerate(_reads(farm, _fingerprints, suspects, list(range(len(farm.clusters)))))) if suspects else {}
+        )
+        diverged = [key for key in suspects if len({ans[key] for ans in exact.values() if key in ans}) > 1]
         for key in keys:
-            seen = {ans[key] for ans in prints.values() if key in ans}
-            if len(seen) > 1:
-                diverged.append(key)
-            failed = [_named(farm.names[i], ans.errors[key]) for i, ans in prints.items() if key in ans.errors]
+            failed = [_named(farm.names[i], ans.errors[key]) for i, ans in quick.items() if key in ans.errors]
             report.failures += failed[:1]
         if not diverged:
             return
