@@ -12,7 +12,8 @@
 -- member) with the score as the server prints it: "<n>=<records>" when short, "<n>#<SHA-1>" for a set
 -- of one page, "*<SHA-1 of the pages' SHA-1s>" for a larger one (read page by page, so no set is copied
 -- whole into the script's memory). Equal fingerprints mean equal records on servers that print scores
--- alike.
+-- alike. "serialized" returns "<SHA-1 of both sets' DUMP>|<floor>" (or ""): cheaper, equal means equal
+-- records, but equal records may differ there (another encoding or server version).
 local PAGE = 1000
 local SHORT = 64
 
@@ -51,21 +52,6 @@ local function floor_of(i)
   return string.format("%.17g", tonumber(floor))
 end
 
-if ARGV[1] == "serialized" then
-  -- Cheap: a SHA-1 of the sets' serialized values (DUMP). Equal means equal records; different may still
-  -- be equal records in another encoding or server version: compare "fingerprint"s then.
-  for i = 1, #KEYS, stride do
-    local adds = redis.call("DUMP", KEYS[i])
-    local removes = redis.call("DUMP", KEYS[i + 1])
-    local floor = floor_of(i)
-    if adds or removes or floor ~= "" then
-      out[#out + 1] = redis.sha1hex((adds or "") .. "|" .. (removes or "")) .. "|" .. floor
-    else
-      out[#out + 1] = ""
-    end
-  end
-  return out
-end
 if ARGV[1] == "exists" then
   for i = 1, #KEYS, stride do
     if redis.call("EXISTS", KEYS[i]) == 1 then
@@ -78,12 +64,26 @@ if ARGV[1] == "exists" then
   end
   return out
 end
+-- What the two sets hold, as the mode describes it; nil when both are empty.
+local serialized = ARGV[1] == "serialized"
+local function sets(i)
+  if serialized then
+    -- Cheap: a SHA-1 of the sets' serialized values (DUMP). Equal means equal records; different may
+    -- still be equal records in another encoding or server version: compare "fingerprint"s then.
+    local adds, removes = redis.call("DUMP", KEYS[i]), redis.call("DUMP", KEYS[i + 1])
+    if not adds and not removes then return nil end
+    adds, removes = adds or "", removes or ""
+    return redis.sha1hex(#adds .. ":" .. adds .. removes)
+  end
+  local adds, removes = digest(KEYS[i]), digest(KEYS[i + 1])
+  if not adds and not removes then return nil end
+  return (adds or "") .. "|" .. (removes or "")
+end
+
 for i = 1, #KEYS, stride do
-  local adds = digest(KEYS[i])
-  local removes = digest(KEYS[i + 1])
-  local floor = floor_of(i)
-  if adds or removes or floor ~= "" then
-    out[#out + 1] = (adds or "") .. "|" .. (removes or "") .. "|" .. floor
+  local held, floor = sets(i), floor_of(i)
+  if held or floor ~= "" then
+    out[#out + 1] = (held or "") .. "|" .. floor
   else
     out[#out + 1] = ""
   end
