@@ -11,10 +11,11 @@ import pytest
 
 from zcluster.journal.filefmt import HEADER, OPEN_NAME, RECORD
 from zcluster.journal.files import FileJournals
+from zcluster.journal.frames import read_range
 from zcluster.message.errors import JournalError, OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
-from zcluster.spark.source import JournalRange, read_batches, read_partition, read_range
+from zcluster.spark.source import JournalRange, read_batches, read_partition
 
 SPEC = {"content-type": CONTENT_TYPE_NDJSON}
 

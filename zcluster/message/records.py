@@ -39,12 +39,18 @@ class JsonMessage:
         member, if present, is a canonical UUID string."""
         if not isinstance(value, dict):
             raise ValueError(f"expected a JSON object, got {type(value).__name__}")
-        msg = cls(value)
         u = value.get(cls.uuid_key)
+        parsed = None
         if u is not None:
             if not isinstance(u, str):
                 raise ValueError(f"{cls.uuid_key} must be a string")
-            msg._parsed = (u, parse_uuid(u))
+            parsed = (u, parse_uuid(u))
+        if cls is not JsonMessage:  # a subclass's __init__ may do more
+            msg = cls(value)
+        else:
+            msg = cls.__new__(cls)  # __init__'s work, without its defaults: called once per message read
+            msg.doc = value
+        msg._parsed = parsed
         return msg
 
     def to_json(self) -> Any:

@@ -138,7 +138,7 @@ def parse_uuid(text: str) -> bytes:
     if len(text) != 36 or text[8] != "-" or text[13] != "-" or text[18] != "-" or text[23] != "-":
         raise ValueError(f"invalid UUID {text!r}")
     try:
-        out = bytes.fromhex(text[:8] + text[9:13] + text[14:18] + text[19:23] + text[24:])
+        out = bytes.fromhex(text.replace("-", ""))  # a stray dash elsewhere leaves too few digits: caught below
     except ValueError:
         raise ValueError(f"invalid UUID {text!r}") from None
     if len(out) != 16:  # fromhex skips whitespace, so a space could hide a missing digit.

@@ -1,10 +1,12 @@
 """The exactly-once ``foreachBatch`` sink: thin Spark glue over :class:`zcluster.state.Applier`.
 
-Per micro-batch: the rows (one per journal frame, see :mod:`zcluster.spark.source`) go through
-``DataFrame.mapInArrow`` to executor tasks, each running the applier over its journals as the source's
-partitions give them (one journal range each, in offset order: no shuffle, no sort); see
-:mod:`zcluster.state.applier` for why that is exactly once. Only ``mapInArrow`` and ``collect`` are used,
-so the sink runs on classic Spark and on Spark Connect alike.
+Per micro-batch: the source's rows go through ``DataFrame.mapInArrow`` to executor tasks, each running
+the applier over its journals as the source's partitions give them (one journal range each, in offset
+order: no shuffle, no sort); see :mod:`zcluster.state.applier` for why that is exactly once. The rows are
+either the journal ranges themselves (the source's ``rows=ranges``: the task reads the bytes from the
+journal store, past the stored checkpoint only; the fast way) or one row per frame (the source's
+default). Only ``mapInArrow`` and ``collect`` are used, so the sink runs on classic Spark and on Spark
+Connect alike.
 
 Batch progress: on classic Spark the driver also records each batch as committed for
 ``(query_name, Spark query id)`` and skips a batch Spark runs again after its commit was lost. A new
@@ -29,6 +31,8 @@ from zcluster.config import Where
 from zcluster.errors import ConfigError
 from zcluster.farm.config import FarmConfig, StoreConfig, store_config
 from zcluster.journal.frames import RawFrame
+from zcluster.journal.store import JournalStore
+from zcluster.journal.urls import open_store
 from zcluster.state.applier import Applier, BatchStats, Mapper, retrying
 from zcluster.state.store import StateStore
 
@@ -62,27 +66,54 @@ class _Job:
         """
         import pyarrow as pa
 
-        applier = Applier(
+        stats = BatchStats()
+        first = next(batches, None)
+        if first is not None and "data" in first.schema.names:
+            applier = self._applier(self.journals)
+            frames = _frames(itertools.chain([first], batches))
+            for journal, group in itertools.groupby(frames, key=lambda r: r[0]):
+                applier.apply(journal, _in_order(journal, group), stats)
+        elif first is not None:
+            assert self.journals is not None  # checked by the driver
+            store = open_store(self.journals, recover=False)
+            try:
+                applier = self._applier(store)
+                for batch in itertools.chain([first], batches):
+                    for journal, content_type, begin, end in _ranges(batch):
+                        applier.apply_range(store, journal, content_type, begin, end, stats)
+            finally:
+                _close(store)
+        yield pa.RecordBatch.from_pydict({"stats": [json.dumps(stats.counters())]})
+
+    def _applier(self, journals: JournalStore | str | None) -> Applier:
+        return Applier(
             self.config.shared(),
             self.app,
             self.mapper,
-            self.journals,
+            journals,
             decode=self.decode,
             ring=self.ring,
             flush=self.flush,
             retries=self.retries,
             prune_horizon=self.prune_horizon,
         )
-        stats = BatchStats()
-        for journal, group in itertools.groupby(_frames(batches), key=lambda r: r[0]):
-            applier.apply(journal, _in_order(journal, group), stats)
-        yield pa.RecordBatch.from_pydict({"stats": [json.dumps(stats.counters())]})
 
 
 def _frames(batches: Iterator[Any]) -> Iterator[RawFrame]:
     for batch in batches:
         columns = [batch.column(name).to_pylist() for name in RawFrame._fields]
         yield from map(RawFrame._make, zip(*columns, strict=True))
+
+
+def _ranges(batch: Any) -> Iterator[tuple[str, str, int, int]]:
+    columns = [batch.column(name).to_pylist() for name in ("journal", "content_type", "begin", "end")]
+    return zip(*columns, strict=True)
+
+
+def _close(store: object) -> None:
+    close = getattr(store, "close", None)
+    if close is not None:
+        close()
 
 
 def _in_order(journal: str, frames: Iterator[RawFrame]) -> Iterator[RawFrame]:
@@ -107,6 +138,21 @@ def _query_id(df: Any) -> str | None:
     return str(query_id) if query_id else None
 
 
+_RANGE_COLUMNS = ("journal", "content_type", "begin", "end")
+
+
+def _check_columns(columns: list[str], journals: str | None) -> None:
+    if "data" in columns:
+        return
+    if not set(_RANGE_COLUMNS) <= set(columns):
+        raise ConfigError(f"ZClusterSink needs the zcluster-journal source's rows, got columns {columns}")
+    if journals is None:
+        raise ConfigError(
+            "ZClusterSink reads the journal ranges of rows=ranges from the journal store: give it journals= "
+            "(the same store URL as the source's)"
+        )
+
+
 class ZClusterSink:
     """A ``foreachBatch`` function committing journal messages into the cluster exactly once.
 
@@ -115,7 +161,9 @@ class ZClusterSink:
     (:class:`zcluster.farm.FarmConfig`: checkpoints then survive the loss of a replica). ``mapper``: message -> writes
     (:class:`zcluster.Insert` / :class:`zcluster.Delete`); it sees committed messages only, never ACKs.
     ``query_name``: the application id that keys producer states and progress. ``journals``: the journal
-    store URL, needed to replay transactions that span batches. ``decode``: record -> message (e.g. a
+    store URL, needed to replay transactions that span batches, and to read the ranges of a source with
+    ``.option("rows", "ranges")``: the fast way, where tasks read the bytes themselves (past the stored
+    checkpoints only) instead of receiving every frame through the JVM. ``decode``: record -> message (e.g. a
     ``KindRegistry``'s ``decode``); default: the framing's own. ``prune_horizon``: seconds after which quiet
     producers are forgotten. ``prefix`` and ``max_size``, when given, are set on the cluster's config (on
     every replica of a farm); otherwise a config object keeps its own and URLs get ``"zc:"``, unbounded.
@@ -160,8 +208,7 @@ class ZClusterSink:
             stats.skipped = True
             log.info("batch %d of query %s already committed: skipped", batch_id, query_id)
         else:
-            if "data" not in df.columns:
-                raise ConfigError(f"ZClusterSink needs the zcluster-journal source's rows, got columns {df.columns}")
+            _check_columns(df.columns, self.job.journals)
             for row in df.mapInArrow(self.job.run, STATS_SCHEMA).collect():
                 stats.add(json.loads(row.stats))
             if query_id is not None:

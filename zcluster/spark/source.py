@@ -6,10 +6,15 @@ come in offset order. Each row is one frame: ``journal``, ``begin``, ``end``, ``
 (the frame's bytes) and ``error`` (non-null for bytes that did not frame: a desync or a torn frame,
 reported with its range instead of being dropped silently). Rows are produced as Arrow record batches.
 
+With ``rows`` set to ``ranges``, a row is a partition's range instead (:data:`RANGES_SCHEMA`: ``journal``,
+``content_type``, ``begin``, ``end``), and whoever consumes it reads the bytes from the store itself. This
+is how :class:`zcluster.spark.ZClusterSink` is fastest: the frames never travel through the JVM.
+
 Options:
 
 * ``journals`` (required): a journal store URL (:func:`zcluster.journal.urls.open_store`);
 * ``selector``: a label selector (default: every journal);
+* ``rows``: ``frames`` (default: a row per frame) or ``ranges`` (a row per journal range);
 * ``maxBytesPerTrigger`` / ``maxFramesPerTrigger``: a bound per micro-batch, so that a backlog does not
   become one giant batch. Journals are taken in name order until the bound is spent; batches end at frame
   boundaries, and each journal a batch touches advances by at least one frame (so a frame larger than
@@ -24,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -38,13 +42,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from zcluster.errors import ConfigError
-from zcluster.journal.files import FileJournals
-from zcluster.journal.frames import RawFrame, read_frames
+from zcluster.journal.frames import RawFrame, read_frames, read_range, read_range_frames
 from zcluster.journal.store import JournalStore
 from zcluster.journal.urls import open_store
-from zcluster.message.errors import JournalError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, framing_for
-from zcluster.message.journals import JournalReader
 
 SCHEMA = "journal string, begin long, end long, content_type string, data binary, error string"
 ARROW_SCHEMA = pa.schema(
@@ -57,6 +58,7 @@ ARROW_SCHEMA = pa.schema(
         ("error", pa.string()),
     ]
 )
+RANGES_SCHEMA = "journal string, content_type string, begin long, end long"
 _ROWS_PER_BATCH = 65536
 _COALESCE = 1 << 20
 
@@ -70,9 +72,9 @@ class JournalRange(InputPartition):
 
 def read_partition(url: str, part: JournalRange) -> Iterator[RawFrame]:
     """The frames of ``part`` as rows of :data:`SCHEMA` (see :func:`zcluster.journal.frames.read_frames`)."""
-    store = _reading_store(url)
+    store = open_store(url, recover=False)
     try:
-        yield from read_frames(_RangeReader(store, part.end), part.journal, part.content_type, part.begin, part.end)
+        yield from read_range_frames(store, part.journal, part.content_type, part.begin, part.end)
     finally:
         _close(store)
 
@@ -94,7 +96,7 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
             yield _rows_batch(rows)
         return
     limit = framing_for(part.content_type).max_frame_bytes
-    store = _reading_store(url)
+    store = open_store(url, recover=False)
     try:
         pending, base = b"", part.begin  # bytes not yet framed, starting at offset `base`
         skip_from: int | None = None  # start of a line longer than `limit`: its bytes are dropped as they come
@@ -126,55 +128,6 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
             yield _rows_batch([RawFrame(part.journal, base, base + len(pending), part.content_type, None, error)])
     finally:
         _close(store)
-
-
-def _reading_store(url: str) -> JournalStore:
-    """The store a partition is read from. File journals are opened without recovery: it would scan every
-    journal under the root and take their append locks, in every task (the driver's store recovered them
-    when the query started); :func:`read_range` recovers the journal it reads if the read comes up short."""
-    parts = urlsplit(url)
-    if parts.scheme in ("", "file"):
-        return FileJournals(parts.path or url, recover=False)
-    return open_store(url)
-
-
-def read_range(store: JournalReader, journal: str, begin: int, end: int) -> Iterator[bytes]:
-    """Bytes [begin, end) of ``journal``, in chunks, all of them or an error.
-
-    A file journal stops short where a record of its open fragment is damaged (a reader never returns
-    one); the journal is then recovered, which seals the damage as a lost range, and the read goes on: into
-    the OffsetOutOfRangeError naming that range, as a reader of a recovered journal gets. Bytes still missing
-    after that raise JournalError: a range the driver planned is never cut short silently.
-    """
-    pos, recovered = begin, False
-    while pos < end:
-        for at, chunk in store.read(journal, pos):
-            if at + len(chunk) > end:
-                chunk = chunk[: end - at]
-            yield chunk
-            pos = at + len(chunk)
-            if pos >= end:
-                return
-        recover = getattr(store, "recover", None)
-        if recovered or recover is None:
-            raise JournalError(f"journal {journal!r}: bytes {pos}..{end} could not be read (fewer bytes than planned)")
-        recover(journal)
-        recovered = True
-
-
-class _RangeReader:
-    """A JournalReader whose reads of any journal stop at `end` and raise rather than come up short."""
-
-    def __init__(self, store: JournalReader, end: int) -> None:
-        self.store, self.end = store, end
-
-    def read(
-        self, journal: str, offset: int, *, block: bool = False, timeout: float | None = None
-    ) -> Iterator[tuple[int, bytes]]:
-        pos = offset
-        for chunk in read_range(self.store, journal, offset, self.end):
-            yield pos, chunk
-            pos += len(chunk)
 
 
 def _coalesced(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -247,11 +200,19 @@ def _limit_option(options: dict[str, str], name: str) -> int | None:
     return value
 
 
+def _ranges_option(options: dict[str, str]) -> bool:
+    rows = options.get("rows", "frames")
+    if rows not in ("frames", "ranges"):
+        raise ConfigError(f"zcluster-journal option rows must be 'frames' or 'ranges', got {rows!r}")
+    return rows == "ranges"
+
+
 class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         if "journals" not in options:
             raise ConfigError("zcluster-journal needs the 'journals' option (a journal store URL)")
         self.url = options["journals"]
+        self.ranges = _ranges_option(options)
         self.selector = options.get("selector", "")
         self.max_bytes = _limit_option(options, "maxBytesPerTrigger")
         self.max_frames = _limit_option(options, "maxFramesPerTrigger")
@@ -329,6 +290,15 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, JournalRange)
+        if self.ranges:
+            p = partition
+            return iter(
+                [
+                    pa.RecordBatch.from_pydict(
+                        {"journal": [p.journal], "content_type": [p.content_type], "begin": [p.begin], "end": [p.end]}
+                    )
+                ]
+            )
         return read_batches(self.url, partition)
 
     def commit(self, end: dict[str, int]) -> None:
@@ -348,7 +318,7 @@ class JournalDataSource(DataSource):
         return "zcluster-journal"
 
     def schema(self) -> str:
-        return SCHEMA
+        return RANGES_SCHEMA if _ranges_option(dict(self.options)) else SCHEMA
 
     def streamReader(self, schema: Any) -> JournalStreamReader:
         return JournalStreamReader(dict(self.options))

@@ -30,15 +30,16 @@ from typing import Any, Protocol, TypeVar
 
 from zcluster.errors import ConfigError, PartialReadError, PartialWriteError, ZClusterError
 from zcluster.farm.config import Store
+from zcluster.journal.frames import read_range_frames
 from zcluster.journal.store import JournalStore
 from zcluster.journal.urls import open_store
 from zcluster.message.envelope import Envelope
 from zcluster.message.framing import FramingError, JsonFraming, framing_for
-from zcluster.message.journals import JournalSpec
+from zcluster.message.journals import JournalReader, JournalSpec
 from zcluster.message.readers import ReadUncommittedIter
 from zcluster.message.sequencer import QueueOutcome, Sequencer
 from zcluster.message.uuid import clock_span
-from zcluster.state.store import StateStore
+from zcluster.state.store import JournalCheckpoint, StateStore
 from zcluster.types import Delete, Insert, KeyScoreMember, Write
 
 __all__ = ["Applier", "BatchStats", "Mapper", "MapperError", "retrying"]
@@ -236,60 +237,88 @@ class Applier:
     def state(self) -> StateStore:
         return StateStore(self.cluster, self.app)
 
-    def checkpoint_offset(self, journal: str) -> int:
-        """The offset through which ``journal`` is applied (0: nothing yet)."""
-        state = self.state()
-        return retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}").offset
-
     def apply(self, journal: str, frames: Iterable[FrameLike], stats: BatchStats) -> None:
         """Apply ``frames`` of ``journal`` (in offset order, from any offset up to a frame boundary)."""
         state = self.state()
         checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
+        self._apply(journal, frames, stats, state, checkpoint)
+
+    def apply_range(
+        self, store: JournalReader, journal: str, content_type: str, begin: int, end: int, stats: BatchStats
+    ) -> None:
+        """Apply bytes [begin, end) of ``journal`` (frame boundaries), read from ``store``. Only the part past
+        the stored checkpoint is read: a range applied already (a retried task, a replayed batch, a new Spark
+        checkpoint re-reading from 0) costs one checkpoint lookup. Raises what :func:`read_range` raises
+        when the store holds fewer bytes than the range."""
+        state = self.state()
+        checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
+        start = max(begin, checkpoint.offset)
+        if start < end:
+            self._apply(journal, read_range_frames(store, journal, content_type, start, end), stats, state, checkpoint)
+
+    def _apply(
+        self,
+        journal: str,
+        frames: Iterable[FrameLike],
+        stats: BatchStats,
+        state: StateStore,
+        checkpoint: JournalCheckpoint,
+    ) -> None:
         seq = Sequencer(states=checkpoint.states, buffer=self.ring)
         writes = WriteBuffer(self.cluster, self.flush, self.retries, stats)
         content_type = ""
         fast: Callable[[Any], Any] | None = None  # decode of one-line JSON frames, when the framing allows
         read_through = done = checkpoint.offset
         outcomes: dict[QueueOutcome, int] = {}
-        queue, step, add, mapper = seq.queue_uncommitted, seq.step, writes.add, self._map
+        queue, step, add, mapper, envelope = seq.queue_uncommitted, seq.step, writes.add, self._map, self._envelope
+        # Counted in locals and added to `stats` once: this loop runs once per frame.
+        n_frames = n_seen = n_malformed = n_acks = n_delivered = 0
         try:
             for row in frames:
-                stats.frames += 1
-                if row.end <= done:
+                n_frames += 1
+                end = row.end
+                if end <= done:
                     # Already sequenced by this application (a retried task, a replayed batch, a new Spark
                     # checkpoint re-reading from 0): its effects and the states after it are stored.
-                    stats.seen += 1
+                    n_seen += 1
                     continue
                 if row.content_type != content_type:
                     content_type = row.content_type
                     fast = self._fast_decode(content_type)
-                read_through = max(read_through, row.end)
+                if end > read_through:
+                    read_through = end
                 if row.error is not None:
-                    stats.malformed += 1
-                    log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, row.end, row.error)
+                    n_malformed += 1
+                    log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, end, row.error)
                     continue
-                env = self._envelope(journal, row, fast)
+                env = envelope(journal, row, fast)
                 if env is None:
-                    stats.malformed += 1
+                    n_malformed += 1
                     continue
                 outcome = queue(env)
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                if outcome in _DUPLICATE:
-                    stats.duplicates += 1
-                elif outcome is QueueOutcome.ACK_ROLLBACK:
-                    stats.rollbacks += 1
-                elif outcome is QueueOutcome.ACK_COMMIT_REPLAY:
-                    stats.replays += 1
+                if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
                     seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
                 while (out := step()) is not None:
                     if out.is_ack:
-                        stats.acks += 1
+                        n_acks += 1
                         continue
-                    stats.delivered += 1
+                    n_delivered += 1
                     add(mapper(journal, out), journal, out.begin)
         finally:
+            stats.frames += n_frames
+            stats.seen += n_seen
+            stats.malformed += n_malformed
+            stats.acks += n_acks
+            stats.delivered += n_delivered
             for outcome, n in outcomes.items():
                 stats.outcomes[outcome.name] = stats.outcomes.get(outcome.name, 0) + n
+                if outcome in _DUPLICATE:
+                    stats.duplicates += n
+                elif outcome is QueueOutcome.ACK_ROLLBACK:
+                    stats.rollbacks += n
+                elif outcome is QueueOutcome.ACK_COMMIT_REPLAY:
+                    stats.replays += n
         writes.flush()  # effects first: a crash before the checkpoint re-runs them, harmlessly
         states = seq.checkpoint().states
         retrying(
@@ -305,7 +334,9 @@ class Applier:
         return (self.decode or framing.default_decode()) if type(framing) is JsonFraming else None
 
     def _envelope(self, journal: str, row: FrameLike, fast: Callable[[Any], Any] | None) -> Envelope | None:
-        data = row.data if type(row.data) is bytes else bytes(row.data or b"")
+        data = row.data
+        if type(data) is not bytes:
+            data = bytes(data or b"")
         if fast is not None and data.find(b"\n") == len(data) - 1:
             # Fast path, same result as the decoder below: exactly one newline-terminated line.
             try:
@@ -313,7 +344,7 @@ class Applier:
             except ValueError:  # includes UnicodeDecodeError
                 pass  # the decoder below reports it, with its offsets
             else:
-                return self._message(journal, row, fast, record)
+                return _message(journal, row, fast, record)
         framing = framing_for(row.content_type)
         decode = self.decode or framing.default_decode()
         decoder = framing.decoder(row.begin)
@@ -322,16 +353,7 @@ class Applier:
         if len(frames) != 1 or decode is None:
             log.error("journal %s bytes %d..%d: not exactly one decodable frame", journal, row.begin, row.end)
             return None
-        return self._message(journal, row, decode, frames[0].record)
-
-    @staticmethod
-    def _message(journal: str, row: FrameLike, decode: Callable[[Any], Any], record: Any) -> Envelope | None:
-        try:
-            message = decode(record)
-        except (ValueError, TypeError) as exc:  # e.g. an unknown message kind: reported, the stream goes on
-            log.error("journal %s offset %d: undecodable message: %s", journal, row.begin, exc)
-            return None
-        return Envelope(journal, row.begin, row.end, message)
+        return _message(journal, row, decode, frames[0].record)
 
     def _replay(self, journal: str, content_type: str, begin: int, end: int) -> Iterator[Envelope]:
         if self.journals is None:
@@ -362,6 +384,15 @@ class Applier:
                 f"mapper failed on journal {journal} offset {env.begin} (message kind {_kind(env.message)}): "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+
+
+def _message(journal: str, row: FrameLike, decode: Callable[[Any], Any], record: Any) -> Envelope | None:
+    try:
+        message = decode(record)
+    except (ValueError, TypeError) as exc:  # e.g. an unknown message kind: reported, the stream goes on
+        log.error("journal %s offset %d: undecodable message: %s", journal, row.begin, exc)
+        return None
+    return Envelope(journal, row.begin, row.end, message)
 
 
 def _close(store: object) -> None:

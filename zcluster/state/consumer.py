@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 from zcluster.farm.config import Store
-from zcluster.journal.frames import read_frames
 from zcluster.journal.store import JournalStore
 from zcluster.journal.urls import open_store
 from zcluster.state.applier import Applier, BatchStats, Mapper
@@ -58,11 +57,8 @@ class Consumer:
         then keeps its previous checkpoint, and the next poll continues from there."""
         stats = BatchStats()
         for spec in self.store.list(self.selector):
-            start = self.applier.checkpoint_offset(spec.name)
             end = self.store.end(spec.name)
-            if end > start:
-                frames = read_frames(self.store, spec.name, spec.labels["content-type"], start, end)
-                self.applier.apply(spec.name, frames, stats)
+            self.applier.apply_range(self.store, spec.name, spec.labels["content-type"], 0, end, stats)
         return stats
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
