@@ -227,3 +227,20 @@ def test_one_available_now_run_reads_everything_after_an_interrupted_batch(
     run_available_now(spark, sink, s["url"], ckpt)
     expected = traffic.expected()
     assert state_of(s["cluster"], list(expected)) == expected
+
+
+def test_python_workers_import_the_installed_pyspark_not_the_zip(spark: Any) -> None:
+    # local_session points Spark at a home without python/lib/pyspark.zip, which every new Python
+    # process would otherwise compile anew; the workers then import the installed package.
+    import pyspark
+
+    def where(batches: Any) -> Any:
+        import pyarrow as pa
+        import pyspark as worker_pyspark
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"file": [worker_pyspark.__file__]})
+
+    files = {row.file for row in spark.range(4).mapInArrow(where, "file string").collect()}
+    assert files == {pyspark.__file__} and ".zip" not in pyspark.__file__

@@ -15,7 +15,16 @@ from zcluster.journal.files import FileJournals
 from zcluster.journal.frames import read_frames
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, CONTENT_TYPE_PROTO_FIXED
 from zcluster.message.journals import JournalSpec
-from zcluster.spark.source import JournalRange, JournalStreamReader, read_batches, read_partition
+from zcluster.spark.sink import _check_columns
+from zcluster.spark.source import (
+    RANGES_SCHEMA,
+    SCHEMA,
+    JournalDataSource,
+    JournalRange,
+    JournalStreamReader,
+    read_batches,
+    read_partition,
+)
 
 
 def test_ndjson_rows_are_exact_frames_and_a_torn_tail_is_reported(tmp_path: Path) -> None:
@@ -136,3 +145,28 @@ def test_a_line_longer_than_the_maximum_is_one_error_row_and_memory_stays_bounde
         (5017, 8017, True),
     ]
     assert "longer than the maximum" in (small[1].error or "") and "unexpected end" in (small[3].error or "")
+
+
+def test_range_rows_name_each_partition_and_bad_options_are_refused(tmp_path: Path) -> None:
+    store = FileJournals(tmp_path)
+    for name in ("a", "b"):
+        store.create(JournalSpec(name, {"content-type": CONTENT_TYPE_NDJSON}))
+        store.append(name, b"{}\n{}\n")
+    reader = _reader(tmp_path, rows="ranges")
+    parts = reader.partitions({"a": 3}, reader.latestOffset({"a": 3}, ReadAllAvailable()))
+    rows = [row for p in parts for batch in reader.read(p) for row in zip(*batch.to_pydict().values(), strict=True)]
+    assert rows == [("a", CONTENT_TYPE_NDJSON, 3, 6), ("b", CONTENT_TYPE_NDJSON, 0, 6)]
+    source = JournalDataSource({"journals": f"file://{tmp_path}", "rows": "ranges"})
+    assert source.schema() == RANGES_SCHEMA
+    assert JournalDataSource({"journals": f"file://{tmp_path}"}).schema() == SCHEMA
+    with pytest.raises(ConfigError, match="rows must be 'frames' or 'ranges'"):
+        _reader(tmp_path, rows="lines")
+
+
+def test_the_sink_needs_the_journal_store_to_read_ranges() -> None:
+    _check_columns(["journal", "begin", "end", "content_type", "data", "error"], None)  # frames: fine
+    _check_columns(["journal", "content_type", "begin", "end"], "file:///j")
+    with pytest.raises(ConfigError, match="give it journals="):
+        _check_columns(["journal", "content_type", "begin", "end"], None)
+    with pytest.raises(ConfigError, match="zcluster-journal source's rows"):
+        _check_columns(["value"], "file:///j")
