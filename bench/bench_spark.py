@@ -14,8 +14,10 @@ same lines, ACKs, duplicates and rolled-back messages included) for Spark's own 
 Measured for each shape, every query an ``availableNow`` streaming query timed from start to termination,
 every write measurement on flushed servers with a fresh query name and checkpoint:
 
-  (a) ``zcluster-journal`` source -> ``ZClusterSink`` (exactly once) -> cluster; afterwards the cluster is
-      compared with the traffic's model (``Traffic.expected()``), mismatched keys reported;
+  (a) ``zcluster-journal`` source -> ``ZClusterSink`` (exactly once) -> cluster, through
+      ``run_available_now`` (the source's ``rows=ranges``: tasks read the journal ranges themselves);
+      afterwards the cluster is compared with the traffic's model (``Traffic.expected()``), mismatched keys
+      reported; (a') the same with ``rows=frames`` (every frame through the JVM), for comparison;
   (b) ``zcluster-journal`` source -> a hand-written at-least-once ``foreachBatch`` + ``foreachPartition``:
       per partition, ``json.loads`` each frame, skip ACKs (no "user"), pipelined ZADD/ZREM with redis-py
       (pipelines of 1000), routed to the 2 shards by crc32, no sequencing (duplicates and rolled-back
@@ -90,9 +92,10 @@ COMMITTED_PER_STEP = 1.29  # committed messages per producer step of traffic.pub
 PREFIX = "zc:"  # the sink's and the checking Cluster's namespace
 PIPELINE = 1000  # commands per redis-py pipeline in the hand-written writer
 SMALL_STEPS = 100  # producer steps of the small journal set each query kind is warmed up on
-MEASUREMENTS = ("a_sink", "b_source_hand", "c_text_hand", "d_cluster", "e_source_count", "e_text_count")
+MEASUREMENTS = ("a_sink", "a_frames", "b_source_hand", "c_text_hand", "d_cluster", "e_source_count", "e_text_count")
 LABELS = {
     "a_sink": "(a) zcluster-journal -> ZClusterSink (exactly once)",
+    "a_frames": "(a') the same with the source's rows=frames",
     "b_source_hand": "(b) zcluster-journal -> hand-written foreachPartition",
     "c_text_hand": "(c) text source -> hand-written foreachPartition",
     "d_cluster": "(d) Cluster.apply of the sink's writes, no Spark",
@@ -101,6 +104,7 @@ LABELS = {
 }
 SHORT = {
     "a_sink": "a",
+    "a_frames": "a'",
     "b_source_hand": "b",
     "c_text_hand": "c",
     "d_cluster": "d",
@@ -208,12 +212,9 @@ def stream_query(spark: Any, fmt: str, options: dict[str, str], path: str | None
     return query
 
 
-def run_sink_query(spark: Any, zspark: Any, sink: Any, url: str, ckpt: Path) -> Any:
-    """(a) through the package's own runner when it has one, else the same query spelled out."""
-    runner = getattr(zspark, "run_available_now", None)
-    if runner is not None:
-        return runner(spark, sink, url, str(ckpt))
-    return stream_query(spark, "zcluster-journal", {"journals": url}, None, sink, ckpt)
+def run_sink_query(spark: Any, zspark: Any, sink: Any, url: str, ckpt: Path, rows: str) -> Any:
+    """(a) through the package's own runner, with the source's ``rows`` option."""
+    return zspark.run_available_now(spark, sink, url, str(ckpt), rows=rows)
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -395,11 +396,11 @@ def main(argv: list[str] | None = None) -> int:
                 counter[0] += 1
                 return f"bench-{tag}-{counter[0]}", ckpts / f"{tag}-{counter[0]}"
 
-            def query_a(s: Shape) -> tuple[float, dict[str, Any]]:
+            def query_a(s: Shape, rows: str = "ranges") -> tuple[float, dict[str, Any]]:
                 flush()
-                name, ckpt = fresh(f"a-{s.name}")
+                name, ckpt = fresh(f"a-{rows}-{s.name}")
                 sink = sink_class(shards.urls, timeline_mapper, name, journals=s.url, prefix=PREFIX)
-                wall, query = timed(lambda: run_sink_query(spark, zspark, sink, s.url, ckpt))
+                wall, query = timed(lambda: run_sink_query(spark, zspark, sink, s.url, ckpt, rows))
                 batch_s = [getattr(b, "seconds", None) for b in getattr(sink, "history", [])]
                 info = {"wall_s": wall, "batch_seconds": batch_s, "progress": _progress(query)}
                 info["mismatched"] = mismatched_keys(cluster, s.expected)
@@ -451,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
                     return
                 warmed.add(kind)
                 t = time.perf_counter()
-                if kind == "b_source_hand":
+                if kind == "a_frames":
+                    query_a(small, "frames")
+                elif kind == "b_source_hand":
                     query_hand(small, text=False)
                 elif kind == "c_text_hand":
                     query_hand(small, text=True)
@@ -470,6 +473,10 @@ def main(argv: list[str] | None = None) -> int:
                     sec["a_sink"].append(wall)
                     ext["mismatched_a"].append(info["mismatched"])
                     ext["queries_a"].append(info)
+                    warm("a_frames")
+                    wall, info = query_a(s, "frames")
+                    sec["a_frames"].append(wall)
+                    ext["mismatched_a"].append(info["mismatched"])
                     warm("b_source_hand")
                     sec["b_source_hand"].append(query_hand(s, text=False))
                     ext["dbsize_b"].append(dbsize())
@@ -600,6 +607,7 @@ def summarize(
             "a_over_d": _ratio(rate["a_sink"], rate["d_cluster"]),
             "e_source_over_text": _ratio(rate["e_source_count"], rate["e_text_count"]),
             "a_over_b": _ratio(rate["a_sink"], rate["b_source_hand"]),
+            "a_over_a_frames": _ratio(rate["a_sink"], rate["a_frames"]),
             "b_over_c": _ratio(rate["b_source_hand"], rate["c_text_hand"]),
         }
         paired = {
@@ -714,6 +722,7 @@ def print_report(report: dict[str, Any]) -> None:
         ("a_over_d", "(a)/(d) sink / Cluster.apply"),
         ("e_source_over_text", "(e) source count / text count"),
         ("a_over_b", "(a)/(b) sink / source + hand-written"),
+        ("a_over_a_frames", "(a)/(a') rows=ranges / rows=frames"),
         ("b_over_c", "(b)/(c) source / text, hand-written"),
     ]
     for key, label in rows:

@@ -26,6 +26,7 @@ __all__ = [
     "JournalInfo",
     "JournalStore",
     "append_results",
+    "close_store",
     "validate_group",
     "validate_journal_name",
     "validate_labels",
@@ -37,6 +38,13 @@ _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*")
 
 
 _new_result = functools.partial(tuple.__new__, AppendResult)  # C-level constructor: no per-item Python frame
+
+
+def close_store(store: object) -> None:
+    """Close ``store`` if it has a ``close`` (the JournalStore protocol does not require one)."""
+    close = getattr(store, "close", None)
+    if close is not None:
+        close()
 
 
 def append_results(begin: int, items: Sequence[bytes]) -> builtins.list[AppendResult]:

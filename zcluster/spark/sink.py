@@ -31,7 +31,7 @@ from zcluster.config import Where
 from zcluster.errors import ConfigError
 from zcluster.farm.config import FarmConfig, StoreConfig, store_config
 from zcluster.journal.frames import RawFrame
-from zcluster.journal.store import JournalStore
+from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.state.applier import Applier, BatchStats, Mapper, retrying
 from zcluster.state.store import StateStore
@@ -82,7 +82,7 @@ class _Job:
                     for journal, content_type, begin, end in _ranges(batch):
                         applier.apply_range(store, journal, content_type, begin, end, stats)
             finally:
-                _close(store)
+                close_store(store)
         yield pa.RecordBatch.from_pydict({"stats": [json.dumps(stats.counters())]})
 
     def _applier(self, journals: JournalStore | str | None) -> Applier:
@@ -108,12 +108,6 @@ def _frames(batches: Iterator[Any]) -> Iterator[RawFrame]:
 def _ranges(batch: Any) -> Iterator[tuple[str, str, int, int]]:
     columns = [batch.column(name).to_pylist() for name in ("journal", "content_type", "begin", "end")]
     return zip(*columns, strict=True)
-
-
-def _close(store: object) -> None:
-    close = getattr(store, "close", None)
-    if close is not None:
-        close()
 
 
 def _in_order(journal: str, frames: Iterator[RawFrame]) -> Iterator[RawFrame]:

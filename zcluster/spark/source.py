@@ -43,7 +43,7 @@ from pyspark.sql.streaming.datasource import (
 
 from zcluster.errors import ConfigError
 from zcluster.journal.frames import RawFrame, read_frames, read_range, read_range_frames
-from zcluster.journal.store import JournalStore
+from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, framing_for
 
@@ -76,7 +76,7 @@ def read_partition(url: str, part: JournalRange) -> Iterator[RawFrame]:
     try:
         yield from read_range_frames(store, part.journal, part.content_type, part.begin, part.end)
     finally:
-        _close(store)
+        close_store(store)
 
 
 def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
@@ -127,7 +127,7 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
             error = f"unexpected end: no newline after offset {base}"
             yield _rows_batch([RawFrame(part.journal, base, base + len(pending), part.content_type, None, error)])
     finally:
-        _close(store)
+        close_store(store)
 
 
 def _coalesced(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -179,12 +179,6 @@ def _rows_batch(rows: list[RawFrame]) -> pa.RecordBatch:
         [pa.array(col, type=field.type) for col, field in zip(columns, ARROW_SCHEMA, strict=True)],
         schema=ARROW_SCHEMA,
     )
-
-
-def _close(store: object) -> None:
-    close = getattr(store, "close", None)
-    if close is not None:
-        close()
 
 
 def _limit_option(options: dict[str, str], name: str) -> int | None:
@@ -306,7 +300,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         if self.store is not None:
-            _close(self.store)
+            close_store(self.store)
             self.store = None
 
 

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 from zcluster.errors import ConfigError, PartialReadError, PartialWriteError, ZClusterError
 from zcluster.farm.config import Store
 from zcluster.journal.frames import read_range_frames
-from zcluster.journal.store import JournalStore
+from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.envelope import Envelope
 from zcluster.message.framing import FramingError, JsonFraming, framing_for
@@ -374,7 +374,7 @@ class Applier:
                     return
         finally:
             if isinstance(self.journals, str):
-                _close(store)
+                close_store(store)
 
     def _map(self, journal: str, env: Envelope) -> list[Any]:
         try:
@@ -393,9 +393,3 @@ def _message(journal: str, row: FrameLike, decode: Callable[[Any], Any], record:
         log.error("journal %s offset %d: undecodable message: %s", journal, row.begin, exc)
         return None
     return Envelope(journal, row.begin, row.end, message)
-
-
-def _close(store: object) -> None:
-    close = getattr(store, "close", None)
-    if close is not None:
-        close()

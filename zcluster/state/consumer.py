@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zcluster.farm.config import Store
-from zcluster.journal.store import JournalStore
+from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.state.applier import Applier, BatchStats, Mapper
 
@@ -70,9 +70,7 @@ class Consumer:
     def close(self) -> None:
         """Close the journal store if this consumer opened it from a URL (the cluster is the caller's)."""
         if self._owned:
-            close = getattr(self.store, "close", None)
-            if close is not None:
-                close()
+            close_store(self.store)
 
     def __enter__(self) -> Consumer:
         return self
