@@ -784,6 +784,7 @@ def plot(path: Path, report: dict[str, Any]) -> None:
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 5.6), gridspec_kw={"width_ratios": [5, 3, 2]})
     short = [
         "(a) sink",
+        "(a') sink,\nframes",
         "(b) source\n+ hand",
         "(c) text\n+ hand",
         "(d) Cluster\n.apply",
