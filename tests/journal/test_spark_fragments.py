@@ -16,7 +16,8 @@ pytestmark = pytest.mark.spark
 
 
 def test_available_now_query_reads_only_whole_fragments(tmp_path: Path) -> None:
-    pyspark_sql = pytest.importorskip("pyspark.sql")
+    from zcluster.spark import local_session
+
     root = tmp_path / "journals"
     with FileJournals(root, fragment_bytes=600) as fj:
         fj.create(ndjson("pv/part-000"))
@@ -31,13 +32,7 @@ def test_available_now_query_reads_only_whole_fragments(tmp_path: Path) -> None:
         in_open = fj.end("pv/part-000") - len(whole)
     assert len(frags) >= 3 and in_open > 0  # some data is still in the open (invisible) fragment
 
-    spark = (
-        pyspark_sql.SparkSession.builder.master("local[1]")
-        .appName("zcluster-journal-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
-    )
+    spark = local_session("local[1]", "zcluster-journal-test")
     try:
         stream = spark.readStream.format("text").load(str(root / "pv/part-000"))
         query = (

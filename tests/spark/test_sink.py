@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -229,18 +233,33 @@ def test_one_available_now_run_reads_everything_after_an_interrupted_batch(
     assert state_of(s["cluster"], list(expected)) == expected
 
 
-def test_python_workers_import_the_installed_pyspark_not_the_zip(spark: Any) -> None:
-    # local_session points Spark at a home without python/lib/pyspark.zip, which every new Python
-    # process would otherwise compile anew; the workers then import the installed package.
-    import pyspark
+def test_python_workers_import_the_installed_pyspark_not_the_zip(tmp_path: Path) -> None:
+    # local_session points Spark at a home without python/lib/pyspark.zip, which every new Python process
+    # would otherwise compile anew; its workers then import the installed package. A fresh process: the
+    # first session of a process starts the JVM, and with it the workers' environment.
+    script = tmp_path / "where.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, pyspark
+            from zcluster.spark import local_session
 
-    def where(batches: Any) -> Any:
-        import pyarrow as pa
-        import pyspark as worker_pyspark
+            def where(batches):
+                import pyarrow as pa
+                import pyspark as worker_pyspark
+                for _ in batches:
+                    pass
+                yield pa.RecordBatch.from_pydict({"file": [worker_pyspark.__file__]})
 
-        for _ in batches:
-            pass
-        yield pa.RecordBatch.from_pydict({"file": [worker_pyspark.__file__]})
-
-    files = {row.file for row in spark.range(4).mapInArrow(where, "file string").collect()}
-    assert files == {pyspark.__file__} and ".zip" not in pyspark.__file__
+            os.environ.pop("SPARK_HOME", None)
+            spark = local_session("local[1]")
+            files = {row.file for row in spark.range(2).mapInArrow(where, "file string").collect()}
+            spark.stop()
+            print(sorted(files) == [pyspark.__file__], files)
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_PYTHON")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("True") and ".zip" not in done.stdout, done.stdout
