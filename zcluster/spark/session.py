@@ -22,7 +22,7 @@ def local_session(master: str = "local[2]", app: str = "zcluster", *, connect: b
     Python workers run this interpreter (so they see the same packages); the UI is off; shuffles use
     as many partitions as there are cores. Unless ``SPARK_HOME`` is set, a pip-installed pyspark's Python
     processes import it from this interpreter's own packages (see :func:`_bytecode_spark_home`): about
-    0.7 s less for each one Spark starts, and a streaming query from a Python data source starts one
+    0.8 s less for each one Spark starts, and a streaming query from a Python data source starts one
     (when this call starts the process's JVM: a JVM already running keeps the environment it had).
     ``connect=True`` starts a local Spark Connect server instead
     (``SparkSession.builder.remote(master)``; needs the ``connect`` extra) and returns its client session.

@@ -4,7 +4,8 @@ Per micro-batch: the source's rows go through ``DataFrame.mapInArrow`` to execut
 the applier over its journals as the source's partitions give them (one journal range each, in offset
 order: no shuffle, no sort); see :mod:`zcluster.state.applier` for why that is exactly once. The rows are
 either the journal ranges themselves (the source's ``rows=ranges``: the task reads the bytes from the
-journal store, past the stored checkpoint only; the fast way) or one row per frame (the source's
+journal store, past the stored checkpoint only, so no frame crosses the JVM and a re-run batch reads
+nothing) or one row per frame (the source's
 default). Only ``mapInArrow`` and ``collect`` are used, so the sink runs on classic Spark and on Spark
 Connect alike.
 
@@ -23,7 +24,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +80,7 @@ class _Job:
             try:
                 applier = self._applier(store)
                 for batch in itertools.chain([first], batches):
-                    for journal, content_type, begin, end in _ranges(batch):
+                    for journal, content_type, begin, end in _rows(batch, _RANGE_COLUMNS):
                         applier.apply_range(store, journal, content_type, begin, end, stats)
             finally:
                 close_store(store)
@@ -101,13 +102,12 @@ class _Job:
 
 def _frames(batches: Iterator[Any]) -> Iterator[RawFrame]:
     for batch in batches:
-        columns = [batch.column(name).to_pylist() for name in RawFrame._fields]
-        yield from map(RawFrame._make, zip(*columns, strict=True))
+        yield from map(RawFrame._make, _rows(batch, RawFrame._fields))
 
 
-def _ranges(batch: Any) -> Iterator[tuple[str, str, int, int]]:
-    columns = [batch.column(name).to_pylist() for name in ("journal", "content_type", "begin", "end")]
-    return zip(*columns, strict=True)
+def _rows(batch: Any, names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    """The rows of an Arrow record batch as tuples of the columns ``names``."""
+    return zip(*(batch.column(name).to_pylist() for name in names), strict=True)
 
 
 def _in_order(journal: str, frames: Iterator[RawFrame]) -> Iterator[RawFrame]:
@@ -156,8 +156,8 @@ class ZClusterSink:
     (:class:`zcluster.Insert` / :class:`zcluster.Delete`); it sees committed messages only, never ACKs.
     ``query_name``: the application id that keys producer states and progress. ``journals``: the journal
     store URL, needed to replay transactions that span batches, and to read the ranges of a source with
-    ``.option("rows", "ranges")``: the fast way, where tasks read the bytes themselves (past the stored
-    checkpoints only) instead of receiving every frame through the JVM. ``decode``: record -> message (e.g. a
+    ``.option("rows", "ranges")``, where tasks read the bytes themselves (past the stored checkpoints only)
+    instead of receiving every frame through the JVM. ``decode``: record -> message (e.g. a
     ``KindRegistry``'s ``decode``); default: the framing's own. ``prune_horizon``: seconds after which quiet
     producers are forgotten. ``prefix`` and ``max_size``, when given, are set on the cluster's config (on
     every replica of a farm); otherwise a config object keeps its own and URLs get ``"zc:"``, unbounded.

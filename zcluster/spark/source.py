@@ -7,8 +7,9 @@ come in offset order. Each row is one frame: ``journal``, ``begin``, ``end``, ``
 reported with its range instead of being dropped silently). Rows are produced as Arrow record batches.
 
 With ``rows`` set to ``ranges``, a row is a partition's range instead (:data:`RANGES_SCHEMA`: ``journal``,
-``content_type``, ``begin``, ``end``), and whoever consumes it reads the bytes from the store itself. This
-is how :class:`zcluster.spark.ZClusterSink` is fastest: the frames never travel through the JVM.
+``content_type``, ``begin``, ``end``), and whoever consumes it reads the bytes from the store itself, as
+:class:`zcluster.spark.ZClusterSink` does: the frames never travel through the JVM, and a batch Spark runs
+again reads only what lies past the stored checkpoints.
 
 Options:
 

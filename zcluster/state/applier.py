@@ -239,9 +239,7 @@ class Applier:
 
     def apply(self, journal: str, frames: Iterable[FrameLike], stats: BatchStats) -> None:
         """Apply ``frames`` of ``journal`` (in offset order, from any offset up to a frame boundary)."""
-        state = self.state()
-        checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
-        self._apply(journal, frames, stats, state, checkpoint)
+        self._apply(journal, frames, stats, *self._checkpoint(journal))
 
     def apply_range(
         self, store: JournalReader, journal: str, content_type: str, begin: int, end: int, stats: BatchStats
@@ -250,11 +248,15 @@ class Applier:
         the stored checkpoint is read: a range applied already (a retried task, a replayed batch, a new Spark
         checkpoint re-reading from 0) costs one checkpoint lookup. Raises what :func:`read_range` raises
         when the store holds fewer bytes than the range."""
-        state = self.state()
-        checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
+        state, checkpoint = self._checkpoint(journal)
         start = max(begin, checkpoint.offset)
         if start < end:
             self._apply(journal, read_range_frames(store, journal, content_type, start, end), stats, state, checkpoint)
+
+    def _checkpoint(self, journal: str) -> tuple[StateStore, JournalCheckpoint]:
+        state = self.state()
+        checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
+        return state, checkpoint
 
     def _apply(
         self,
