@@ -2,9 +2,16 @@
 --
 -- KEYS, per group (stride 2, or 3 with floors): the add set K+, the remove set K-[, the floor].
 -- ARGV[1] = "+" (insert) or "-" (delete); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = "1" when
--- floor keys are passed (always with a bound); then per group: the tuple count c, and c pairs of score
--- (a decimal the client printed exactly) and member, in the caller's order.
+-- floor keys are passed (always with a bound), "k" when the keys travel in ARGV instead (see below); then
+-- per group: the tuple count c, and c pairs of score (a decimal the client printed exactly) and member,
+-- in the caller's order.
 -- Returns a string with one character per tuple, in ARGV order: "1" took effect, "0" stale.
+--
+-- With "k" (a Redis Cluster node's keys of many slots in one call, no floors, no bound), each group starts
+-- with its K+ and K- in ARGV and no key is declared. The client loads this script with the
+-- allow-cross-slot-keys flag for that. Every group's keys are touched before anything is written: a key
+-- this node does not serve (a stale slot map, a slot mid-migration) fails the call with nothing applied,
+-- as an error starting with "NOTLOCAL", and the client resends those tuples one slot per call.
 --
 -- The floor (the highest score trimmed or forgotten for this set) only judges members without a record:
 -- a member still in K+ or K- has never had a newer record forgotten (a newer delete would have removed it
@@ -16,6 +23,7 @@
 local insert = ARGV[1] == "+"
 local bound = tonumber(ARGV[2])
 local floors = ARGV[3] == "1"
+local inline = ARGV[3] == "k"
 local stride = 2
 if floors then stride = 3 end
 local SLICE = 256
@@ -218,10 +226,25 @@ local function single(adds, rems, floor, stext, m)
   return "0"
 end
 
+if inline then
+  local pos = 4
+  while pos <= #ARGV do
+    local reply = redis.pcall("EXISTS", ARGV[pos], ARGV[pos + 1])
+    if type(reply) == "table" and reply.err then return redis.error_reply("NOTLOCAL " .. reply.err) end
+    pos = pos + 3 + 2 * tonumber(ARGV[pos + 2])
+  end
+end
+
 local pos, base = 4, 0
 while pos <= #ARGV do
+  local adds, rems
+  if inline then
+    adds, rems = ARGV[pos], ARGV[pos + 1]
+    pos = pos + 2
+  else
+    adds, rems = KEYS[base + 1], KEYS[base + 2]
+  end
   local count = tonumber(ARGV[pos])
-  local adds, rems = KEYS[base + 1], KEYS[base + 2]
   local floorkey, floor = nil, false
   if floors then
     floorkey = KEYS[base + 3]

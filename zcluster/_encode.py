@@ -94,11 +94,16 @@ def score_pairs(raw: list[Any]) -> list[tuple[bytes, float]]:
 
 @dataclass
 class Call:
-    """One write-script call: the caller's indices of its tuples, its KEYS, and its per-key ARGV."""
+    """One write-script call: the caller's indices of its tuples, its KEYS, and its per-key ARGV.
+
+    ``inline``: the call carries keys of several slots of one Redis Cluster node in ARGV (the script's
+    "k" mode), and ``keys`` is empty.
+    """
 
     indices: list[int]
     keys: list[bytes]
     argv: list[Any]
+    inline: bool = False
 
 
 class Encoder:
@@ -118,8 +123,11 @@ class Encoder:
             out.append((topo.shard_of(kb, layout.slot(kb)), kb))
         return out
 
-    def writes(self, items: Sequence[Any], indices: Sequence[int] | None = None) -> dict[int, list[Call]]:
-        """Validate every tuple, then pack them into script calls per shard (per slot on a Redis Cluster).
+    def writes(
+        self, items: Sequence[Any], indices: Sequence[int] | None = None, node_calls: bool = False
+    ) -> dict[int, list[Call]]:
+        """Validate every tuple, then pack them into script calls per shard (per slot on a Redis Cluster,
+        or with ``node_calls`` and no floors, per node with the keys inline: see :class:`Call`).
 
         ``indices[j]`` is the caller's position of ``items[j]`` (default: j). A call holds groups of
         tuples of one logical key each (its Redis keys are sent once, and the script reads and writes
@@ -151,8 +159,9 @@ class Encoder:
         per_shard: dict[int, list[Call]] = {}
         filling: dict[int, Call] = {}
         size, floors = self.batch_size, self.floors
-        one_slot = topo.single_slot_calls
-        only = 0 if len(topo.shards) == 1 and not one_slot else None  # one server: no routing at all
+        inline = node_calls and topo.single_slot_calls and not floors
+        one_slot = topo.single_slot_calls and not inline
+        only = 0 if len(topo.shards) == 1 and not topo.single_slot_calls else None  # one server: no routing
         slot_of, shard_of, script_keys = layout.slot, topo.shard_of, layout.script_keys
         for kb, entry in keyed.items():
             if only is None:
@@ -167,9 +176,12 @@ class Encoder:
             while done < n:
                 call = filling.get(group)
                 if call is None:
-                    call = filling[group] = Call([], [], [])
+                    call = filling[group] = Call([], [], [], inline)
                 take = min(size - len(call.indices), n - done)
-                call.keys += rkeys
+                if inline:
+                    call.argv += rkeys
+                else:
+                    call.keys += rkeys
                 if take == 1:
                     call.argv += (1, entry[3 * done + 1], entry[3 * done + 2])
                     call.indices.append(entry[3 * done])

@@ -14,9 +14,12 @@ _SEARCH = (_HERE / "lua", _HERE.parent / "lua")
 
 @dataclass(frozen=True)
 class Script:
+    """A Lua script; ``optional``: a server may refuse to load it (see :meth:`Transport.load_scripts`)."""
+
     name: str
     source: bytes
     sha: str
+    optional: bool = False
 
 
 @cache
@@ -33,6 +36,15 @@ def load(name: str) -> Script:
 def write_script() -> Script:
     """The batched 2P-set insert/delete script."""
     return load("write")
+
+
+@cache
+def node_write_script() -> Script:
+    """The write script declaring ``allow-cross-slot-keys`` (Redis >= 7), for calls that carry the keys of
+    many slots of one Redis Cluster node in ARGV (the script's "k" mode). Same source: one set of rules."""
+    base = write_script()
+    source = b"#!lua flags=allow-cross-slot-keys\n" + base.source
+    return Script("write-node", source, hashlib.sha1(source).hexdigest(), optional=True)
 
 
 def forget_script() -> Script:

@@ -13,6 +13,7 @@ as the writes, so this costs nothing, and a server upgraded in place is never mi
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +27,8 @@ from zcluster._scripts import Script
 from zcluster._topology import Shard, Topology
 from zcluster.errors import DurabilityError, RedirectLoopError, ShardError
 from zcluster.types import Durability, ReadResult, ShardFailure
+
+log = logging.getLogger("zcluster")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,6 +47,7 @@ class Transport:
         self.topology = topology
         self.scripts = scripts
         self.pipeline_calls = pipeline_calls
+        self.refused: set[str] = set()  # names of optional scripts a server refused to load
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -74,9 +78,17 @@ class Transport:
         futures = {idx: pool.submit(guarded, idx) for idx in work}
         return {idx: f.result() for idx, f in futures.items()}
 
-    def load_scripts(self, client: redis.Redis) -> None:
+    def load_scripts(self, shard: Shard) -> None:
+        """Load every script on ``shard``. An optional script the server refuses (Redis < 7 does
+        not know script flags) is logged and left out: its calls answer NOSCRIPT, which their sender handles."""
         for script in self.scripts:
-            client.script_load(script.source)
+            try:
+                shard.client.script_load(script.source)
+            except redis.ResponseError as exc:
+                if not script.optional:
+                    raise
+                self.refused.add(script.name)
+                log.warning("%s refused the optional script %s: %s", shard.name, script.name, exc)
 
     def writes(self, shard: Shard, commands: list[Command], durability: Durability | None = None) -> list[Any]:
         """:meth:`commands` with the pipeline streamed (write-script calls, whose replies are plain)."""
@@ -105,7 +117,7 @@ class Transport:
             replies = [r for chunk in chunks for r in waits.pipeline(shard, chunk)]
         missing = [j for j, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if missing:
-            self.load_scripts(shard.client)
+            self.load_scripts(shard)
             for j, r in zip(missing, waits.pipeline(shard, [commands[j] for j in missing]), strict=True):
                 replies[j] = r
         for j, r in enumerate(replies):
@@ -115,21 +127,21 @@ class Transport:
         return replies
 
     def _redirected(self, shard: Shard, command: Command, error: Exception, waits: _Waits) -> Any:
-        node = shard
+        node, asking = shard, False
         for attempt in range(MAX_REDIRECTS):
-            asking = False
             if isinstance(error, MovedError):
                 self.topology.refresh()
                 node = self.topology.redirect(error.host, int(error.port))
+                asking = False
             elif isinstance(error, AskError):
                 node = self.topology.redirect(error.host, int(error.port))
                 asking = True
-            else:  # TRYAGAIN: keys of the slot are split between two nodes mid-migration
+            else:  # TRYAGAIN: keys of the slot are split between two nodes mid-migration; same node, same way
                 time.sleep(min(0.005 * (attempt + 1), 0.1))
             cmds = [("ASKING",), command] if asking else [command]
             reply = waits.pipeline(node, cmds)[-1]
             if isinstance(reply, NoScriptError):
-                self.load_scripts(node.client)
+                self.load_scripts(node)
                 reply = waits.pipeline(node, cmds)[-1]
             if not isinstance(reply, MovedError | AskError | TryAgainError):
                 return reply

@@ -15,10 +15,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
+from redis.exceptions import NoScriptError
+
 from zcluster import _encode
 from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, listed_keys, score_pairs
 from zcluster._keys import ADD, KeyLayout
-from zcluster._scripts import fingerprint_script, forget_script, write_script
+from zcluster._scripts import fingerprint_script, forget_script, node_write_script, write_script
 from zcluster._topology import ClusterTopology, Routing, Shard, StandaloneTopology, Topology
 from zcluster._transport import SHARD_ERRORS, SharedCommands, Transport, in_order, read, read_each
 from zcluster.errors import (
@@ -101,7 +103,7 @@ class Cluster:
         instrumentation: Instrumentation = nop,
         durability: Durability | None = None,
     ) -> None:
-        scripts = (write_script(), forget_script(), fingerprint_script())
+        scripts = (write_script(), forget_script(), fingerprint_script(), node_write_script())
         transport = Transport(topology, scripts, _positive(pipeline_calls, "pipeline_calls"))
         self._setup(
             transport, True, max_size, floors, prefix, batch_size, decode, instrumentation, durability=durability
@@ -143,6 +145,7 @@ class Cluster:
         self._write_sha = transport.scripts[0].sha
         self._forget_sha = transport.scripts[1].sha
         self._fingerprint_sha = transport.scripts[2].sha
+        self._node_script = transport.scripts[3]
 
     # -- construction -------------------------------------------------------------------------------------
 
@@ -285,17 +288,27 @@ class Cluster:
         except BaseException as exc:
             self._report(name, n, started, error=exc)
             raise
-        return self._send(name, prepared, n, raise_on_error, started)
+        return self._send(name, ops, prepared, n, raise_on_error, started)
 
-    def _prepare(self, ops: list[tuple[bytes, Sequence[Any], list[int] | None]]) -> _Prepared:
-        """Validate and pack writes into script calls per shard (raises InvalidTupleError, nothing sent)."""
+    def _prepare(self, ops: list[tuple[bytes, Sequence[Any], list[int] | None]], per_slot: bool = False) -> _Prepared:
+        """Validate and pack writes into script calls per shard (raises InvalidTupleError, nothing sent).
+
+        On a Redis Cluster, unbounded writes go one call per node for keys of many slots (the write
+        script's "k" mode) rather than one call per slot, where spread keys would make a call per tuple or
+        two; unless ``per_slot``, or a server refused the script that allows it.
+        """
+        node_calls = not per_slot and self._node_script.name not in self._transport.refused
         commands: dict[int, SharedCommands] = {}
         index_lists: dict[int, list[list[int]]] = {}
-        sha, bound, flag = self._write_sha, self.max_size or 0, b"1" if self.floors else b"0"
+        sha, node_sha = self._write_sha, self._node_script.sha
+        bound, flag = self.max_size or 0, b"1" if self.floors else b"0"
         for op, items, indices in ops:
-            for shard_idx, calls in self._encoder.writes(items, indices).items():
+            for shard_idx, calls in self._encoder.writes(items, indices, node_calls).items():
                 commands.setdefault(shard_idx, SharedCommands()).extend(
-                    ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv) for c in calls
+                    ("EVALSHA", node_sha, 0, op, bound, b"k", *c.argv)
+                    if c.inline
+                    else ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv)
+                    for c in calls
                 )
                 index_lists.setdefault(shard_idx, []).extend(c.indices for c in calls)
         return _Prepared(commands, index_lists)
@@ -315,14 +328,46 @@ class Cluster:
             self.batch_size,
         )
 
-    def _send(self, name: str, prepared: _Prepared, n: int, raise_on_error: bool, started: float) -> WriteResult:
+    def _send(
+        self,
+        name: str,
+        ops: list[tuple[bytes, Sequence[Any], list[int] | None]],
+        prepared: _Prepared,
+        n: int,
+        raise_on_error: bool,
+        started: float,
+    ) -> WriteResult:
+        """Send ``prepared`` (the packed ``ops``) and read the replies into a WriteResult."""
+        applied = [False] * n
+        failures: list[ShardFailure] = []
         try:
             outcome = self._transport.fanout(prepared.commands, self._writer)
+            resend = self._collect(prepared, outcome, applied, failures, can_resend=True)
+            if resend:
+                # Node calls that applied nothing (a key the node does not serve: a stale slot map or a slot
+                # mid-migration; or a server without the cross-slot script): the same tuples, a slot per call,
+                # where MOVED and ASK redirect each call as usual.
+                again = self._prepare(_subset(ops, resend), per_slot=True)
+                outcome = self._transport.fanout(again.commands, self._writer)
+                self._collect(again, outcome, applied, failures, can_resend=False)
         except BaseException as exc:
             self._report(name, n, started, error=exc)
             raise
-        applied = [False] * n
-        failures: list[ShardFailure] = []
+        result = WriteResult(applied, failures)
+        self._report(name, n, started, result.applied_count, failures)
+        return result.raise_for_failures() if raise_on_error else result
+
+    def _collect(
+        self,
+        prepared: _Prepared,
+        outcome: dict[int, list[Any] | BaseException],
+        applied: list[bool],
+        failures: list[ShardFailure],
+        can_resend: bool,
+    ) -> set[int]:
+        """Fold one round of replies into ``applied`` and ``failures``; with ``can_resend``, returns the
+        indices of the calls that applied nothing and may be resent one slot per call instead of failing."""
+        resend: set[int] = set()
         for shard_idx, res in outcome.items():
             shard = self._transport.topology.shards[shard_idx].name
             index_lists = prepared.indices[shard_idx]
@@ -333,6 +378,9 @@ class Cluster:
             first_error: BaseException | None = None
             for indices, reply in zip(index_lists, res, strict=True):
                 if isinstance(reply, BaseException):
+                    if can_resend and _applied_nothing(reply):
+                        resend.update(indices)
+                        continue
                     bad.extend(indices)
                     first_error = first_error or reply
                     continue
@@ -340,9 +388,7 @@ class Cluster:
                     applied[i] = verdict == 49  # b"1"
             if first_error is not None:
                 failures.append(ShardFailure(shard, first_error, tuple(bad)))
-        result = WriteResult(applied, failures)
-        self._report(name, n, started, result.applied_count, failures)
-        return result.raise_for_failures() if raise_on_error else result
+        return resend
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -772,7 +818,7 @@ class Cluster:
     def load_scripts(self) -> None:
         """Load the scripts on every master now (they are otherwise loaded on first NOSCRIPT)."""
         for shard in self._transport.topology.masters():
-            self._transport.load_scripts(shard.client)
+            self._transport.load_scripts(shard)
 
     # -- plumbing -----------------------------------------------------------------------------------------
 
@@ -856,6 +902,23 @@ def _position(position: str | None, masters: int) -> tuple[int, int]:
     if sep and index_text.isdigit() and cursor_text.isdigit() and int(index_text) < masters:
         return int(index_text), int(cursor_text)
     raise ValueError(f"not a scan position of this cluster ({masters} masters): {position!r}")
+
+
+def _applied_nothing(reply: BaseException) -> bool:
+    """A node call's error that guarantees none of its writes happened (see ``lua/write.lua``): a key the
+    node does not serve, or the cross-slot script missing (a server that refused it answers NOSCRIPT)."""
+    return isinstance(reply, NoScriptError) or str(reply).startswith("NOTLOCAL")
+
+
+def _subset(
+    ops: list[tuple[bytes, Sequence[Any], list[int] | None]], wanted: set[int]
+) -> list[tuple[bytes, Sequence[Any], list[int] | None]]:
+    """The writes of ``ops`` whose caller indices are in ``wanted``, with those indices."""
+    out: list[tuple[bytes, Sequence[Any], list[int] | None]] = []
+    for op, items, indices in ops:
+        keep = [j for j in range(len(items)) if (j if indices is None else indices[j]) in wanted]
+        out.append((op, [items[j] for j in keep], [j if indices is None else indices[j] for j in keep]))
+    return out
 
 
 def _merge_failures(failures: Iterable[ShardFailure]) -> list[ShardFailure]:

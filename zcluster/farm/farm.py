@@ -287,7 +287,7 @@ class Farm:
                     if shape is not None:
                         prepared[shape] = p
                 work.append((c, p))
-            results = self._each(functools.partial(_send, name, n, started), work)
+            results = self._each(functools.partial(_send, name, ops, n, started), work)
         except BaseException as exc:
             self._report(f"farm.{name}", n, started, error=exc)
             raise
@@ -710,12 +710,12 @@ class Farm:
         return result
 
 
-def _send(name: str, n: int, started: float, work: tuple[Cluster, Any]) -> WriteResult:
+def _send(name: str, ops: list[Any], n: int, started: float, work: tuple[Cluster, Any]) -> WriteResult:
     """One replica's part of a farm write; a replica that could not even route the tuples failed them all."""
     cluster, prepared = work
     if isinstance(prepared, ShardError):
         return WriteResult([False] * n, [ShardFailure("routing", prepared, tuple(range(n)))])
-    return cluster._send(name, prepared, n, False, started)
+    return cluster._send(name, ops, prepared, n, False, started)
 
 
 def _ask(

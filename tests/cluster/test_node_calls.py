@@ -1,0 +1,141 @@
+"""A Redis Cluster write carries the keys of many slots of one node per script call ("k" mode), and a call
+that would touch a key its node does not serve applies nothing and is resent one slot per call."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import pytest
+import redis
+
+from zcluster import Cluster, KeyScoreMember
+from zcluster._keys import KeyLayout
+from zcluster._scripts import Script
+from zcluster.testing import LocalRedisCluster
+
+KSM = KeyScoreMember
+pytestmark = pytest.mark.cluster
+
+
+def script_calls(rc: LocalRedisCluster) -> int:
+    """EVALSHA calls the masters served so far."""
+    total = 0
+    for s in rc.servers:
+        with s.client() as r:
+            total += int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    return total
+
+
+def error_count(rc: LocalRedisCluster, prefix: str) -> int:
+    """Error replies starting with ``prefix`` that the masters gave (Redis 7 counts them by prefix)."""
+    total = 0
+    for s in rc.servers:
+        with s.client() as r:
+            total += int(r.info("errorstats").get(f"errorstat_{prefix}", {}).get("count", 0))
+    return total
+
+
+def test_spread_keys_take_one_call_per_node_not_one_per_slot() -> None:
+    keys = [f"user:{i}" for i in range(600)]
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
+        layout = KeyLayout(c.prefix)
+        assert len({layout.slot(k.encode()) for k in keys}) > 500  # spread: about a key per slot
+        c.load_scripts()  # else the first calls count twice: NOSCRIPT, then again
+        before = script_calls(rc)
+        assert c.insert([KSM(k, 1.0, "a") for k in keys]).applied_count == len(keys)
+        # 600 tuples in calls of at most batch_size (256) per node: a handful of calls, not one per slot
+        assert script_calls(rc) - before <= 3 + len(keys) // c.batch_size
+        assert c.delete([KSM(k, 2.0, "a") for k in keys[:300]]).applied_count == 300
+        again = c.insert([KSM(k, 1.0, "a") for k in keys])  # stale everywhere: deleted later, or equal
+        assert again.applied_count == 0 and again.ok
+        got = c.select(keys)
+        assert all(got[k] == [] for k in keys[:300])
+        assert all(got[k] == [KSM(k, 1.0, "a")] for k in keys[300:])
+        for k in keys[:3]:  # the keys live on the node that owns their slot, in the usual layout
+            owner = rc.servers[rc.slot_owner(layout.slot(k.encode()))]
+            with owner.client() as r:
+                assert r.zscore(layout.removes(k.encode()), "a") == 2.0
+
+
+def test_bounded_writes_keep_one_slot_per_call() -> None:
+    keys = [f"user:{i}" for i in range(300)]
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url, max_size=5) as c:
+        c.load_scripts()
+        before = script_calls(rc)
+        assert c.insert([KSM(k, 1.0, "a") for k in keys]).applied_count == len(keys)
+        slots = {KeyLayout(c.prefix).slot(k.encode()) for k in keys}
+        assert script_calls(rc) - before == len(slots)  # floors: a call per slot, as before
+
+
+def test_a_stale_slot_map_applies_nothing_then_each_slot_is_resent() -> None:
+    keys = [f"user:{i}" for i in range(200)]
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
+        layout = KeyLayout(c.prefix)
+        assert c.insert([KSM(k, 1.0, "seed") for k in keys]).ok
+        moved = keys[17]
+        slot = layout.slot(moved.encode())
+        src = rc.slot_owner(slot)
+        rc.migrate_slot(slot, (src + 1) % 3)  # behind the client's back: its map still says src
+        refused = error_count(rc, "NOTLOCAL")
+        result = c.insert([KSM(k, 2.0, "fresh") for k in keys])
+        assert error_count(rc, "NOTLOCAL") == refused + 1  # the node call to src touched the moved key
+        # Exact: had the refused call written any of its other keys, the resend would call them stale.
+        assert result.ok and result.applied == [True] * len(keys)
+        got = c.select(keys)
+        assert all(got[k] == [KSM(k, 2.0, "fresh"), KSM(k, 1.0, "seed")] for k in keys)
+        # the map was refreshed by the resend's MOVED: the next call goes per node again, straight there
+        refused = error_count(rc, "NOTLOCAL")
+        assert c.insert([KSM(k, 3.0, "later") for k in keys]).applied_count == len(keys)
+        assert error_count(rc, "NOTLOCAL") == refused
+
+
+def test_a_slot_mid_migration_is_written_through_ask() -> None:
+    keys = [f"user:{i}" for i in range(200)]
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
+        layout = KeyLayout(c.prefix)
+        assert c.insert([KSM(k, 1.0, "seed") for k in keys]).ok
+        assert c.delete([KSM(keys[5], 1.0, "gone")]).ok  # the key has both sets
+        key = keys[5].encode()
+        slot = layout.slot(key)
+        src = rc.slot_owner(slot)
+        dst = (src + 1) % 3
+        with rc.servers[src].client() as sc, rc.servers[dst].client() as dc:
+            dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", rc.node_id(src))
+            sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", rc.node_id(dst))
+            moving = (layout.adds(key), layout.removes(key))
+            sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", *moving)
+            # src no longer holds the key: the node call to src refuses it, and its slot's call is ASKed to dst
+            refused = error_count(rc, "NOTLOCAL")
+            result = c.insert([KSM(k, 2.0, "mid") for k in keys] + [KSM(keys[5], 0.5, "old")])
+            assert result.ok and result.applied == [True] * (len(keys) + 1)
+            assert error_count(rc, "NOTLOCAL") == refused + 1
+            dc.execute_command("ASKING")
+            held = dc.zrange(layout.adds(key), 0, -1, withscores=True)
+            assert held == [(b"old", 0.5), (b"seed", 1.0), (b"mid", 2.0)]
+            for s in rc.servers:
+                with s.client() as r:
+                    r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", rc.node_id(dst))
+        got = c.select(keys)
+        assert all(got[k][:2] == [KSM(k, 2.0, "mid"), KSM(k, 1.0, "seed")] for k in keys)
+
+
+def test_a_server_that_refuses_the_cross_slot_script_gets_one_call_per_slot(caplog: pytest.LogCaptureFixture) -> None:
+    keys = [f"user:{i}" for i in range(100)]
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
+        # As Redis 6 would: it knows no script flags. Stand in a script this server refuses to load.
+        bad = b"#!lua flags=no-such-flag\nreturn 1"
+        transport = c._transport
+        node = Script("write-node", bad, hashlib.sha1(bad).hexdigest(), optional=True)
+        transport.scripts = (*transport.scripts[:3], node)
+        c._node_script = node
+        with caplog.at_level(logging.WARNING, logger="zcluster"):
+            result = c.insert([KSM(k, 1.0, "a") for k in keys])
+        assert result.ok and result.applied_count == len(keys)
+        assert "refused the optional script write-node" in caplog.text
+        assert transport.refused == {"write-node"}
+        before = script_calls(rc)
+        assert c.insert([KSM(k, 2.0, "b") for k in keys]).applied_count == len(keys)
+        assert script_calls(rc) - before == len({KeyLayout(c.prefix).slot(k.encode()) for k in keys})
+        with pytest.raises(redis.ResponseError):  # what the server said, for the record
+            rc.servers[0].client().script_load(bad)
