@@ -1,17 +1,20 @@
 -- zcluster 2P-set write: many tuples per call, grouped by logical set.
 --
 -- KEYS, per group (stride 2, or 3 with floors): the add set K+, the remove set K-[, the floor].
--- ARGV[1] = "+" (insert) or "-" (delete); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = "1" when
--- floor keys are passed (always with a bound), "k" when the keys travel in ARGV instead (see below); then
--- per group: the tuple count c, and c pairs of score (a decimal the client printed exactly) and member,
--- in the caller's order.
+-- ARGV[1] = "+" (insert) or "-" (delete); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = the key mode:
+-- "0" declared keys, "1" declared keys with floors (always with a bound), "k" / "K" the same keys in ARGV
+-- instead (see below); then per group: [its keys, in "k"/"K" mode,] the tuple count c, and c pairs of
+-- score (a decimal the client printed exactly) and member, in the caller's order.
 -- Returns a string with one character per tuple, in ARGV order: "1" took effect, "0" stale.
 --
--- With "k" (a Redis Cluster node's keys of many slots in one call, no floors, no bound), each group starts
--- with its K+ and K- in ARGV and no key is declared. The client loads this script with the
--- allow-cross-slot-keys flag for that. Every group's keys are touched before anything is written: a key
--- this node does not serve (a stale slot map, a slot mid-migration) fails the call with nothing applied,
--- as an error starting with "NOTLOCAL", and the client resends those tuples one slot per call.
+-- "k"/"K" carry the keys of many slots of one Redis Cluster node in one call; no key is declared, and the
+-- client loads this script with the allow-cross-slot-keys flag for that. Every group's keys are touched
+-- before anything is written: a key this node does not serve (a stale slot map, a slot mid-migration)
+-- fails the call with nothing applied, as an error starting with "NOTLOCAL", and the client resends
+-- those tuples one slot per call. Once that check passed, every write lands on a key that was there or
+-- in a slot that is not moving: an insert only adds to K+ and removes from K-, a delete the reverse, and
+-- a floor is only ever set, so no call empties a key and then writes it again (which Redis would refuse
+-- in a slot mid-migration, after the writes before it).
 --
 -- The floor (the highest score trimmed or forgotten for this set) only judges members without a record:
 -- a member still in K+ or K- has never had a newer record forgotten (a newer delete would have removed it
@@ -22,11 +25,15 @@
 -- Long argument lists go to Redis in slices: unpack() of thousands of values overflows Lua's stack.
 local insert = ARGV[1] == "+"
 local bound = tonumber(ARGV[2])
-local floors = ARGV[3] == "1"
-local inline = ARGV[3] == "k"
+local floors = ARGV[3] == "1" or ARGV[3] == "K"
+local inline = ARGV[3] == "k" or ARGV[3] == "K"
 local stride = 2
 if floors then stride = 3 end
 local SLICE = 256
+-- Up to this many tuples for a set go one at a time through `single`, in order (the same decisions as
+-- `grouped`, which decides them in order too): a few commands each beat `grouped`'s dozen tables
+-- (measured: 1.4x faster at 2 tuples per set, 1.1x at 8; `grouped` is 1.1x faster at 20).
+local FEW = 12
 local out = {}
 
 -- Redis answers a missing score or string as false.
@@ -194,7 +201,7 @@ local function grouped(adds, rems, floor, pos, count)
   sliced("ZREM", rems, rem_del, 1)
 end
 
--- One tuple for a set (spread keys): no tables, two or three commands. ZADD GT CH adds a new member or
+-- One tuple for a set (spread keys; or each of a few, in order): no tables, two or three commands. ZADD GT CH adds a new member or
 -- raises its score and says whether it did, so it decides and writes at once where the other set's record
 -- (read first) does not decide. A member is never in both sets, so one record read suffices.
 local function single(adds, rems, floor, stext, m)
@@ -229,31 +236,32 @@ end
 if inline then
   local pos = 4
   while pos <= #ARGV do
-    local reply = redis.pcall("EXISTS", ARGV[pos], ARGV[pos + 1])
+    local reply = redis.pcall("EXISTS", unpack(ARGV, pos, pos + stride - 1))
     if type(reply) == "table" and reply.err then return redis.error_reply("NOTLOCAL " .. reply.err) end
-    pos = pos + 3 + 2 * tonumber(ARGV[pos + 2])
+    pos = pos + stride + 1 + 2 * tonumber(ARGV[pos + stride])
   end
 end
 
 local pos, base = 4, 0
 while pos <= #ARGV do
-  local adds, rems
+  local from, at = KEYS, base  -- where this group's keys are
   if inline then
-    adds, rems = ARGV[pos], ARGV[pos + 1]
-    pos = pos + 2
-  else
-    adds, rems = KEYS[base + 1], KEYS[base + 2]
+    from, at = ARGV, pos - 1
+    pos = pos + stride
   end
+  local adds, rems = from[at + 1], from[at + 2]
   local count = tonumber(ARGV[pos])
   local floorkey, floor = nil, false
   if floors then
-    floorkey = KEYS[base + 3]
+    floorkey = from[at + 3]
     floor = num(redis.call("GET", floorkey))
   end
   if bound > 0 then
     bounded(adds, rems, floorkey, floor, pos + 1, count)
-  elseif count == 1 then
-    out[#out + 1] = single(adds, rems, floor, ARGV[pos + 1], ARGV[pos + 2])
+  elseif count <= FEW then
+    for j = pos + 1, pos + 2 * count, 2 do
+      out[#out + 1] = single(adds, rems, floor, ARGV[j], ARGV[j + 1])
+    end
   else
     grouped(adds, rems, floor, pos + 1, count)
   end

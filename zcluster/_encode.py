@@ -97,7 +97,7 @@ class Call:
     """One write-script call: the caller's indices of its tuples, its KEYS, and its per-key ARGV.
 
     ``inline``: the call carries keys of several slots of one Redis Cluster node in ARGV (the script's
-    "k" mode), and ``keys`` is empty.
+    "k"/"K" modes), and ``keys`` is empty.
     """
 
     indices: list[int]
@@ -126,8 +126,8 @@ class Encoder:
     def writes(
         self, items: Sequence[Any], indices: Sequence[int] | None = None, node_calls: bool = False
     ) -> dict[int, list[Call]]:
-        """Validate every tuple, then pack them into script calls per shard (per slot on a Redis Cluster,
-        or with ``node_calls`` and no floors, per node with the keys inline: see :class:`Call`).
+        """Validate every tuple, then pack them into script calls per shard (on a Redis Cluster: per node
+        with the keys inline with ``node_calls``, else per slot; see :class:`Call`).
 
         ``indices[j]`` is the caller's position of ``items[j]`` (default: j). A call holds groups of
         tuples of one logical key each (its Redis keys are sent once, and the script reads and writes
@@ -159,7 +159,7 @@ class Encoder:
         per_shard: dict[int, list[Call]] = {}
         filling: dict[int, Call] = {}
         size, floors = self.batch_size, self.floors
-        inline = node_calls and topo.single_slot_calls and not floors
+        inline = node_calls and topo.single_slot_calls
         one_slot = topo.single_slot_calls and not inline
         only = 0 if len(topo.shards) == 1 and not topo.single_slot_calls else None  # one server: no routing
         slot_of, shard_of, script_keys = layout.slot, topo.shard_of, layout.script_keys

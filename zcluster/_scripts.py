@@ -41,7 +41,7 @@ def write_script() -> Script:
 @cache
 def node_write_script() -> Script:
     """The write script declaring ``allow-cross-slot-keys`` (Redis >= 7), for calls that carry the keys of
-    many slots of one Redis Cluster node in ARGV (the script's "k" mode). Same source: one set of rules."""
+    many slots of one Redis Cluster node in ARGV (the script's "k"/"K" modes). Same source: one set of rules."""
     base = write_script()
     source = b"#!lua flags=allow-cross-slot-keys\n" + base.source
     return Script("write-node", source, hashlib.sha1(source).hexdigest(), optional=True)

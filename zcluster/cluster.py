@@ -293,19 +293,19 @@ class Cluster:
     def _prepare(self, ops: list[tuple[bytes, Sequence[Any], list[int] | None]], per_slot: bool = False) -> _Prepared:
         """Validate and pack writes into script calls per shard (raises InvalidTupleError, nothing sent).
 
-        On a Redis Cluster, unbounded writes go one call per node for keys of many slots (the write
-        script's "k" mode) rather than one call per slot, where spread keys would make a call per tuple or
-        two; unless ``per_slot``, or a server refused the script that allows it.
+        On a Redis Cluster, writes go one call per node for keys of many slots (the write script's "k"/"K"
+        modes) rather than one call per slot, where spread keys would make a call per tuple or two; unless
+        ``per_slot``, or a server refused the script that allows it.
         """
         node_calls = not per_slot and self._node_script.name not in self._transport.refused
         commands: dict[int, SharedCommands] = {}
         index_lists: dict[int, list[list[int]]] = {}
         sha, node_sha = self._write_sha, self._node_script.sha
-        bound, flag = self.max_size or 0, b"1" if self.floors else b"0"
+        bound, flag, inline = self.max_size or 0, b"1" if self.floors else b"0", b"K" if self.floors else b"k"
         for op, items, indices in ops:
             for shard_idx, calls in self._encoder.writes(items, indices, node_calls).items():
                 commands.setdefault(shard_idx, SharedCommands()).extend(
-                    ("EVALSHA", node_sha, 0, op, bound, b"k", *c.argv)
+                    ("EVALSHA", node_sha, 0, op, bound, inline, *c.argv)
                     if c.inline
                     else ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv)
                     for c in calls

@@ -58,14 +58,21 @@ def test_spread_keys_take_one_call_per_node_not_one_per_slot() -> None:
                 assert r.zscore(layout.removes(k.encode()), "a") == 2.0
 
 
-def test_bounded_writes_keep_one_slot_per_call() -> None:
+def test_bounded_writes_go_per_node_too_and_keep_their_floors() -> None:
     keys = [f"user:{i}" for i in range(300)]
-    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url, max_size=5) as c:
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url, max_size=2) as c:
         c.load_scripts()
         before = script_calls(rc)
-        assert c.insert([KSM(k, 1.0, "a") for k in keys]).applied_count == len(keys)
-        slots = {KeyLayout(c.prefix).slot(k.encode()) for k in keys}
-        assert script_calls(rc) - before == len(slots)  # floors: a call per slot, as before
+        for score in (1.0, 2.0, 3.0):  # the third insert trims the first: its score becomes the floor
+            assert c.insert([KSM(k, score, f"m{score}") for k in keys]).applied_count == len(keys)
+        assert script_calls(rc) - before <= 3 * (3 + len(keys) // c.batch_size)
+        assert c.insert([KSM(k, 1.0, "m1.0") for k in keys]).applied_count == 0  # below the floor: stays out
+        got = c.select(keys)
+        assert all(got[k] == [KSM(k, 3.0, "m3.0"), KSM(k, 2.0, "m2.0")] for k in keys)
+        layout = KeyLayout(c.prefix)
+        key = keys[7].encode()
+        with rc.servers[rc.slot_owner(layout.slot(key))].client() as r:
+            assert float(r.get(layout.script_keys(key, True)[2])) == 1.0
 
 
 def test_a_stale_slot_map_applies_nothing_then_each_slot_is_resent() -> None:
