@@ -8,13 +8,15 @@
 -- Returns a string with one character per tuple, in ARGV order: "1" took effect, "0" stale.
 --
 -- "k"/"K" carry the keys of many slots of one Redis Cluster node in one call; no key is declared, and the
--- client loads this script with the allow-cross-slot-keys flag for that. Every group's keys are touched
--- before anything is written: a key this node does not serve (a stale slot map, a slot mid-migration)
--- fails the call with nothing applied, as an error starting with "NOTLOCAL", and the client resends
--- those tuples one slot per call. Once that check passed, every write lands on a key that was there or
--- in a slot that is not moving: an insert only adds to K+ and removes from K-, a delete the reverse, and
--- a floor is only ever set, so no call empties a key and then writes it again (which Redis would refuse
--- in a slot mid-migration, after the writes before it).
+-- client loads this script with the allow-cross-slot-keys flag for that. Redis refuses a command on a key
+-- the node does not serve (a stale slot map; a key missing from a slot mid-migration): the script then
+-- stops and returns the verdicts of the tuples done so far, "|NOTLOCAL " and Redis' error, and the client
+-- resends the other tuples one slot per call. A tuple stopped halfway has at most lost the record the
+-- resend replaces: every path reads (or, once, EXISTS) both sets of a key before it can write the second,
+-- except a delete that removed m from K+ and then fails on K-, whose resend writes the tombstone as if
+-- m had never been in K+ (a delete's outcome: "1"). So the resend gives every tuple its exact verdict.
+-- Past a read, a key stays writable in a migrating slot: an insert only adds to K+ and removes from K-,
+-- a delete the reverse, and a floor is only set, so no call empties a key and then writes it again.
 --
 -- The floor (the highest score trimmed or forgotten for this set) only judges members without a record:
 -- a member still in K+ or K- has never had a newer record forgotten (a newer delete would have removed it
@@ -249,6 +251,8 @@ local function single(adds, rems, floor, stext, m)
     local d = num(redis.call("ZSCORE", rems, m))
     if d then
       if s <= d then return "0" end
+      -- Inline keys: K+ must prove local before K- loses the record (see the header).
+      if inline then redis.call("EXISTS", adds) end
       redis.call("ZREM", rems, m)
       redis.call("ZADD", adds, stext, m)
       return "1"
@@ -272,39 +276,46 @@ local function single(adds, rems, floor, stext, m)
   return "0"
 end
 
-if inline then
-  local pos = 4
+-- Applies every group, appending each tuple's verdict once its writes are done.
+local function apply()
+  local pos, base = 4, 0
   while pos <= #ARGV do
-    local reply = redis.pcall("EXISTS", unpack(ARGV, pos, pos + stride - 1))
-    if type(reply) == "table" and reply.err then return redis.error_reply("NOTLOCAL " .. reply.err) end
-    pos = pos + stride + 1 + 2 * tonumber(ARGV[pos + stride])
+    local from, at = KEYS, base -- where this group's keys are
+    if inline then
+      from, at = ARGV, pos - 1
+      pos = pos + stride
+    end
+    local adds, rems = from[at + 1], from[at + 2]
+    local count = tonumber(ARGV[pos])
+    local floorkey, floor = nil, false
+    if floors then
+      floorkey = from[at + 3]
+      floor = num(redis.call("GET", floorkey))
+    end
+    if bound > 0 then
+      bounded(adds, rems, floorkey, floor, pos + 1, count)
+    elseif count <= FEW then
+      for j = pos + 1, pos + 2 * count, 2 do
+        out[#out + 1] = single(adds, rems, floor, ARGV[j], ARGV[j + 1])
+      end
+    else
+      grouped(adds, rems, floor, pos + 1, count)
+    end
+    pos = pos + 1 + 2 * count
+    base = base + stride
   end
 end
 
-local pos, base = 4, 0
-while pos <= #ARGV do
-  local from, at = KEYS, base  -- where this group's keys are
-  if inline then
-    from, at = ARGV, pos - 1
-    pos = pos + stride
-  end
-  local adds, rems = from[at + 1], from[at + 2]
-  local count = tonumber(ARGV[pos])
-  local floorkey, floor = nil, false
-  if floors then
-    floorkey = from[at + 3]
-    floor = num(redis.call("GET", floorkey))
-  end
-  if bound > 0 then
-    bounded(adds, rems, floorkey, floor, pos + 1, count)
-  elseif count <= FEW then
-    for j = pos + 1, pos + 2 * count, 2 do
-      out[#out + 1] = single(adds, rems, floor, ARGV[j], ARGV[j + 1])
-    end
-  else
-    grouped(adds, rems, floor, pos + 1, count)
-  end
-  pos = pos + 1 + 2 * count
-  base = base + stride
+if not inline then
+  apply()
+  return table.concat(out)
 end
-return table.concat(out)
+local done, err = pcall(apply)
+if done then return table.concat(out) end
+local text = err
+if type(err) == "table" then text = err.err end
+-- Redis says "Script attempted to access a non local key", Valkey "Attempted to access a non local key".
+if string.find(tostring(text), "non local key", 1, true) then
+  return table.concat(out) .. "|NOTLOCAL " .. text
+end
+return redis.error_reply(tostring(text))

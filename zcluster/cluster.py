@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from zcluster import _encode
 from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, listed_keys, score_pairs
@@ -344,9 +344,9 @@ class Cluster:
             outcome = self._transport.fanout(prepared.commands, self._writer)
             resend = self._collect(prepared, outcome, applied, failures, can_resend=True)
             if resend:
-                # Node calls that applied nothing (a key the node does not serve: a stale slot map or a slot
-                # mid-migration; or a server without the cross-slot script): the same tuples, a slot per call,
-                # where MOVED and ASK redirect each call as usual.
+                # Tuples a node call did not get to (a key the node does not serve: a stale slot map or a
+                # slot mid-migration; or a server without the node script): a slot per call, where MOVED
+                # and ASK redirect each call as usual.
                 again = self._prepare(_subset(ops, resend), per_slot=True)
                 outcome = self._transport.fanout(again.commands, self._writer)
                 self._collect(again, outcome, applied, failures, can_resend=False)
@@ -366,7 +366,7 @@ class Cluster:
         can_resend: bool,
     ) -> set[int]:
         """Fold one round of replies into ``applied`` and ``failures``; with ``can_resend``, returns the
-        indices of the calls that applied nothing and may be resent one slot per call instead of failing."""
+        indices of the tuples node calls did not get to, to resend one slot per call instead of failing."""
         resend: set[int] = set()
         for shard_idx, res in outcome.items():
             shard = self._transport.topology.shards[shard_idx].name
@@ -378,12 +378,21 @@ class Cluster:
             first_error: BaseException | None = None
             for indices, reply in zip(index_lists, res, strict=True):
                 if isinstance(reply, BaseException):
-                    if can_resend and _applied_nothing(reply):
+                    if can_resend and isinstance(reply, NoScriptError):  # the server lacks the node script
                         resend.update(indices)
                         continue
                     bad.extend(indices)
                     first_error = first_error or reply
                     continue
+                cut = reply.find(b"|")
+                if cut >= 0:  # a node call stopped at a key its node does not serve (see lua/write.lua)
+                    rest = indices[cut:]
+                    if can_resend:
+                        resend.update(rest)
+                    else:
+                        bad.extend(rest)
+                        first_error = first_error or ResponseError(reply[cut + 1 :].decode(errors="replace"))
+                    indices, reply = indices[:cut], reply[:cut]
                 for i, verdict in zip(indices, reply, strict=True):
                     applied[i] = verdict == 49  # b"1"
             if first_error is not None:
@@ -902,12 +911,6 @@ def _position(position: str | None, masters: int) -> tuple[int, int]:
     if sep and index_text.isdigit() and cursor_text.isdigit() and int(index_text) < masters:
         return int(index_text), int(cursor_text)
     raise ValueError(f"not a scan position of this cluster ({masters} masters): {position!r}")
-
-
-def _applied_nothing(reply: BaseException) -> bool:
-    """A node call's error that guarantees none of its writes happened (see ``lua/write.lua``): a key the
-    node does not serve, or the cross-slot script missing (a server that refused it answers NOSCRIPT)."""
-    return isinstance(reply, NoScriptError) or str(reply).startswith("NOTLOCAL")
 
 
 def _subset(
