@@ -102,6 +102,8 @@ def test_build_rejects_out_of_range_inputs() -> None:
         "0000000a-0000-1000-8001-01020304050g",
         "0000000a-0000-1000-8001-0102030405 6",
         "{0000000a-0000-1000-8001-010203040506}",
+        "0000000a0-000-1000-8001-010203040506",  # 32 digits and 4 dashes, one of them misplaced
+        "0000000a-0000-1000-80010-10203040506",
     ],
 )
 def test_parse_rejects_malformed(text: str) -> None:

@@ -10,7 +10,10 @@ import pytest
 
 from zcluster import Cluster, Insert
 from zcluster.journal.files import FileJournals
-from zcluster.state import BatchStats, Consumer, MapperError, StateStore
+from zcluster.journal.frames import RawFrame
+from zcluster.message import Flags, build_uuid, format_uuid
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.state import Applier, BatchStats, Consumer, MapperError, StateStore
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 _names = itertools.count()
@@ -72,3 +75,29 @@ def test_a_mapper_failure_checkpoints_nothing_and_the_next_poll_is_exact(
         assert isinstance(stats, BatchStats) and stats.frames > 0
         expected = traffic.expected()
         assert state_of(cluster, list(expected)) == expected
+
+
+def test_lines_the_fast_parser_refuses_are_decoded_by_json_or_reported(shards: Any) -> None:
+    uuid = [format_uuid(build_uuid(b"\x01producer"[:6], clock << 4, Flags.OUTSIDE_TXN)) for clock in (1, 2, 3)]
+    lines = [
+        b'{"UUID":"%s","v":NaN}\n' % uuid[0].encode(),  # orjson refuses NaN, json does not
+        b"not json\n",  # malformed: not JSON
+        b"[1]\n",  # malformed: JSON, but not a message
+        b'{"UUID":"%s","v":1e400}\n' % uuid[1].encode(),  # orjson refuses an infinite number, json does not
+        b'{"UUID":"%s","v":1}\n' % uuid[2].encode(),
+    ]
+    frames, pos = [], 0
+    for line in lines:
+        frames.append(RawFrame("j", pos, pos + len(line), CONTENT_TYPE_NDJSON, line, None))
+        pos += len(line)
+    seen: list[Any] = []
+
+    def mapper(message: Any) -> list[Insert]:
+        seen.append(message.doc["v"])
+        return []
+
+    stats = BatchStats()
+    with Cluster.from_urls(shards.urls, prefix=f"cons{next(_names)}:") as cluster:
+        Applier(cluster, f"app{next(_names)}", mapper).apply("j", frames, stats)
+    assert len(seen) == 3 and seen[0] != seen[0] and seen[1:] == [float("inf"), 1]
+    assert (stats.frames, stats.delivered, stats.malformed) == (5, 3, 2)

@@ -62,6 +62,7 @@ _TICK = 160  # One microsecond: 10 units of 100 ns, shifted past the 4-bit count
 _LAYOUT = struct.Struct(">IHHH6s")
 _pack = _LAYOUT.pack
 _unpack = _LAYOUT.unpack
+_fromhex = bytes.fromhex
 
 
 class Flags(IntEnum):
@@ -135,10 +136,10 @@ def format_uuid(uuid: bytes) -> str:
 
 def parse_uuid(text: str) -> bytes:
     """Parse the canonical 36-character text form (any case). Raises ValueError otherwise."""
-    if len(text) != 36 or text[8] != "-" or text[13] != "-" or text[18] != "-" or text[23] != "-":
+    if len(text) != 36 or text[8:24:5] != "----":  # the dashes at 8, 13, 18 and 23, in one slice
         raise ValueError(f"invalid UUID {text!r}")
     try:
-        out = bytes.fromhex(text.replace("-", ""))  # a stray dash elsewhere leaves too few digits: caught below
+        out = _fromhex(text.replace("-", ""))  # a stray dash elsewhere leaves too few digits: caught below
     except ValueError:
         raise ValueError(f"invalid UUID {text!r}") from None
     if len(out) != 16:  # fromhex skips whitespace, so a space could hide a missing digit.
