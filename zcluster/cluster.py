@@ -30,6 +30,7 @@ from zcluster.errors import (
     PartialReadError,
     PartialScanError,
     PartialWriteError,
+    ShardError,
 )
 from zcluster.instrumentation import Instrumentation, OpEvent, nop
 from zcluster.types import (
@@ -347,9 +348,13 @@ class Cluster:
                 # Tuples a node call did not get to (a key the node does not serve: a stale slot map or a
                 # slot mid-migration; or a server without the node script): a slot per call, where MOVED
                 # and ASK redirect each call as usual.
-                again = self._prepare(_subset(ops, resend), per_slot=True)
-                outcome = self._transport.fanout(again.commands, self._writer)
-                self._collect(again, outcome, applied, failures, can_resend=False)
+                try:
+                    again = self._prepare(_subset(ops, resend), per_slot=True)
+                except ShardError as exc:  # a slot no node serves: those tuples fail, the others stand
+                    failures.append(ShardFailure("routing", exc, tuple(sorted(resend))))
+                else:
+                    outcome = self._transport.fanout(again.commands, self._writer)
+                    self._collect(again, outcome, applied, failures, can_resend=False)
         except BaseException as exc:
             self._report(name, n, started, error=exc)
             raise

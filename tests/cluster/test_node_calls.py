@@ -11,7 +11,7 @@ import random
 import pytest
 import redis
 
-from zcluster import Cluster, KeyScoreMember
+from zcluster import Cluster, KeyScoreMember, ShardError
 from zcluster._keys import KeyLayout
 from zcluster._scripts import Script, node_write_script
 from zcluster.testing import LocalRedisCluster, LocalShards
@@ -116,6 +116,32 @@ def test_a_stale_slot_map_stops_the_node_call_and_the_rest_goes_a_slot_per_call(
         moved_before = error_count(rc, "MOVED")
         assert c.insert([KSM(k, 3.0, "later") for k in keys]).applied_count == len(keys)
         assert error_count(rc, "MOVED") == moved_before
+
+
+def test_tuples_whose_resend_cannot_be_routed_fail_and_the_others_stand() -> None:
+    keys = [f"user:{i}" for i in range(100)]
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
+        layout = KeyLayout(c.prefix)
+        assert c.insert([KSM(k, 1.0, "seed") for k in keys]).ok
+        moved = keys[17]
+        slot = layout.slot(moved.encode())
+        rc.migrate_slot(slot, (rc.slot_owner(slot) + 1) % 3)
+        topology = c._transport.topology
+        route, seen = topology.shard_of, []
+
+        def unserved_on_resend(key: bytes, s: int) -> int:  # as if the slot had no owner by the resend
+            if s == slot:
+                seen.append(s)
+                if len(seen) > 1:
+                    raise ShardError(f"hash slot {s} is not served by any node of the Redis Cluster", [])
+            return route(key, s)
+
+        topology.shard_of = unserved_on_resend  # type: ignore[method-assign]
+        result = c.insert([KSM(k, 2.0, "fresh") for k in keys], raise_on_error=False)
+        [failure] = result.failures
+        assert failure.shard == "routing" and keys.index(moved) in failure.indices
+        assert all(result.applied[i] for i in range(len(keys)) if i not in failure.indices)
+        assert all(c.select([k])[k][0] == KSM(k, 2.0, "fresh") for i, k in enumerate(keys) if i not in failure.indices)
 
 
 def test_a_slot_mid_migration_is_written_through_ask() -> None:
