@@ -96,15 +96,20 @@ def test_bounded_writes_go_per_node_too_and_keep_their_floors() -> None:
             assert float(r.get(layout.script_keys(key, True)[2])) == 1.0
 
 
+def seed_and_move_a_slot(rc: LocalRedisCluster, c: Cluster, keys: list[str]) -> tuple[str, int]:
+    """Insert a "seed" member into every key, then move the slot of one of them to the next master behind
+    the client's back (its slot map still names the old owner); returns that key and its slot."""
+    assert c.insert([KSM(k, 1.0, "seed") for k in keys]).ok
+    moved = keys[17]
+    slot = KeyLayout(c.prefix).slot(moved.encode())
+    rc.migrate_slot(slot, (rc.slot_owner(slot) + 1) % 3)
+    return moved, slot
+
+
 def test_a_stale_slot_map_stops_the_node_call_and_the_rest_goes_a_slot_per_call() -> None:
     keys = [f"user:{i}" for i in range(200)]
     with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
-        layout = KeyLayout(c.prefix)
-        assert c.insert([KSM(k, 1.0, "seed") for k in keys]).ok
-        moved = keys[17]
-        slot = layout.slot(moved.encode())
-        src = rc.slot_owner(slot)
-        rc.migrate_slot(slot, (src + 1) % 3)  # behind the client's back: its map still says src
+        seed_and_move_a_slot(rc, c, keys)
         moved_before = error_count(rc, "MOVED")
         result = c.insert([KSM(k, 2.0, "fresh") for k in keys])
         assert error_count(rc, "MOVED") > moved_before  # what the node call did not get to went a slot per call
@@ -121,11 +126,7 @@ def test_a_stale_slot_map_stops_the_node_call_and_the_rest_goes_a_slot_per_call(
 def test_tuples_whose_resend_cannot_be_routed_fail_and_the_others_stand() -> None:
     keys = [f"user:{i}" for i in range(100)]
     with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
-        layout = KeyLayout(c.prefix)
-        assert c.insert([KSM(k, 1.0, "seed") for k in keys]).ok
-        moved = keys[17]
-        slot = layout.slot(moved.encode())
-        rc.migrate_slot(slot, (rc.slot_owner(slot) + 1) % 3)
+        moved, slot = seed_and_move_a_slot(rc, c, keys)
         topology = c._transport.topology
         route, seen = topology.shard_of, []
 
