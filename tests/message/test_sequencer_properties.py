@@ -132,3 +132,50 @@ def test_exactly_once_in_producer_order(data: st.DataObject) -> None:
     for mid in delivered:
         by_producer[producers[int(mid.split("-")[0][1:])].pid].append(mid)
     assert by_producer == expected
+
+
+def _state(seq: Sequencer) -> object:
+    """Everything a Sequencer holds, its ring included (owners named by their journal and producer)."""
+    partials = {k: (p.min_clock, p.max_clock, p.begin, p.ring_start, p.ring_stop) for k, p in seq._partials.items()}
+    owners = [None if p is None else (p.journal, p.producer) for p in seq._ring_owner]
+    ring = [None if e is None else (e.journal, e.begin) for e in seq._ring]
+    return (seq._head, ring, seq._ring_clock, seq._ring_begin, owners, seq._next, partials, seq._offsets, seq._emit)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_commit_outside_is_queue_then_step(data: st.DataObject) -> None:
+    """The fast path leaves exactly the state, outcome and deliveries of queue_uncommitted + step."""
+    journal = "j/a"
+    flags = st.sampled_from([Flags.OUTSIDE_TXN, Flags.OUTSIDE_TXN, Flags.CONTINUE_TXN, Flags.ACK_TXN, 0x3])
+    envs: list[Envelope] = []
+    for i in range(data.draw(st.integers(1, 40), label="messages")):
+        producer = bytes([data.draw(st.integers(0, 2), label="producer")] * 6)
+        clock = data.draw(st.integers(0, 12), label="clock") << 4  # small: many repeats, zeros and go-backs
+        uuid = build_uuid(producer, clock, data.draw(flags, label="flags"))
+        envs.append(Envelope(journal, 10 * i, 10 * i + 10, f"m{i}", uuid))
+    buffer = data.draw(st.integers(0, 4), label="ring")
+    general, fast = Sequencer(buffer=buffer), Sequencer(buffer=buffer)
+    got_general: list[str] = []
+    got_fast: list[str] = []
+
+    def queue(seq: Sequencer, env: Envelope, out: list[str]) -> QueueOutcome:
+        outcome = seq.queue_uncommitted(env)
+        if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
+            _, begin, end = seq.replay_range()
+            seq.start_replay([e for e in envs if begin <= e.begin and e.end <= end])
+        while (step := seq.step()) is not None:
+            out.append(step.message)
+        return outcome
+
+    for env in envs:
+        expected = queue(general, env, got_general)
+        outcome = fast.commit_outside(env)
+        if outcome is None:
+            outcome = queue(fast, env, got_fast)
+        elif outcome is QueueOutcome.OUTSIDE_COMMIT:
+            got_fast.append(env.message)
+        assert outcome is expected
+        assert got_fast == got_general
+        assert _state(fast) == _state(general)
+    assert fast.checkpoint() == general.checkpoint()

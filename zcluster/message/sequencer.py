@@ -275,6 +275,50 @@ class Sequencer:
             self._offsets[journal] = env.end
         return outcome
 
+    def commit_outside(self, env: Envelope) -> QueueOutcome | None:
+        """The fast path of the commonest case: ``queue_uncommitted(env)`` and ``step()`` until None, in one
+        call, for an OUTSIDE_TXN envelope whose producer has no open span.
+
+        Returns OUTSIDE_COMMIT (deliver ``env``: it is the only envelope that sequence would dequeue, and it
+        counts as processed) or OUTSIDE_ALREADY_ACKED (drop it). The Sequencer's state, ring included, is
+        then exactly what the two calls would leave. Returns None, changing nothing, for every other case
+        (other flags, a zero clock, an open span, a sequence still being dequeued): give ``env`` to
+        ``queue_uncommitted`` then.
+        """
+        uuid = env.uuid
+        if ((uuid[8] << 8) | uuid[9]) & 0x3FF != _OUTSIDE or self._emit is not None:
+            return None
+        lo, mid, hi, seq, producer = _unpack(uuid)
+        clock = (lo << 4) | (mid << 36) | ((hi & 0xFFF) << 52) | ((seq >> 10) & 0xF)
+        if clock == 0:
+            return None
+        journal = env.journal
+        key = (journal, producer)
+        partial = self._partials.get(key)
+        if partial is None:
+            partial = self._partials[key] = _Partial(journal, producer, clock - 1, clock - 1, -1)
+        elif partial.begin != -1 or partial.ring_stop != -1:
+            return None  # an open span: rolled back by this message, and logged, on the general path
+        head = self._head
+        ring = self._ring
+        if ring[head] is not None:
+            self._evict_head()
+        if clock <= partial.min_clock:
+            self._offsets[journal] = env.end
+            return _OUTSIDE_ALREADY_ACKED
+        # queue_uncommitted's OUTSIDE_COMMIT indexes the envelope at the head; step() then dequeues it
+        # (unlinking it from the producer: an evicted entry of no span) and, once done, moves the offset.
+        ring[head] = env
+        self._ring_clock[head] = clock
+        self._ring_begin[head] = env.begin
+        self._ring_owner[head] = partial
+        self._next[head] = -1
+        head += 1
+        self._head = 0 if head == self._cap else head
+        partial.min_clock = partial.max_clock = clock
+        self._offsets[journal] = env.end
+        return _OUTSIDE_COMMIT
+
     def step(self) -> Envelope | None:
         """Return the next committed envelope, or None when the committed sequence is exhausted
         (and at once when nothing was committed).

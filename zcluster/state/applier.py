@@ -27,9 +27,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from zcluster.errors import ConfigError, PartialReadError, PartialWriteError, ZClusterError
+from zcluster.errors import ConfigError, PartialWriteError, ZClusterError
 from zcluster.farm.config import Store
 from zcluster.journal.frames import read_range_frames
 from zcluster.journal.store import JournalStore, close_store
@@ -40,10 +40,11 @@ from zcluster.message.journals import JournalReader, JournalSpec
 from zcluster.message.readers import ReadUncommittedIter
 from zcluster.message.sequencer import QueueOutcome, Sequencer
 from zcluster.message.uuid import clock_span
+from zcluster.state.retry import backoff, retrying
 from zcluster.state.store import JournalCheckpoint, StateStore
 from zcluster.types import Delete, Insert, KeyScoreMember, Write
 
-__all__ = ["Applier", "BatchStats", "Mapper", "MapperError", "retrying"]
+__all__ = ["Applier", "BatchStats", "Mapper", "MapperError"]
 
 log = logging.getLogger("zcluster.state")
 
@@ -62,8 +63,6 @@ _loads: Callable[[bytes], Any] = _lenient  # without orjson; it returns _UNPARSE
 with contextlib.suppress(ImportError):  # orjson (the spark extra) parses a frame in a third of the time
     from orjson import loads as _loads
 
-
-T = TypeVar("T")
 
 Mapper = Callable[[Any], Iterable[Insert | Delete | KeyScoreMember]]
 """Turns one committed message into writes; must be deterministic (a replay must write the same tuples).
@@ -137,27 +136,8 @@ _DUPLICATE = {
     QueueOutcome.CONTINUE_ALREADY_ACKED,
     QueueOutcome.CONTINUE_TXN_CLOCK_LARGER,  # a copy of a message of the still-open span
 }
-_REPLAY = QueueOutcome.ACK_COMMIT_REPLAY  # a global: an Enum member read off its class costs ~50 ns per frame
-
-
-def backoff(attempt: int) -> float:
-    """Seconds to wait before retry ``attempt`` (0-based): 0.2 s doubling, at most 5 s."""
-    return float(min(0.2 * 2**attempt, 5.0))
-
-
-def retrying(call: Callable[[], T], retries: int, what: str) -> T:
-    """``call()``, again after a backoff while a shard fails, at most ``retries`` more times (for state
-    reads and writes, which are idempotent); then the last :class:`ShardError` propagates."""
-    attempt = 0
-    while True:
-        try:
-            return call()
-        except (PartialReadError, PartialWriteError) as exc:
-            if attempt == retries:
-                raise
-            log.warning("%s: retrying after a shard failure: %s", what, exc)
-            time.sleep(backoff(attempt))
-            attempt += 1
+# Globals: an Enum member read off its class costs ~50 ns per frame.
+_REPLAY, _OUTSIDE_COMMIT = QueueOutcome.ACK_COMMIT_REPLAY, QueueOutcome.OUTSIDE_COMMIT
 
 
 class WriteBuffer:
@@ -275,7 +255,8 @@ class Applier:
         fast: Callable[[Any], Any] | None = None  # decode of one-line JSON frames, when the framing allows
         read_through = done = checkpoint.offset
         outcomes: dict[QueueOutcome, int] = {}
-        queue, step, add, mapper, envelope = seq.queue_uncommitted, seq.step, writes.add, self._map, self._envelope
+        queue, step, outside, add = seq.queue_uncommitted, seq.step, seq.commit_outside, writes.add
+        mapper, envelope = self._map, self._envelope
         # Counted in locals and added to `stats` once: this loop runs once per frame.
         n_frames = n_seen = n_malformed = n_acks = n_delivered = 0
         try:
@@ -300,16 +281,21 @@ class Applier:
                 if env is None:
                     n_malformed += 1
                     continue
-                outcome = queue(env)
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                if outcome is _REPLAY:
-                    seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
-                while (out := step()) is not None:
-                    if out.is_ack:
-                        n_acks += 1
-                        continue
+                outcome = outside(env)
+                if outcome is None:
+                    outcome = queue(env)
+                    if outcome is _REPLAY:
+                        seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
+                    while (out := step()) is not None:
+                        if out.is_ack:
+                            n_acks += 1
+                            continue
+                        n_delivered += 1
+                        add(mapper(journal, out), journal, out.begin)
+                elif outcome is _OUTSIDE_COMMIT:  # the commonest case: a message committed by itself
                     n_delivered += 1
-                    add(mapper(journal, out), journal, out.begin)
+                    add(mapper(journal, env), journal, env.begin)
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
         finally:
             stats.frames += n_frames
             stats.seen += n_seen
