@@ -263,3 +263,23 @@ def test_python_workers_import_the_installed_pyspark_not_the_zip(tmp_path: Path)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("True") and ".zip" not in done.stdout, done.stdout
+
+
+def test_a_task_pauses_the_collector_and_puts_it_back_as_it_was() -> None:
+    import gc
+
+    from zcluster.spark.sink import _collector_paused
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with pytest.raises(RuntimeError), _collector_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("a failing task")
+        assert gc.isenabled()  # back on, even after a failure
+        gc.disable()
+        with _collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # left off: it was off before
+    finally:
+        (gc.enable if was else gc.disable)()
