@@ -15,7 +15,8 @@ Measured for each shape, every query an ``availableNow`` streaming query timed f
 every write measurement on flushed servers with a fresh query name and checkpoint:
 
   (a) ``zcluster-journal`` source -> ``ZClusterSink`` (exactly once) -> cluster, through
-      ``run_available_now`` (the source's ``rows=ranges``: tasks read the journal ranges themselves);
+      ``run_available_now`` (the source's ``rows=ranges``: tasks read the journal ranges themselves; and its
+      ``numPartitions`` = the session's cores, as for every query on the source below: 2 tasks for 4 journals);
       afterwards the cluster is compared with the traffic's model (``Traffic.expected()``), mismatched keys
       reported; (a') the same with ``rows=frames`` (every frame through the JVM), for comparison;
   (b) ``zcluster-journal`` source -> a hand-written at-least-once ``foreachBatch`` + ``foreachPartition``:
@@ -389,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
 
             session_s, spark = timed(lambda: _session(zspark))
             print(f"SparkSession started in {session_s:.1f}s", flush=True)
+            cores = str(spark.sparkContext.defaultParallelism)  # the source's numPartitions, as its docs advise
             ckpts = root / "checkpoints"
             counter = [0]
 
@@ -416,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     fn = hand_written_batch(shards.urls, "data")
                     wall, _ = timed(
-                        lambda: stream_query(spark, "zcluster-journal", {"journals": s.url}, None, fn, ckpt)
+                        lambda: stream_query(
+                            spark, "zcluster-journal", {"journals": s.url, "numPartitions": cores}, None, fn, ckpt
+                        )
                     )
                 return wall
 
@@ -427,7 +431,9 @@ def main(argv: list[str] | None = None) -> int:
                     wall, _ = timed(lambda: stream_query(spark, "text", {}, s.text_dir, fn, ckpt))
                 else:
                     wall, _ = timed(
-                        lambda: stream_query(spark, "zcluster-journal", {"journals": s.url}, None, fn, ckpt)
+                        lambda: stream_query(
+                            spark, "zcluster-journal", {"journals": s.url, "numPartitions": cores}, None, fn, ckpt
+                        )
                     )
                 return wall, fn.rows
 

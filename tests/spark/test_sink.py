@@ -15,7 +15,9 @@ import pytest
 
 from zcluster import Cluster, KeyScoreMember
 from zcluster.journal.files import FileJournals
+from zcluster.journal.frames import read_frames
 from zcluster.journal.publishing import AsyncPublisher
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
@@ -97,6 +99,50 @@ def test_transactions_spanning_batches_commit_once_and_rollbacks_never_appear(
     assert state_of(s["cluster"], keys) == {f"timeline:u{i}": [(f"keep{i}", 10.0 + i)] for i in range(6)}
     assert sink.history[-1].replays > 0 and sink.history[-1].rollbacks > 0
     assert sum(b.delivered for b in sink.history) == 6
+
+
+def test_a_batch_runs_as_many_tasks_as_the_session_has_cores(spark: Any, setup: dict[str, Any], tmp_path: Path) -> None:
+    from pyspark.sql.functions import spark_partition_id
+
+    s = setup
+    publish(s["store"], Traffic(s["names"]), producers=3, messages=60, seed=3)
+    seen: list[Any] = []
+
+    def record(df: Any, batch_id: int) -> None:
+        seen.extend(df.select(spark_partition_id().alias("task"), "journal", "begin").collect())
+
+    run_available_now(spark, record, s["url"], tmp_path / "ckpt")  # rows=frames: every frame comes to the driver
+    tasks: dict[str, set[int]] = {}
+    for row in seen:
+        tasks.setdefault(row.journal, set()).add(row.task)
+    assert sorted(tasks) == s["names"] and all(len(t) == 1 for t in tasks.values())  # a journal is never split
+    assert len(set().union(*tasks.values())) == spark.sparkContext.defaultParallelism == 2  # 3 journals, 2 tasks
+    for name in s["names"]:  # each journal's rows in offset order
+        begins = [row.begin for row in seen if row.journal == name]
+        assert begins == sorted(begins) and len(begins) > 1
+
+
+def test_a_frame_bound_splits_an_available_now_run_into_bounded_batches(
+    spark: Any, setup: dict[str, Any], tmp_path: Path
+) -> None:
+    s = setup
+    traffic = publish(s["store"], Traffic(s["names"]), producers=3, messages=60, seed=5)
+    sizes: list[int] = []
+    query = (
+        spark.readStream.format("zcluster-journal")
+        .option("journals", s["url"])
+        .option("maxFramesPerTrigger", "40")  # as users write it: Spark passes option names lowercased
+        .load()
+        .writeStream.foreachBatch(lambda df, _: sizes.append(df.count()))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    store = s["store"]
+    frames = sum(len(list(read_frames(store, n, CONTENT_TYPE_NDJSON, 0, store.end(n)))) for n in s["names"])
+    assert traffic.committed > 0 and frames > 80
+    assert len(sizes) > 1 and max(sizes) <= 40 and sum(sizes) == frames  # every frame once, 40 at most a batch
 
 
 @pytest.mark.parametrize("rows", ["ranges", "frames"])

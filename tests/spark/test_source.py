@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from zcluster.errors import ConfigError
@@ -22,6 +24,7 @@ from zcluster.spark.source import (
     JournalDataSource,
     JournalRange,
     JournalStreamReader,
+    pack,
     read_batches,
     read_partition,
 )
@@ -103,7 +106,8 @@ def test_admission_control_bounds_each_batch_at_frame_boundaries(tmp_path: Path)
         end = reader.latestOffset(start, limit)
         if end == start:
             break
-        frames = sum(len(list(read_partition(reader.url, p))) for p in reader.partitions(start, end))
+        parts = reader.partitions(start, end)
+        frames = sum(len(list(read_partition(reader.url, r))) for p in parts for r in p.ranges)
         assert 1 <= frames <= 4
         seen += frames
         start = end
@@ -170,3 +174,48 @@ def test_the_sink_needs_the_journal_store_to_read_ranges() -> None:
         _check_columns(["journal", "content_type", "begin", "end"], None)
     with pytest.raises(ConfigError, match="zcluster-journal source's rows"):
         _check_columns(["value"], "file:///j")
+
+
+@given(st.lists(st.integers(1, 10**6), max_size=12), st.integers(1, 6))
+def test_packing_keeps_every_range_once_in_name_order_and_evens_the_bytes(sizes: list[int], most: int) -> None:
+    ranges = [JournalRange(f"j{i:02d}", CONTENT_TYPE_NDJSON, 10, 10 + n) for i, n in enumerate(sizes)]
+    parts = pack(ranges, most)
+    assert len(parts) == min(most, len(ranges))
+    names = [[r.journal for r in p.ranges] for p in parts]
+    assert sorted(itertools.chain(*names)) == [r.journal for r in ranges]  # each range once
+    assert all(n == sorted(n) for n in names)
+    assert [[r.journal for r in p.ranges] for p in pack(ranges, most)] == names  # deterministic
+    if sizes:  # greedy by size: no partition more than an even share plus the largest range
+        loads = [sum(r.end - r.begin for r in p.ranges) for p in parts]
+        assert max(loads) <= sum(sizes) / len(parts) + max(sizes)
+
+
+def test_packing_puts_the_largest_ranges_apart() -> None:
+    sizes = {"a": 4, "b": 3, "c": 3, "d": 2, "e": 2, "f": 2}
+    ranges = [JournalRange(name, CONTENT_TYPE_NDJSON, 0, n) for name, n in sizes.items()]
+    assert [[r.journal for r in p.ranges] for p in pack(ranges, 2)] == [["a", "d", "e"], ["b", "c", "f"]]
+    assert [[r.journal for r in p.ranges] for p in pack(ranges, None)] == [[name] for name in sizes]
+
+
+def test_a_partition_of_several_journals_reads_each_range_in_turn(tmp_path: Path) -> None:
+    store = FileJournals(tmp_path)
+    for name in ("a", "b", "c"):
+        store.create(JournalSpec(name, {"content-type": CONTENT_TYPE_NDJSON}))
+        for i in range(3):
+            store.append(name, b'{"i":%d}\n' % i)
+    start, end = {"b": 8}, {n: store.end(n) for n in ("a", "b", "c")}
+    ranged = _reader(tmp_path, rows="ranges", numPartitions="1")
+    (part,) = ranged.partitions(start, end)
+    rows = [row for batch in ranged.read(part) for row in zip(*batch.to_pydict().values(), strict=True)]
+    assert rows == [
+        ("a", CONTENT_TYPE_NDJSON, 0, 24),
+        ("b", CONTENT_TYPE_NDJSON, 8, 24),
+        ("c", CONTENT_TYPE_NDJSON, 0, 24),
+    ]
+    framed = _reader(tmp_path, numPartitions="1")
+    (part,) = framed.partitions(start, end)
+    got = _as_rows(framed.read(part))
+    assert [(r[0], r[1]) for r in got] == [(n, b) for n in "abc" for b in (0, 8, 16) if (n, b) != ("b", 0)]
+    assert len(_reader(tmp_path).partitions(start, end)) == 3  # default: a partition per journal
+    with pytest.raises(ConfigError, match="numPartitions must be a positive integer"):
+        _reader(tmp_path, numPartitions="0")

@@ -107,24 +107,33 @@ def run_available_now(
     checkpoint: str | os.PathLike[str],
     selector: str = "",
     rows: str | None = None,
+    partitions: int | None = None,
 ) -> Any:
     """Read everything the journals hold now into ``sink`` (a foreachBatch function) and wait for the end.
 
     One streaming query with ``trigger(availableNow=True)`` over ``zcluster-journal``; run it again with the
     same ``checkpoint`` to continue where it stopped. ``rows`` is the source's option: by default
     ``ranges`` for a :class:`ZClusterSink` that has its ``journals`` (it reads the bytes itself), else
-    ``frames``. Returns the finished query; raises its failure.
+    ``frames``. ``partitions`` is the source's ``numPartitions``: by default the session's default
+    parallelism (on Spark Connect, its ``spark.default.parallelism`` setting if it has one, else one
+    partition per journal). Returns the finished query; raises its failure.
     """
     if rows is None:
         from zcluster.spark.sink import ZClusterSink
 
         rows = "ranges" if isinstance(sink, ZClusterSink) and sink.job.journals is not None else "frames"
-    query = (
+    if partitions is None:
+        partitions = _default_parallelism(spark)
+    reader = (
         spark.readStream.format("zcluster-journal")
         .option("journals", journals)
         .option("selector", selector)
         .option("rows", rows)
-        .load()
+    )
+    if partitions is not None:
+        reader = reader.option("numPartitions", str(partitions))
+    query = (
+        reader.load()
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -132,3 +141,12 @@ def run_available_now(
     )
     query.awaitTermination()
     return query
+
+
+def _default_parallelism(spark: Any) -> int | None:
+    """The session's default parallelism, or None where it is not known (Spark Connect without the setting)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except AttributeError:  # Spark Connect: no SparkContext in the client (PySparkAttributeError)
+        setting = spark.conf.get("spark.default.parallelism", None)
+        return int(setting) if setting else None

@@ -36,6 +36,7 @@ from zcluster.farm.config import FarmConfig, StoreConfig, store_config
 from zcluster.journal.frames import RawFrame
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
+from zcluster.spark.source import RANGE_COLUMNS
 from zcluster.state.applier import Applier, BatchStats, Mapper
 from zcluster.state.retry import retrying
 from zcluster.state.store import StateStore
@@ -88,7 +89,7 @@ class _Job:
             try:
                 applier = self._applier(store)
                 for batch in itertools.chain([first], batches):
-                    for journal, content_type, begin, end in _rows(batch, _RANGE_COLUMNS):
+                    for journal, content_type, begin, end in _rows(batch, RANGE_COLUMNS):
                         applier.apply_range(store, journal, content_type, begin, end, stats)
             finally:
                 close_store(store)
@@ -156,13 +157,10 @@ def _query_id(df: Any) -> str | None:
     return str(query_id) if query_id else None
 
 
-_RANGE_COLUMNS = ("journal", "content_type", "begin", "end")
-
-
 def _check_columns(columns: list[str], journals: str | None) -> None:
     if "data" in columns:
         return
-    if not set(_RANGE_COLUMNS) <= set(columns):
+    if not set(RANGE_COLUMNS) <= set(columns):
         raise ConfigError(f"ZClusterSink needs the zcluster-journal source's rows, got columns {columns}")
     if journals is None:
         raise ConfigError(

@@ -1,12 +1,13 @@
 """``spark.readStream.format("zcluster-journal")``: journals as a Spark streaming source.
 
 Spark's offsets are the journals' byte offsets (``{journal: offset}``), so its checkpoint records exactly
-where each journal was read to; a micro-batch's partitions are one journal's byte range each, whose rows
-come in offset order. Each row is one frame: ``journal``, ``begin``, ``end``, ``content_type``, ``data``
-(the frame's bytes) and ``error`` (non-null for bytes that did not frame: a desync or a torn frame,
-reported with its range instead of being dropped silently). Rows are produced as Arrow record batches.
+where each journal was read to; a micro-batch's partitions hold one journal's byte range each (or several,
+with ``numPartitions``), and each range's rows come in offset order, ranges one after the other. Each row
+is one frame: ``journal``, ``begin``, ``end``, ``content_type``, ``data`` (the frame's bytes) and ``error``
+(non-null for bytes that did not frame: a desync or a torn frame, reported with its range instead of being
+dropped silently). Rows are produced as Arrow record batches.
 
-With ``rows`` set to ``ranges``, a row is a partition's range instead (:data:`RANGES_SCHEMA`: ``journal``,
+With ``rows`` set to ``ranges``, a row is a journal range instead (:data:`RANGES_SCHEMA`: ``journal``,
 ``content_type``, ``begin``, ``end``), and whoever consumes it reads the bytes from the store itself, as
 :class:`zcluster.spark.ZClusterSink` does: the frames never travel through the JVM, and a batch Spark runs
 again reads only what lies past the stored checkpoints.
@@ -16,6 +17,10 @@ Options:
 * ``journals`` (required): a journal store URL (:func:`zcluster.journal.urls.open_store`);
 * ``selector``: a label selector (default: every journal);
 * ``rows``: ``frames`` (default: a row per frame) or ``ranges`` (a row per journal range);
+* ``numPartitions``: at most this many partitions per micro-batch (default: one per journal). Ranges are
+  packed by size (the largest first, each into the partition with the fewest bytes so far), so a batch of
+  many journals runs as that many even tasks: with as many as the cores, none waits and none idles at
+  the end. :func:`zcluster.spark.run_available_now` sets it to the session's default parallelism;
 * ``maxBytesPerTrigger`` / ``maxFramesPerTrigger``: a bound per micro-batch, so that a backlog does not
   become one giant batch. Journals are taken in name order until the bound is spent; batches end at frame
   boundaries, and each journal a batch touches advances by at least one frame (so a frame larger than
@@ -28,6 +33,8 @@ because its commit was lost.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,15 +67,43 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 RANGES_SCHEMA = "journal string, content_type string, begin long, end long"
+RANGE_COLUMNS = ("journal", "content_type", "begin", "end")
+"""The columns of :data:`RANGES_SCHEMA`, in order."""
 _ROWS_PER_BATCH = 65536
 _COALESCE = 1 << 20
 
 
-class JournalRange(InputPartition):
+class JournalRange:
     """Bytes [begin, end) of one journal."""
 
     def __init__(self, journal: str, content_type: str, begin: int, end: int) -> None:
         self.journal, self.content_type, self.begin, self.end = journal, content_type, begin, end
+
+
+class JournalPartition(InputPartition):
+    """A micro-batch partition: journal ranges (of distinct journals), read one after the other."""
+
+    def __init__(self, ranges: list[JournalRange]) -> None:
+        self.ranges = ranges
+
+
+def pack(ranges: list[JournalRange], most: int | None) -> list[JournalPartition]:
+    """``ranges`` in at most ``most`` partitions of about equal bytes (None: one partition per range).
+
+    The largest range goes first, each into the partition with the fewest bytes so far (ties: the earlier
+    partition), which keeps the largest within 4/3 of the best packing; a partition's ranges stay in
+    journal name order.
+    """
+    if most is None or most >= len(ranges):
+        return [JournalPartition([r]) for r in ranges]
+    bins: list[tuple[int, int, list[JournalRange]]] = [(0, i, []) for i in range(most)]
+    for r in sorted(ranges, key=lambda r: (r.begin - r.end, r.journal)):
+        size, i, members = heapq.heappop(bins)
+        members.append(r)
+        heapq.heappush(bins, (size + r.end - r.begin, i, members))
+    return [
+        JournalPartition(sorted(members, key=lambda r: r.journal)) for _, _, members in sorted(bins, key=lambda b: b[1])
+    ]
 
 
 def read_partition(url: str, part: JournalRange) -> Iterator[RawFrame]:
@@ -182,8 +217,8 @@ def _rows_batch(rows: list[RawFrame]) -> pa.RecordBatch:
     )
 
 
-def _limit_option(options: dict[str, str], name: str) -> int | None:
-    text = options.get(name)
+def _positive_option(options: dict[str, str], name: str) -> int | None:
+    text = options.get(name.lower())
     if text is None:
         return None
     try:
@@ -204,13 +239,16 @@ def _ranges_option(options: dict[str, str]) -> bool:
 
 class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
+        # Option names are case-insensitive: Spark hands them over lowercased, whatever the user wrote.
+        options = {name.lower(): value for name, value in options.items()}
         if "journals" not in options:
             raise ConfigError("zcluster-journal needs the 'journals' option (a journal store URL)")
         self.url = options["journals"]
         self.ranges = _ranges_option(options)
         self.selector = options.get("selector", "")
-        self.max_bytes = _limit_option(options, "maxBytesPerTrigger")
-        self.max_frames = _limit_option(options, "maxFramesPerTrigger")
+        self.max_bytes = _positive_option(options, "maxBytesPerTrigger")
+        self.max_frames = _positive_option(options, "maxFramesPerTrigger")
+        self.partitions_most = _positive_option(options, "numPartitions")
         if self.max_bytes and self.max_frames:
             raise ConfigError("zcluster-journal takes maxBytesPerTrigger or maxFramesPerTrigger, not both")
         self.target: dict[str, int] | None = None  # availableNow: the ends when the query started
@@ -276,26 +314,23 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[name] = stop
         return out
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[JournalRange]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[JournalPartition]:
         types = self._specs()
-        return [
+        ranges = [
             JournalRange(name, types[name], start.get(name, 0), stop)
             for name, stop in sorted(end.items())
             if stop > start.get(name, 0) and name in types
         ]
+        return pack(ranges, self.partitions_most)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, JournalRange)
+        assert isinstance(partition, JournalPartition)
+        ranges = partition.ranges
         if self.ranges:
-            p = partition
             return iter(
-                [
-                    pa.RecordBatch.from_pydict(
-                        {"journal": [p.journal], "content_type": [p.content_type], "begin": [p.begin], "end": [p.end]}
-                    )
-                ]
+                [pa.RecordBatch.from_pydict({name: [getattr(r, name) for r in ranges] for name in RANGE_COLUMNS})]
             )
-        return read_batches(self.url, partition)
+        return itertools.chain.from_iterable(read_batches(self.url, r) for r in ranges)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: journals keep their data (retention is the store's business)."""
