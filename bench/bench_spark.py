@@ -53,7 +53,6 @@ import gc
 import json
 import logging
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,27 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:  # the cluster benchmark's helpers; minimal stand-ins if that file is mid-edit
-    from bench_cluster import machine_info, med
-except Exception:  # pragma: no cover
-
-    def med(xs: list[float]) -> float:
-        return statistics.median(xs) if xs else float("nan")
-
-    def machine_info(binary: str) -> dict[str, Any]:
-        import os
-        import platform
-
-        return {
-            "nproc": os.cpu_count(),
-            "cpu_model": platform.processor(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "redis_server": binary,
-            "loadavg": os.getloadavg(),
-        }
-
+from bench_cluster import machine_info, med
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PRODUCERS = 4
