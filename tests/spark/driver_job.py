@@ -1,11 +1,14 @@
 """A Spark driver process for the fault tests: one availableNow run of the sink over file journals.
 
     python tests/spark/driver_job.py --journals file:///abs/journals --urls redis://127.0.0.1:1 redis://... \
-        --checkpoint /abs/ckpt --query-name q1 [--prefix zc:] [--sleep 0.005] [--flush 16] [--stats out.json]
+        --checkpoint /abs/ckpt --query-name q1 [--prefix zc:] [--sleep 0.005] [--flush 16] [--stats out.json] \
+        [--max-frames 40 --progress batches.json]
 
 ``--sleep`` makes the mapper sleep per message (so a batch is slow enough to be killed mid-way), ``--flush``
 bounds the sink's write batches (so writes land while the batch still runs). ``--stats`` writes the sink's
-history (one BatchStats per batch) as JSON when the run ends. The exit status is 0 when the query finished.
+history (one BatchStats per batch) as JSON when the run ends. ``--max-frames`` sets the source's
+``maxFramesPerTrigger``; ``--progress`` writes each batch's input row count, from the query's progress
+(also under Spark Connect). The exit status is 0 when the query finished.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def main() -> int:
     p.add_argument("--prefix", default="zc:")
     p.add_argument("--stats")
     p.add_argument("--deliveries")
+    p.add_argument("--max-frames", type=int)
+    p.add_argument("--progress")
     p.add_argument("--connect", action="store_true", help="a local Spark Connect session (no --stats there)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -64,7 +69,11 @@ def main() -> int:
         flush=args.flush,
         prefix=args.prefix,
     )
-    run_available_now(spark, sink, args.journals, args.checkpoint)
+    bound = {"maxFramesPerTrigger": args.max_frames} if args.max_frames else {}
+    query = run_available_now(spark, sink, args.journals, args.checkpoint, **bound)
+    if args.progress:
+        with open(args.progress, "w") as f:
+            json.dump([p.numInputRows for p in query.recentProgress], f)
     if args.stats:
         with open(args.stats, "w") as f:
             json.dump([dataclasses.asdict(s) for s in sink.history], f)

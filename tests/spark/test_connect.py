@@ -7,6 +7,7 @@ foreachBatch process.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -17,6 +18,8 @@ import pytest
 
 from zcluster import Cluster
 from zcluster.journal.files import FileJournals
+from zcluster.journal.frames import read_frames
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.testing import LocalShards
 from zcluster.testing.traffic import Traffic, create_journals, publish
 
@@ -24,11 +27,11 @@ pytestmark = pytest.mark.spark
 DRIVER = Path(__file__).with_name("driver_job.py")
 
 
-def run(cmd: list[str], checkpoint: Path, deliveries: Path) -> int:
+def run(cmd: list[str], checkpoint: Path, deliveries: Path, *extra: str) -> int:
     """One availableNow run on Connect; returns the messages it delivered to the mapper."""
     before = len(deliveries.read_text().split()) if deliveries.exists() else 0
     done = subprocess.run(
-        [*cmd, "--checkpoint", str(checkpoint), "--deliveries", str(deliveries), "--connect"],
+        [*cmd, "--checkpoint", str(checkpoint), "--deliveries", str(deliveries), "--connect", *extra],
         capture_output=True,
         text=True,
         timeout=300,
@@ -62,3 +65,19 @@ def test_exactly_once_on_spark_connect_across_runs_and_a_new_checkpoint(shards: 
         # A new checkpoint directory re-reads every journal from 0 and delivers nothing again.
         assert run(cmd, tmp_path / "fresh-ckpt", deliveries) == 0
         assert state_of(cluster, list(expected)) == expected
+
+
+def test_a_frame_bound_splits_a_run_into_bounded_batches_on_spark_connect(shards: LocalShards, tmp_path: Path) -> None:
+    store = FileJournals(tmp_path / "journals")
+    names = [f"timelines/part-{i:03d}" for i in range(3)]
+    create_journals(store, names)
+    traffic = publish(store, Traffic(names), producers=3, messages=60, seed=5)
+    cmd = [sys.executable, str(DRIVER), "--journals", f"file://{tmp_path / 'journals'}", "--urls", *shards.urls]
+    cmd += ["--query-name", f"q{uuid.uuid4().hex[:8]}", "--prefix", f"cx{uuid.uuid4().hex[:8]}:"]
+    progress = tmp_path / "progress.json"
+    bound = ("--max-frames", "40", "--progress", str(progress))
+    delivered = run(cmd, tmp_path / "ckpt", tmp_path / "deliveries.txt", *bound)
+    frames = sum(len(list(read_frames(store, n, CONTENT_TYPE_NDJSON, 0, store.end(n)))) for n in names)
+    rows = json.loads(progress.read_text())  # rows=ranges: a batch's rows are its ranges, at most one a journal
+    assert delivered == traffic.committed and frames > 120
+    assert len(rows) >= frames // 40 and max(rows) <= len(names)

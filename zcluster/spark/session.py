@@ -108,6 +108,7 @@ def run_available_now(
     selector: str = "",
     rows: str | None = None,
     partitions: int | None = None,
+    **options: str | int,
 ) -> Any:
     """Read everything the journals hold now into ``sink`` (a foreachBatch function) and wait for the end.
 
@@ -116,7 +117,8 @@ def run_available_now(
     ``ranges`` for a :class:`ZClusterSink` that has its ``journals`` (it reads the bytes itself), else
     ``frames``. ``partitions`` is the source's ``numPartitions``: by default the session's default
     parallelism (on Spark Connect, its ``spark.default.parallelism`` setting if it has one, else one
-    partition per journal). Returns the finished query; raises its failure.
+    partition per journal). ``options`` go to the source as they are, e.g. ``maxBytesPerTrigger=64 << 20``
+    to read a backlog in bounded batches. Returns the finished query; raises its failure.
     """
     if rows is None:
         from zcluster.spark.sink import ZClusterSink
@@ -132,6 +134,8 @@ def run_available_now(
     )
     if partitions is not None:
         reader = reader.option("numPartitions", str(partitions))
+    for name, value in options.items():
+        reader = reader.option(name, str(value))
     query = (
         reader.load()
         .writeStream.foreachBatch(sink)

@@ -248,7 +248,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.selector = options.get("selector", "")
         self.max_bytes = _positive_option(options, "maxBytesPerTrigger")
         self.max_frames = _positive_option(options, "maxFramesPerTrigger")
-        self.partitions_most = _positive_option(options, "numPartitions")
+        self.num_partitions = _positive_option(options, "numPartitions")
         if self.max_bytes and self.max_frames:
             raise ConfigError("zcluster-journal takes maxBytesPerTrigger or maxFramesPerTrigger, not both")
         self.target: dict[str, int] | None = None  # availableNow: the ends when the query started
@@ -321,7 +321,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for name, stop in sorted(end.items())
             if stop > start.get(name, 0) and name in types
         ]
-        return pack(ranges, self.partitions_most)
+        return pack(ranges, self.num_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, JournalPartition)
