@@ -1,7 +1,7 @@
 """The exactly-once ``foreachBatch`` sink: thin Spark glue over :class:`zcluster.state.Applier`.
 
 Per micro-batch: the source's rows go through ``DataFrame.mapInArrow`` to executor tasks, each running
-the applier over its journals as the source's partitions give them (one journal range each, in offset
+the applier over its journals as the source's partitions give them (journal ranges, each in offset
 order: no shuffle, no sort); see :mod:`zcluster.state.applier` for why that is exactly once. The rows are
 either the journal ranges themselves (the source's ``rows=ranges``: the task reads the bytes from the
 journal store, past the stored checkpoint only, so no frame crosses the JVM and a re-run batch reads
@@ -65,7 +65,7 @@ class _Job:
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: frames (Arrow record batches of the source's rows) in, stats out.
 
-        The source's partitions are one journal's byte range each, in offset order, so a task applies its
+        The source's partitions hold journal byte ranges, each in offset order, so a task applies its
         frames as they come: no shuffle, no sort. A journal whose frames go backwards (the rows were
         reordered before the sink) fails the task instead of being checkpointed wrongly.
         """
