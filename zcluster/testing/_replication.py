@@ -2,9 +2,12 @@
 
 A replica counts as *online* when all of these hold: its own ``INFO replication`` reports
 ``master_link_status:up``; its master's ``INFO replication`` lists it (by port) with ``state=online``; and
-``WAIT`` on that master counts it (the replica has acknowledged the master's replication offset). Only the
-last makes sure the master already streams writes to it: after a full sync, a master may hold its stream
-back until the replica's first periodic acknowledgement, up to a second later.
+``WAIT`` on that master counts it (the replica has acknowledged the master's replication offset); and, with
+AOF on, the replica is not rewriting its AOF. ``WAIT`` makes sure the master already streams writes to it:
+after a full sync, a master may hold its stream back until the replica's first periodic acknowledgement,
+up to a second later. The AOF check is there because a replica with AOF restarts it after every full sync:
+until that rewrite is done, what it receives goes to a temporary file that a kill discards, so a killed
+and restarted replica would come back empty.
 """
 
 from __future__ import annotations
@@ -43,11 +46,15 @@ def _master_listing(replica: LocalServer, group: Sequence[LocalServer], password
     try:
         with replica.client(password=password, **_PROBE) as c:
             info = c.info("replication")
+            persistence = c.info("persistence")
         if info.get("role") != "slave":
             return f"{where}: role:{info.get('role')}"
         where += f" of the master on port {info.get('master_port')}"
         if info.get("master_link_status") != "up":
             return f"{where}: master_link_status:{info.get('master_link_status')}"
+        rewriting = persistence.get("aof_rewrite_in_progress") or persistence.get("aof_rewrite_scheduled")
+        if persistence.get("aof_enabled") and rewriting:
+            return f"{where}: still rewriting its AOF after the sync"
         master = next((s for s in group if s.port == info.get("master_port")), None)
         if master is None:
             return f"{where}: that master is not one of this group's servers"
