@@ -345,8 +345,9 @@ class LocalShards(_LocalGroup):
     ``replicas=k`` gives each master ``k`` replicas (``--replicaof 127.0.0.1 <master port>``, with the same
     ``extra``, plus ``--masterauth`` for a ``--requirepass`` and ``--tls-replication yes`` with ``tls``), in
     :meth:`replicas_of`. The constructor returns once every replica is online: its ``INFO replication`` says
-    ``master_link_status:up``, its master lists it with ``state=online``, and ``WAIT`` on its master counts
-    it (the master's command stream to it has started); after ``timeout`` seconds it raises
+    ``master_link_status:up``, its master lists it with ``state=online``, ``WAIT`` on its master counts
+    it (the master's command stream to it has started), and with ``aof`` it has finished the AOF rewrite a
+    replica runs after each full sync (until then a kill loses what it received); after ``timeout`` seconds it raises
     :class:`ZClusterError` naming the ports. :meth:`wait_replicas` waits the same way later, e.g. after
     starting a killed master or replica again. Nothing is promoted automatically: a replica of a killed
     master stays a read-only replica serving the data it had, and a master started again without its data
