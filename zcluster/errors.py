@@ -37,7 +37,9 @@ drawing is true::
     ├── UndecodableMessageError      (ValueError) zcluster.channels.typed: a message not of its registered type
     │   └── UnknownKindError         its (group, kind) is not registered
     ├── NoHandlerError               (LookupError) zcluster.channels.dispatch: a command nobody handles
-    ├── MapperError                  zcluster.state.applier: the mapper raised; nothing was checkpointed
+    ├── MapperError                  zcluster.state.batch: the mapper raised or wrote badly; not checkpointed
+    ├── JournalMismatchError         zcluster.state.store: a checkpoint of another journal, or past its end
+    ├── PollError                    (ExceptionGroup) zcluster.state.consumer: journals failed, others applied
     ├── ServerNotFound               zcluster.testing.servers: no redis-server/valkey-server binary
     └── TlsUnsupported               zcluster.testing.servers: the binary was built without TLS
 

@@ -276,7 +276,7 @@ def test_state_store_checkpoints_wait_for_the_replica() -> None:
         assert store.save_journal("j/1", 100, [state]) is True
         assert store.commit_batch("q", 1) is True
         with Cluster.from_urls([replica.url]) as on_replica:
-            assert StateStore(on_replica, "app").load_journal("j/1") == (100, [state])  # there already
+            assert StateStore(on_replica, "app").load_journal("j/1")[:2] == (100, [state])  # there already
             assert StateStore(on_replica, "app").committed_batch("q") == 1
         replica.kill()
         assert c.insert([KSM("bulk", 1.0, "m")]).ok  # the cluster's own writes do not wait
@@ -285,7 +285,7 @@ def test_state_store_checkpoints_wait_for_the_replica() -> None:
         with pytest.raises(PartialWriteError) as info:
             store.save_journal("j/1", 200, [later])
         assert isinstance(info.value.result.failures[0].error, DurabilityError)
-        assert store.load_journal("j/1") == (200, [later])  # written on the master, not confirmed
+        assert store.load_journal("j/1")[:2] == (200, [later])  # written on the master, not confirmed
         assert StateStore(c, "app").load_journal("j/1").offset == 200
 
 

@@ -25,7 +25,7 @@ def test_checkpoints_on_a_farm_survive_a_lost_replica() -> None:
 
         s.kill(0)  # a checkpoint saved while replica0 is down lands on the other two
         second = ProducerState("j", P1, 20, -1, 20)
-        assert store.save_journal("j", 200, [second]) is True
+        assert store.save_journal("j", 200, [second, first[1]]) is True  # a save holds every producer
         assert store.commit_batch("q", 1) is True
         ck = store.load_journal("j")
         assert ck.offset == 200 and set(ck.states) == {second, first[1]}

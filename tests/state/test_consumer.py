@@ -13,7 +13,7 @@ from zcluster.journal.files import FileJournals
 from zcluster.journal.frames import RawFrame
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
-from zcluster.state import Applier, BatchStats, Consumer, MapperError, StateStore
+from zcluster.state import Applier, BatchStats, Consumer, MapperError, PollError, StateStore
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 _names = itertools.count()
@@ -68,9 +68,11 @@ def test_a_mapper_failure_checkpoints_nothing_and_the_next_poll_is_exact(
 
     app = f"app{next(_names)}"
     with Cluster.from_urls(shards.urls, prefix=f"cons{next(_names)}:") as cluster:
-        with pytest.raises(MapperError, match="boom") as info:
+        with pytest.raises(PollError) as info:
             Consumer(cluster, store, flaky, app).poll()
-        assert "journal timelines/part-" in str(info.value) and "offset" in str(info.value)
+        (failure,) = info.value.failures
+        assert isinstance(failure.error, MapperError) and "boom" in str(failure.error)
+        assert f"journal {failure.journal} offset" in str(failure.error) and failure.offset == 0
         stats = Consumer(cluster, store, timeline_mapper, app).poll()
         assert isinstance(stats, BatchStats) and stats.frames > 0
         expected = traffic.expected()

@@ -41,29 +41,62 @@ def test_journal_checkpoints_only_move_forward(any_cluster: Cluster) -> None:
     open_span = ProducerState("j/1", P1, last_ack=100, begin=40, max_clock=120)
     committed = ProducerState("j/1", P1, last_ack=130, begin=-1, max_clock=130)
     other = ProducerState("j/1", P2, last_ack=7, begin=-1, max_clock=7)
-    assert store.load_journal("j/1") == (0, [])
-    assert store.save_journal("j/1", 50, [open_span, other]) is True
+    assert store.load_journal("j/1") == (0, [], "", 0)
+    assert store.save_journal("j/1", 50, [open_span, other], journal_id="id1") is True
     ck = store.load_journal("j/1")
-    assert ck.offset == 50 and sorted(ck.states) == sorted([open_span, other])
-    store.save_journal("j/1", 90, [committed])
-    assert store.load_journal("j/1").offset == 90 and set(store.load_journal("j/1").states) == {committed, other}
+    assert (ck.offset, ck.journal_id) == (50, "id1") and sorted(ck.states) == sorted([open_span, other])
+    assert store.save_journal("j/1", 90, [committed, other], journal_id="id1") is True
+    assert store.load_journal("j/1") == (90, sorted([committed, other], key=lambda s: s.producer.hex()), "id1", 0)
     assert store.save_journal("j/1", 50, [open_span]) is False  # a zombie with the older checkpoint
-    assert store.load_journal("j/1") == (90, [committed, other]) or set(store.load_journal("j/1").states) == {
-        committed,
-        other,
-    }
-    assert store.load_journal("j/1").offset == 90
-    # superseded records were garbage-collected: one record per producer, plus the offset
+    assert store.save_journal("j/1", 90, [committed, other], journal_id="id1") is False  # the same one again
+    assert store.load_journal("j/1").offset == 90 and set(store.load_journal("j/1").states) == {committed, other}
+    # superseded snapshots were forgotten: one record, whatever the number of producers and saves
     raw = store.cluster.select(["app1/journal/j/1"], limit=100)["app1/journal/j/1"]
-    assert len(raw) == 3
-    # one bit of clock decides
-    newer = ProducerState("j/1", P2, last_ack=8, begin=-1, max_clock=8)
-    store.save_journal("j/1", 95, [newer])
-    store.save_journal("j/1", 95, [other])
-    assert set(store.load_journal("j/1").states) == {committed, newer}
-    assert store.prune_producers("j/1", older_than_clock=8) == 2  # P2 at clock 8, and its tombstone at 7
-    assert store.load_journal("j/1") == (95, [committed])
-    assert store.load_journal("missing") == (0, [])
+    assert len(raw) == 1
+    # a save replaces the states as a whole: a producer pruned by the Sequencer is gone
+    assert store.save_journal("j/1", 95, [committed], journal_id="id1") is True
+    assert store.load_journal("j/1") == (95, [committed], "id1", 0)
+    assert store.load_journal("missing") == (0, [], "", 0)
+    with pytest.raises(ValueError, match="identity"):
+        store.save_journal("j/1", 99, [], journal_id="a|b")
+
+
+def test_checkpoints_of_the_previous_layout_are_read_and_then_forgotten(any_cluster: Cluster) -> None:
+    store = StateStore(any_cluster, "old")
+    key = "old/journal/j"
+    open_span = ProducerState("j", P1, last_ack=100, begin=40, max_clock=120)
+    other = ProducerState("j", P2, last_ack=7, begin=-1, max_clock=7)
+    store.cluster.insert(
+        [
+            KeyScoreMember(key, clock_to_score(120), f"{P1.hex()}|100|40"),
+            KeyScoreMember(key, clock_to_score(90), f"{P1.hex()}|80|-1"),  # superseded, not yet deleted
+            KeyScoreMember(key, clock_to_score(7), f"{P2.hex()}|7|-1"),
+            KeyScoreMember(key, 60.0, "~offset"),
+        ]
+    )
+    ck = store.load_journal("j")
+    assert ck.offset == 60 and set(ck.states) == {open_span, other} and ck.journal_id == ""
+    assert store.save_journal("j", 80, ck.states) is True
+    assert len(store.cluster.select([key], limit=100)[key]) == 1
+    assert store.load_journal("j").offset == 80 and set(store.load_journal("j").states) == {open_span, other}
+
+
+def test_a_restart_moves_past_every_earlier_position(any_cluster: Cluster) -> None:
+    store = StateStore(any_cluster, "restart")
+    state = ProducerState("j", P1, last_ack=10, begin=-1, max_clock=10)
+    store.save_journal("j", 5000, [state], journal_id="old")
+    restarted = store.restart_journal("j", reason="journal made again")
+    assert restarted == (0, [], "", 5001) and store.load_journal("j") == restarted
+    assert store.save_journal("j", 700, [state], journal_id="old") is False  # the old journal's zombie: stale
+    assert store.save_journal("j", 300, [state], base=restarted.base, journal_id="new") is True
+    assert store.load_journal("j") == (300, [state], "new", 5001)
+    (entry,) = store.audit()
+    assert (entry["action"], entry["offset"], entry["stored_id"], entry["reason"]) == (
+        "restart",
+        5000,
+        "old",
+        "journal made again",
+    )
 
 
 def test_progress_is_monotonic(any_cluster: Cluster) -> None:

@@ -14,7 +14,7 @@ A journal directory holds:
   be read (a damaged record of the open fragment, a fragment file found short). Its bytes, as far as they
   survive, are in ``_quarantine/`` (the marker, a small JSON document, names the file). Together the
   fragments and lost ranges cover the journal from offset 0 without holes, so offsets are never reused.
-* ``_journal.json`` (labels and metadata), ``_lock`` (the append lock, ``fcntl.flock``),
+* ``_journal.json`` (labels, metadata, the identity ``uid``), ``_lock`` (the append lock, ``fcntl.flock``),
   ``_positions/`` (consumer-group positions), ``_quarantine/`` (torn tails and damaged bytes moved aside).
 
 Damage in the open fragment (:func:`plan_damage`): records carry their length and CRC-32, so a record

@@ -46,6 +46,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,13 @@ class FileJournals:
         except FileExistsError:
             what = "already exists" if (d / META_NAME).exists() else "collides with a directory of other journals"
             raise JournalExistsError(f"journal {spec.name!r} {what} under {self.root}") from None
-        doc = {"name": spec.name, "labels": labels, "metadata": dict(metadata or {}), "created": time.time()}
+        doc = {
+            "name": spec.name,
+            "labels": labels,
+            "metadata": dict(metadata or {}),
+            "created": time.time(),
+            "uid": uuid.uuid4().hex,
+        }
         self._write_json(d / META_NAME, doc)
 
     def destroy(self, journal: str) -> None:
@@ -176,7 +183,7 @@ class FileJournals:
 
     def info(self, journal: str) -> JournalInfo:
         doc = self._read_meta(self._existing(journal))
-        return JournalInfo(doc["name"], doc["labels"], doc["metadata"])
+        return JournalInfo(doc["name"], doc["labels"], doc["metadata"], doc.get("uid", ""))
 
     def spec(self, journal: str) -> JournalSpec:
         """The journal's name and labels; JournalNotFoundError if unknown."""

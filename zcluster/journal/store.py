@@ -58,11 +58,17 @@ class JournalExistsError(JournalError, ValueError):
 
 @dataclass(frozen=True)
 class JournalInfo:
-    """A journal's name, labels (including ``content-type``) and free-form metadata (owner, description...)."""
+    """A journal's name, labels (including ``content-type``) and free-form metadata (owner, description...).
+
+    ``uid``: the journal's identity, a random id made when it was created: a journal destroyed and created
+    again under the same name has another (checkpoints are bound to it). "" for journals created before
+    identities existed.
+    """
 
     name: str
     labels: Mapping[str, str]
     metadata: Mapping[str, str] = field(default_factory=dict)
+    uid: str = ""
 
     @property
     def spec(self) -> JournalSpec:

@@ -6,7 +6,7 @@ Layout, for a journal ``name`` under key prefix ``P`` (all of a journal's keys s
 * ``{Pname}:s``: the stream. Each non-empty append is one entry whose ID is ``<begin>-1`` (its begin
   byte offset) with one field ``d`` (the bytes), so the entry covers [begin, begin + len(d)) and a
   reader finds the entry holding any offset with one XREVRANGE.
-* ``{Pname}:m``: a hash with ``end`` (the journal's end offset), ``labels`` and ``metadata`` (JSON).
+* ``{Pname}:m``: a hash: ``end`` (the end offset), ``labels``, ``metadata`` (JSON), ``uid`` (its identity).
 * ``{Pname}:p``: a hash of consumer-group read positions (byte offsets), used by the channels layer.
 * ``Pjournals``: a hash of every journal's labels, for ``list(selector)``.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import builtins
 import json
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -69,7 +70,7 @@ return string.format('%d', begin)
 
 _CREATE = """
 if redis.call('HSETNX', KEYS[1], 'end', '0') == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'labels', ARGV[1], 'metadata', ARGV[2])
+redis.call('HSET', KEYS[1], 'labels', ARGV[1], 'metadata', ARGV[2], 'uid', ARGV[3])
 return 1
 """
 
@@ -195,7 +196,8 @@ class RedisJournals:
     def create(self, spec: JournalSpec, metadata: Mapping[str, str] | None = None) -> None:
         """Create an empty journal. JournalExistsError if it exists; ValueError for bad names or labels."""
         labels = validate_labels(spec.name, spec.labels)
-        if not self._create(keys=[self._meta(spec.name)], args=[json.dumps(labels), json.dumps(dict(metadata or {}))]):
+        args = [json.dumps(labels), json.dumps(dict(metadata or {})), uuid.uuid4().hex]
+        if not self._create(keys=[self._meta(spec.name)], args=args):
             raise JournalExistsError(f"journal {spec.name!r} already exists (prefix {self.prefix!r})")
         self.client.hset(self._registry, spec.name, json.dumps(labels))
 
@@ -212,10 +214,10 @@ class RedisJournals:
             raise JournalNotFoundError(f"journal {journal!r} not found (prefix {self.prefix!r})")
 
     def info(self, journal: str) -> JournalInfo:
-        labels, metadata = self._r.hmget(self._meta(journal), ["labels", "metadata"])
+        labels, metadata, uid = self._r.hmget(self._meta(journal), ["labels", "metadata", "uid"])
         if labels is None:
             raise JournalNotFoundError(f"journal {journal!r} not found (prefix {self.prefix!r})")
-        return JournalInfo(journal, json.loads(labels), json.loads(metadata or b"{}"))
+        return JournalInfo(journal, json.loads(labels), json.loads(metadata or b"{}"), (uid or b"").decode())
 
     def spec(self, journal: str) -> JournalSpec:
         """The journal's name and labels; JournalNotFoundError if unknown."""
@@ -335,10 +337,8 @@ class RedisJournals:
             for raw_id, fields in got:
                 e = _entry(raw_id, fields)
                 if e.begin != pos:
-                    raise JournalError(
-                        f"journal {journal!r}: expected an entry at offset {pos}, found {e.id} "
-                        "(trimmed under the reader?)"
-                    )
+                    where = f"expected an entry at offset {pos}, found {e.id} (trimmed under the reader?)"
+                    raise JournalError(f"journal {journal!r}: {where}")
                 yield e.begin, e.data
                 pos, last = e.end, e.id
             if timeout is not None:

@@ -19,14 +19,14 @@ if TYPE_CHECKING:
     from zcluster.config import ClusterConfig
     from zcluster.spark.session import local_session, register, run_available_now
     from zcluster.spark.sink import ZClusterSink
-    from zcluster.state.applier import BatchStats, MapperError
+    from zcluster.state.batch import BatchStats, MapperError
     from zcluster.types import Delete, Insert
 
 _WHERE = {
     "ClusterConfig": "zcluster.config",
     **dict.fromkeys(["local_session", "register", "run_available_now"], "zcluster.spark.session"),
     "ZClusterSink": "zcluster.spark.sink",
-    **dict.fromkeys(["BatchStats", "MapperError"], "zcluster.state.applier"),
+    **dict.fromkeys(["BatchStats", "MapperError"], "zcluster.state.batch"),
     **dict.fromkeys(["Delete", "Insert"], "zcluster.types"),
 }
 

@@ -37,7 +37,8 @@ from zcluster.journal.frames import RawFrame
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.spark.source import RANGE_COLUMNS
-from zcluster.state.applier import Applier, BatchStats, Mapper
+from zcluster.state.applier import Applier, Mapper
+from zcluster.state.batch import BatchStats
 from zcluster.state.retry import retrying
 from zcluster.state.store import StateStore
 
@@ -78,20 +79,23 @@ class _Job:
         yield pa.RecordBatch.from_pydict({"stats": [json.dumps(stats.counters())]})
 
     def _apply(self, first: Any, batches: Iterator[Any], stats: BatchStats) -> None:
-        if first is not None and "data" in first.schema.names:
-            applier = self._applier(self.journals)
-            frames = _frames(itertools.chain([first], batches))
-            for journal, group in itertools.groupby(frames, key=lambda r: r[0]):
-                applier.apply(journal, _in_order(journal, group), stats)
-        elif first is not None:
-            assert self.journals is not None  # checked by the driver
-            store = open_store(self.journals, recover=False)
-            try:
-                applier = self._applier(store)
-                for batch in itertools.chain([first], batches):
-                    for journal, content_type, begin, end in _rows(batch, RANGE_COLUMNS):
-                        applier.apply_range(store, journal, content_type, begin, end, stats)
-            finally:
+        if first is None:
+            return
+        # The store (when given) also binds each checkpoint to its journal's identity, in both row modes.
+        store = None if self.journals is None else open_store(self.journals, recover=False)
+        try:
+            applier = self._applier(store)
+            if "data" in first.schema.names:
+                frames = _frames(itertools.chain([first], batches))
+                for journal, group in itertools.groupby(frames, key=lambda r: r[0]):
+                    applier.apply(journal, _in_order(journal, group), stats)
+                return
+            assert store is not None  # checked by the driver
+            for batch in itertools.chain([first], batches):
+                for journal, content_type, begin, end in _rows(batch, RANGE_COLUMNS):
+                    applier.apply_range(store, journal, content_type, begin, end, stats)
+        finally:
+            if store is not None:
                 close_store(store)
 
     def _applier(self, journals: JournalStore | str | None) -> Applier:

@@ -19,7 +19,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourc
 from zcluster.config import ClusterConfig
 from zcluster.errors import ConfigError
 from zcluster.farm.config import StoreConfig
-from zcluster.state.applier import BatchStats, WriteBuffer
+from zcluster.state.batch import BatchStats, WriteBuffer
 from zcluster.types import Delete, Insert
 
 

@@ -17,20 +17,24 @@ from typing import TYPE_CHECKING
 from zcluster import _lazy
 
 if TYPE_CHECKING:
-    from zcluster.state.applier import Applier, BatchStats, Mapper, MapperError
+    from zcluster.state.applier import Applier, Mapper
+    from zcluster.state.batch import BatchStats, MapperError
     from zcluster.state.clocks import clock_to_score, score_to_clock
-    from zcluster.state.consumer import Consumer
+    from zcluster.state.consumer import Consumer, JournalFailure, PollError
     from zcluster.state.dedup import DedupStore
-    from zcluster.state.store import JournalCheckpoint, StateStore
+    from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore
 
 _WHERE = {
     "Applier": "zcluster.state.applier",
-    "BatchStats": "zcluster.state.applier",
+    "BatchStats": "zcluster.state.batch",
     "Mapper": "zcluster.state.applier",
-    "MapperError": "zcluster.state.applier",
+    "MapperError": "zcluster.state.batch",
     "Consumer": "zcluster.state.consumer",
+    "JournalFailure": "zcluster.state.consumer",
+    "PollError": "zcluster.state.consumer",
     "DedupStore": "zcluster.state.dedup",
     "JournalCheckpoint": "zcluster.state.store",
+    "JournalMismatchError": "zcluster.state.store",
     "StateStore": "zcluster.state.store",
     "clock_to_score": "zcluster.state.clocks",
     "score_to_clock": "zcluster.state.clocks",
@@ -42,8 +46,11 @@ __all__ = [
     "Consumer",
     "DedupStore",
     "JournalCheckpoint",
+    "JournalFailure",
+    "JournalMismatchError",
     "Mapper",
     "MapperError",
+    "PollError",
     "StateStore",
     "clock_to_score",
     "score_to_clock",

@@ -24,12 +24,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from zcluster.errors import ConfigError, PartialWriteError, ZClusterError
+from zcluster.errors import ConfigError
 from zcluster.farm.config import Store
 from zcluster.journal.frames import read_range_frames
 from zcluster.journal.store import JournalStore, close_store
@@ -39,12 +38,12 @@ from zcluster.message.framing import FramingError, JsonFraming, framing_for
 from zcluster.message.journals import JournalReader, JournalSpec
 from zcluster.message.readers import ReadUncommittedIter
 from zcluster.message.sequencer import QueueOutcome, Sequencer
-from zcluster.message.uuid import clock_span
-from zcluster.state.retry import backoff, retrying
-from zcluster.state.store import JournalCheckpoint, StateStore
-from zcluster.types import Delete, Insert, KeyScoreMember, Write
+from zcluster.state.batch import BatchStats, MapperError, WriteBuffer
+from zcluster.state.retry import retrying
+from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore
+from zcluster.types import Delete, Insert, KeyScoreMember
 
-__all__ = ["Applier", "BatchStats", "Mapper", "MapperError"]
+__all__ = ["Applier", "Mapper"]
 
 log = logging.getLogger("zcluster.state")
 
@@ -69,12 +68,6 @@ Mapper = Callable[[Any], Iterable[Insert | Delete | KeyScoreMember]]
 A :class:`KeyScoreMember` or plain (key, score, member) tuple is an insert."""
 
 
-class MapperError(ZClusterError):
-    """The mapper raised or returned something that is not a write; names the journal, offset and message
-    kind. Nothing of that journal's batch was checkpointed, so it is read again (the writes that were
-    already sent are idempotent)."""
-
-
 class FrameLike(Protocol):
     """What the applier reads of a frame: a :class:`zcluster.journal.frames.RawFrame` or a Spark Row."""
 
@@ -92,45 +85,6 @@ class FrameLike(Protocol):
     def error(self) -> str | None: ...
 
 
-@dataclass
-class BatchStats:
-    """What one batch did (summed over journals and tasks): frames read, messages seen, delivered and
-    dropped, writes sent and applied."""
-
-    batch_id: int = -1
-    query_id: str = ""
-    skipped: bool = False
-    frames: int = 0
-    seen: int = 0
-    delivered: int = 0
-    acks: int = 0
-    duplicates: int = 0
-    rollbacks: int = 0
-    replays: int = 0
-    malformed: int = 0
-    inserts: int = 0
-    deletes: int = 0
-    applied: int = 0
-    seconds: float = 0.0
-    outcomes: dict[str, int] = field(default_factory=dict)
-
-    def counters(self) -> dict[str, Any]:
-        """The summable part (counts and outcomes), as plain values a Spark task can return."""
-        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name in _COUNTERS}
-        out["outcomes"] = dict(self.outcomes)
-        return out
-
-    def add(self, other: dict[str, Any]) -> None:
-        """Add another part's :meth:`counters`."""
-        for name, value in other.items():
-            if name == "outcomes":
-                for k, v in value.items():
-                    self.outcomes[k] = self.outcomes.get(k, 0) + v
-            elif name in _COUNTERS:
-                setattr(self, name, getattr(self, name) + value)
-
-
-_COUNTERS = frozenset(f.name for f in fields(BatchStats) if f.type == "int" and f.name != "batch_id")
 _DUPLICATE = {
     QueueOutcome.OUTSIDE_ALREADY_ACKED,
     QueueOutcome.CONTINUE_ALREADY_ACKED,
@@ -138,53 +92,6 @@ _DUPLICATE = {
 }
 # Globals: an Enum member read off its class costs ~50 ns per frame.
 _REPLAY, _OUTSIDE_COMMIT = QueueOutcome.ACK_COMMIT_REPLAY, QueueOutcome.OUTSIDE_COMMIT
-
-
-class WriteBuffer:
-    """Buffers writes and sends them in batches of ``size``; unconfirmed tuples are resent (idempotent)
-    up to ``retries`` times, then :class:`PartialWriteError` propagates."""
-
-    def __init__(self, cluster: Store, size: int, retries: int, stats: BatchStats) -> None:
-        self.cluster, self.size, self.retries, self.stats = cluster, size, retries, stats
-        self.writes: list[Write] = []
-
-    def add(self, writes: Iterable[Any], journal: str = "", offset: int = -1) -> None:
-        """Queue ``writes`` (Insert, Delete, or an insert as KeyScoreMember / 3-tuple); ``journal`` and
-        ``offset`` name their origin for a :class:`MapperError` on anything else."""
-        out = self.writes
-        for w in writes:
-            kind = type(w)
-            if kind is Insert or kind is Delete or isinstance(w, Insert | Delete):  # exact types are cheap
-                out.append(w)
-            elif isinstance(w, tuple) and len(w) == 3:
-                out.append(Insert(*w))
-            else:
-                where = f"journal {journal} offset {offset}" if journal else "the writer"
-                raise MapperError(f"mapper returned {w!r} for {where}: expected Insert, Delete or KeyScoreMember")
-        if len(out) >= self.size:
-            self.flush()
-
-    def flush(self) -> None:
-        pending, self.writes = self.writes, []
-        if not pending:
-            return
-        inserts = sum(1 for w in pending if type(w) is Insert)
-        self.stats.inserts += inserts
-        self.stats.deletes += len(pending) - inserts
-        for attempt in range(self.retries + 1):
-            result = self.cluster.apply(pending, raise_on_error=False)
-            self.stats.applied += result.applied_count
-            if result.ok:
-                return
-            if attempt == self.retries:
-                raise PartialWriteError(result)
-            log.warning(
-                "retrying %d unconfirmed write(s): %s",
-                len(result.failed_indices),
-                "; ".join(str(f) for f in result.failures),
-            )
-            pending = [pending[i] for i in result.failed_indices]
-            time.sleep(backoff(attempt))
 
 
 def _kind(message: Any) -> str:
@@ -221,8 +128,14 @@ class Applier:
         return StateStore(self.cluster, self.app)
 
     def apply(self, journal: str, frames: Iterable[FrameLike], stats: BatchStats) -> None:
-        """Apply ``frames`` of ``journal`` (in offset order, from any offset up to a frame boundary)."""
-        self._apply(journal, frames, stats, *self._checkpoint(journal))
+        """Apply ``frames`` of ``journal`` (in offset order, from any offset up to a frame boundary).
+
+        With a journal store object as ``journals``, the checkpoint is first checked against the journal's
+        identity (:class:`JournalMismatchError`); with a URL or none, frames carry no identity to check."""
+        store = None if self.journals is None or isinstance(self.journals, str) else self.journals
+        state, checkpoint = self._checkpoint(journal)
+        journal_id = self._verify(store, journal, checkpoint, 0) if store is not None else checkpoint.journal_id
+        self._apply(journal, frames, stats, state, checkpoint, journal_id)
 
     def apply_range(
         self, store: JournalReader, journal: str, content_type: str, begin: int, end: int, stats: BatchStats
@@ -230,16 +143,41 @@ class Applier:
         """Apply bytes [begin, end) of ``journal`` (frame boundaries), read from ``store``. Only the part past
         the stored checkpoint is read: a range applied already (a retried task, a replayed batch, a new Spark
         checkpoint re-reading from 0) costs one checkpoint lookup. Raises what :func:`read_range` raises
-        when the store holds fewer bytes than the range."""
+        when the store holds fewer bytes than the range, and :class:`JournalMismatchError` when the stored
+        checkpoint is not of the journal ``store`` holds now (re-created, or ending before the checkpoint)."""
         state, checkpoint = self._checkpoint(journal)
+        journal_id = self._verify(store, journal, checkpoint, end)
         start = max(begin, checkpoint.offset)
         if start < end:
-            self._apply(journal, read_range_frames(store, journal, content_type, start, end), stats, state, checkpoint)
+            self._apply(
+                journal,
+                read_range_frames(store, journal, content_type, start, end),
+                stats,
+                state,
+                checkpoint,
+                journal_id,
+            )
 
     def _checkpoint(self, journal: str) -> tuple[StateStore, JournalCheckpoint]:
         state = self.state()
         checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
         return state, checkpoint
+
+    def _verify(self, store: object, journal: str, checkpoint: JournalCheckpoint, end: int) -> str:
+        """The journal's identity now (``store``'s, when it keeps one); raises :class:`JournalMismatchError`
+        when the checkpoint is of another journal of that name or lies past the journal's end (``end``: an
+        offset known to exist, so that the common case asks the store nothing more)."""
+        info = getattr(store, "info", None)
+        current = info(journal).uid if info is not None else ""
+        stored = checkpoint.journal_id
+        if stored and current and stored != current:
+            raise JournalMismatchError(self.app, journal, checkpoint.offset, None, stored, current)
+        if checkpoint.offset > end:
+            journal_end = getattr(store, "end", None)
+            at = journal_end(journal) if journal_end is not None else None
+            if at is not None and checkpoint.offset > at:
+                raise JournalMismatchError(self.app, journal, checkpoint.offset, at, stored, current)
+        return current or stored
 
     def _apply(
         self,
@@ -248,6 +186,7 @@ class Applier:
         stats: BatchStats,
         state: StateStore,
         checkpoint: JournalCheckpoint,
+        journal_id: str,
     ) -> None:
         seq = Sequencer(states=checkpoint.states, buffer=self.ring)
         writes = WriteBuffer(self.cluster, self.flush, self.retries, stats)
@@ -311,14 +250,13 @@ class Applier:
                 elif outcome is QueueOutcome.ACK_COMMIT_REPLAY:
                     stats.replays += n
         writes.flush()  # effects first: a crash before the checkpoint re-runs them, harmlessly
-        states = seq.checkpoint().states
+        # Quiet producers are forgotten here (their later duplicates would be delivered again).
+        states = seq.checkpoint(self.prune_horizon or 0.0).states
         retrying(
-            lambda: state.save_journal(journal, read_through, states), self.retries, f"save checkpoint of {journal}"
+            lambda: state.save_journal(journal, read_through, states, journal_id=journal_id, base=checkpoint.base),
+            self.retries,
+            f"save checkpoint of {journal}",
         )
-        if self.prune_horizon and states:
-            bound = max(s.last_ack for s in states) - clock_span(self.prune_horizon)
-            if bound > 0:
-                state.prune_producers(journal, bound)
 
     def _fast_decode(self, content_type: str) -> Callable[[Any], Any] | None:
         framing = framing_for(content_type)

@@ -4,20 +4,59 @@ It is the same :class:`Applier` the Spark sink runs, driven by a loop: for each 
 from its checkpoint offset to its current end and apply them. Checkpoints live in the cluster, keyed by
 ``app``, so a consumer that crashes (at any point) and starts again continues exactly once, and a Spark
 query with the same ``query_name`` shares the same progress.
+
+Each journal is its own ordered stream: a journal that fails (its mapper raises, a lost range, a journal
+created again under its name, a shard that keeps failing) keeps its checkpoint and is reported, and the
+other journals go on. :meth:`Consumer.poll` raises :class:`PollError` after trying every journal;
+:meth:`Consumer.run` logs it and keeps polling, so the failing journal is reported on every poll.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
+from zcluster.errors import ZClusterError
 from zcluster.farm.config import Store
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
-from zcluster.state.applier import Applier, BatchStats, Mapper
+from zcluster.state.applier import Applier, Mapper
+from zcluster.state.batch import BatchStats
 
-__all__ = ["Consumer"]
+__all__ = ["Consumer", "JournalFailure", "PollError"]
+
+log = logging.getLogger("zcluster.state")
+
+
+class JournalFailure(NamedTuple):
+    """A journal a poll could not apply: it stays at its checkpoint ``offset`` (None if that could not be
+    read either; the reason is noted on ``error``) and is tried again by the next poll."""
+
+    journal: str
+    offset: int | None
+    error: Exception
+
+
+class PollError(ZClusterError, ExceptionGroup):
+    """Some journals of a poll failed; every other journal was applied. ``failures`` names each failed
+    journal, the checkpoint offset it stays at and its error (also this group's exceptions); ``stats``
+    is what the poll did."""
+
+    failures: list[JournalFailure]
+    stats: BatchStats
+
+    def __new__(cls, failures: list[JournalFailure], stats: BatchStats) -> PollError:
+        where = ", ".join(f"{f.journal} at offset {f.offset}" for f in failures)
+        self = super().__new__(
+            cls, f"{len(failures)} journal(s) failed and keep their checkpoints: {where}", [f.error for f in failures]
+        )
+        self.failures, self.stats = failures, stats
+        return self
+
+    def __init__(self, failures: list[JournalFailure], stats: BatchStats) -> None:
+        super().__init__(self.message, self.exceptions)
 
 
 class Consumer:
@@ -52,19 +91,46 @@ class Consumer:
         )
 
     def poll(self) -> BatchStats:
-        """Apply everything the journals hold now; returns what was done. Raises what the applier raises
-        (:class:`zcluster.state.MapperError`, :class:`zcluster.ShardError`); the journal being applied
-        then keeps its previous checkpoint, and the next poll continues from there."""
+        """Apply everything the journals hold now; returns what was done.
+
+        A journal that fails (what the applier raises: :class:`zcluster.state.MapperError`,
+        :class:`zcluster.state.JournalMismatchError`, :class:`zcluster.ShardError`, a lost range's
+        :class:`zcluster.message.OffsetOutOfRangeError`, ...) keeps its previous checkpoint and the next poll
+        continues from there; the other journals are applied all the same, then :class:`PollError` is
+        raised naming every failed journal. Listing the journals failing raises at once."""
         stats = BatchStats()
+        failures: list[JournalFailure] = []
         for spec in self.store.list(self.selector):
-            end = self.store.end(spec.name)
-            self.applier.apply_range(self.store, spec.name, spec.labels["content-type"], 0, end, stats)
+            try:
+                end = self.store.end(spec.name)
+                self.applier.apply_range(self.store, spec.name, spec.labels["content-type"], 0, end, stats)
+            except Exception as exc:
+                failures.append(JournalFailure(spec.name, self._offset(spec.name, exc), exc))
+        if failures:
+            raise PollError(failures, stats)
         return stats
 
+    def _offset(self, journal: str, error: Exception) -> int | None:
+        try:
+            return self.applier.state().load_journal(journal).offset
+        except Exception as exc:  # kept with the journal's own error, which is what gets raised
+            error.add_note(f"reading the checkpoint of {journal} failed too: {type(exc).__name__}: {exc}")
+            return None
+
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        """Poll until ``stop`` is set, waiting ``interval`` seconds after a poll that found nothing."""
+        """Poll until ``stop`` is set, waiting ``interval`` seconds after a poll that found nothing or
+        failed. A :class:`PollError` is logged (every failed journal, each poll) and polling goes on; any
+        other error (listing the journals) propagates."""
         while not stop.is_set():
-            if self.poll().frames == 0:
+            try:
+                found = self.poll().frames
+            except PollError as exc:
+                for f in exc.failures:
+                    log.error(
+                        "journal %s stays at offset %s: %s: %s", f.journal, f.offset, type(f.error).__name__, f.error
+                    )
+                found = 0
+            if found == 0:
                 stop.wait(interval)
 
     def close(self) -> None:

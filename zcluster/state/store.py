@@ -2,21 +2,31 @@
 
 Layout (namespace prefix ``zcstate:``, one logical set each):
 
-* ``<app>/journal/<journal>``: the journal's checkpoint. One record per producer state, member
-  ``<producer hex>|<last ack clock>|<begin offset>``, score = the largest clock the state covers (as
-  :func:`clock_to_score`, exact for 64-bit clocks), plus the member ``~offset`` scored with the byte offset
-  the states are valid at. A producer's current state is its highest-scored record; superseded records
-  are deleted after each save.
+* ``<app>/journal/<journal>``: the journal's checkpoint, one record whose member holds the whole checkpoint
+  (the journal's identity, the byte offset read through, every producer state) and whose score is the
+  checkpoint's position: ``base + offset``. A checkpoint is one consistent snapshot of the Sequencer, never
+  merged from records of different saves, so a later state always supersedes an earlier one whatever their
+  clocks (after a rollback a producer's max clock goes *down*: ranking states by clock let an older open
+  span win and re-deliver the rolled-back messages). ``base`` is 0 until :meth:`StateStore.restart_journal`
+  starts a journal over: it moves past every earlier position, so offsets may start again at 0.
 * ``<app>/progress``: member = query id, score = the last committed batch id.
+* ``<app>/audit``: what an operator did to the checkpoints (a restart), one JSON record each, scored by time.
 
-A checkpoint is saved with one write of one logical key, through a view whose ``batch_size`` exceeds the
-records a checkpoint can hold: :class:`zcluster.Cluster` applies a key's tuples of one call, up to
-``batch_size``, with one script call, so its offset and states change together or not at all. Every record only moves
-forward: a write carrying an older clock, offset or batch id is stale for the 2P-set script, so a zombie
-or a replayed batch cannot roll any of it back.
+A save writes the new record (one tuple of one key: atomic) and then forgets every record below its score,
+which also raises the key's floor there: a zombie or a replayed batch saving an older checkpoint finds its
+write stale, and no tombstone is left behind per save (the store stays flat over months). Where the forget
+fails (a replica of a farm down) the save stands and a warning is logged: loads rank older snapshots below
+it, and the next save forgets them. Records of the
+layout before this one (a record per producer scored by its clock, plus ``~offset``) are read when no
+checkpoint record exists and forgotten by the first save.
+
+A checkpoint is bound to the journal's identity (:attr:`zcluster.journal.JournalInfo.uid`, made when the
+journal is created). The applier refuses to go on when the journal was destroyed and created again under the
+same name, or when the checkpoint lies past the journal's end (:class:`JournalMismatchError`): continuing
+would silently skip the new journal's messages below the old offset.
 
 Durability: ``StateStore(..., durability=Durability(replicas=1))`` makes every write of the store
-(checkpoint saves, the deletion of superseded records, batch commits) wait for Redis's own confirmation
+(checkpoint saves, the forgetting of superseded records, batch commits) wait for Redis's own confirmation
 (``WAIT`` / ``WAITAOF``, see :class:`zcluster.Durability`) through its view, whatever the cluster's own
 writes do; not given, the store waits as its cluster does. A save not confirmed in time raises
 :class:`zcluster.PartialWriteError` carrying a :class:`zcluster.DurabilityError`: the checkpoint was
@@ -25,40 +35,103 @@ written on the master but may be lost with it, and saving it again is safe.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import time
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from zcluster.errors import ConfigError
+from zcluster.errors import ConfigError, PartialWriteError, ZClusterError
 from zcluster.farm.config import Store
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
-from zcluster.state.clocks import clock_to_score, score_to_clock
+from zcluster.state.clocks import score_to_clock
 from zcluster.types import Durability, KeyMember, KeyScoreMember
 
-_ALL = 1_000_000  # select limit and batch size meaning "every record": producers per journal are few
-_OFFSET = "~offset"
+log = logging.getLogger("zcluster.state")
+
+_ALL = 1_000_000  # select limit and batch size meaning "every record"
+_VERSION = "v2"
+_LEGACY_OFFSET = "~offset"
 
 
 class JournalCheckpoint(NamedTuple):
-    """Producer states of one journal, valid after reading it through byte ``offset`` (0: nothing read)."""
+    """Producer states of one journal, valid after reading it through byte ``offset`` (0: nothing read).
+
+    ``journal_id``: the identity of the journal the checkpoint was taken of ("" when unknown: none saved yet,
+    or saved before identities existed). ``base``: where this journal's positions start (see the module).
+    """
 
     offset: int
     states: list[ProducerState]
+    journal_id: str = ""
+    base: int = 0
+
+    @property
+    def position(self) -> int:
+        """The checkpoint's rank among all checkpoints of its journal: ``base + offset``."""
+        return self.base + self.offset
 
 
-def _member(state: ProducerState) -> str:
-    return f"{state.producer.hex()}|{state.last_ack}|{state.begin}"
+class JournalMismatchError(ZClusterError):
+    """The stored checkpoint of ``journal`` is not of the journal the store holds now: the journal was
+    destroyed and created again under the same name (``stored_id`` differs from ``current_id``), or the
+    checkpoint's ``offset`` lies past the journal's ``end``. Nothing was read or written; every poll or
+    batch raises it again until an operator decides: :meth:`StateStore.restart_journal` delivers the new
+    journal from its start, or a new application id starts every journal over."""
+
+    def __init__(self, app: str, journal: str, offset: int, end: int | None, stored_id: str, current_id: str) -> None:
+        self.app, self.journal, self.offset, self.end = app, journal, offset, end
+        self.stored_id, self.current_id = stored_id, current_id
+        if stored_id and current_id and stored_id != current_id:
+            why = f"journal {journal} was created again (identity {current_id}, checkpoint of {stored_id})"
+        else:
+            why = f"checkpoint offset {offset} of journal {journal} lies past its end {end}"
+        super().__init__(
+            f"application {app}: {why}; nothing was delivered from it. To deliver the journal as it is now "
+            f"from its start, call StateStore(cluster, {app!r}).restart_journal({journal!r}); or use a new "
+            "application id"
+        )
 
 
-def _parse(journal: str, member: str, score: float) -> ProducerState:
-    producer, last_ack, begin = member.split("|")
-    return ProducerState(journal, ProducerID(bytes.fromhex(producer)), int(last_ack), int(begin), score_to_clock(score))
+def _encode(journal_id: str, base: int, offset: int, states: Iterable[ProducerState]) -> str:
+    parts = (
+        f"{s.producer.hex()}:{s.last_ack}:{s.begin}:{s.last_ack if s.max_clock is None else s.max_clock}"
+        for s in states
+    )
+    return f"{_VERSION}|{journal_id}|{base}|{offset}|{','.join(sorted(parts))}"
 
 
-def _rank(state: ProducerState) -> tuple[int, int, bool]:
-    # Same max clock, different records: the later one has the larger last ACK, or closed its span.
-    return (state.max_clock or state.last_ack, state.last_ack, state.begin < 0)
+def _decode(journal: str, member: str) -> JournalCheckpoint:
+    _, journal_id, base, offset, producers = member.split("|")
+    states = []
+    for p in producers.split(",") if producers else ():
+        producer, last_ack, begin, max_clock = p.split(":")
+        states.append(
+            ProducerState(journal, ProducerID(bytes.fromhex(producer)), int(last_ack), int(begin), int(max_clock))
+        )
+    return JournalCheckpoint(int(offset), states, journal_id, int(base))
+
+
+def _legacy(journal: str, records: Sequence[KeyScoreMember]) -> JournalCheckpoint:
+    """The layout before v2: one record per producer state (the highest-ranked per producer wins)."""
+    offset = 0
+    best: dict[bytes, tuple[tuple[int, int, bool], ProducerState]] = {}
+    for r in records:
+        member = str(r.member)
+        if member == _LEGACY_OFFSET:
+            offset = int(r.score)
+            continue
+        producer, last_ack, begin = member.split("|")
+        state = ProducerState(
+            journal, ProducerID(bytes.fromhex(producer)), int(last_ack), int(begin), score_to_clock(r.score)
+        )
+        rank = (state.max_clock or state.last_ack, state.last_ack, state.begin < 0)
+        held = best.get(state.producer)
+        if held is None or rank > held[0]:
+            best[state.producer] = (rank, state)
+    return JournalCheckpoint(offset, [s for _, s in best.values()])
 
 
 class StateStore:
@@ -74,7 +147,6 @@ class StateStore:
         if not app or "/" in app:
             raise ConfigError(f"app id must be non-empty and without '/', got {app!r}")
         self.app = app
-        # One call per save, never split: a journal's checkpoint changes atomically (see the module).
         self.cluster = cluster.view(namespace, floors=True, batch_size=_ALL, durability=durability)
 
     def _journal_key(self, journal: str) -> str:
@@ -85,49 +157,65 @@ class StateStore:
     def load_journal(self, journal: str) -> JournalCheckpoint:
         """The stored checkpoint of ``journal`` (offset 0 and no states if none), read in one snapshot."""
         key = self._journal_key(journal)
-        offset, states = self._split(journal, self.cluster.select([key], limit=_ALL)[key])
-        return JournalCheckpoint(offset, list(states.values()))
-
-    @staticmethod
-    def _split(journal: str, records: Sequence[KeyScoreMember]) -> tuple[int, dict[bytes, ProducerState]]:
-        offset = 0
-        best: dict[bytes, ProducerState] = {}
-        for r in records:
-            if r.member == _OFFSET:
-                offset = int(r.score)
-                continue
-            state = _parse(journal, str(r.member), r.score)
-            held = best.get(state.producer)
-            if held is None or _rank(state) > _rank(held):
-                best[state.producer] = state
-        return offset, best
-
-    def save_journal(self, journal: str, offset: int, states: Iterable[ProducerState]) -> bool:
-        """Store ``journal``'s checkpoint at ``offset`` atomically; returns whether the offset advanced.
-
-        States older than the stored ones (smaller max clock) and an offset below the stored one change
-        nothing. Afterwards the superseded records are deleted (at their own scores, so a zombie re-sending
-        one finds it stale).
-        """
-        key = self._journal_key(journal)
-        tuples = [KeyScoreMember(key, clock_to_score(_rank(s)[0]), _member(s)) for s in states]
-        tuples.append(KeyScoreMember(key, float(offset), _OFFSET))
-        advanced = self.cluster.insert(tuples).applied[-1]
         records = self.cluster.select([key], limit=_ALL)[key]
-        current = {_member(s) for s in self._split(journal, records)[1].values()}
-        stale = [r for r in records if r.member != _OFFSET and r.member not in current]
-        if stale:
-            self.cluster.delete(stale)
-        return advanced
+        current = [r for r in records if str(r.member).startswith(_VERSION + "|")]
+        if not current:
+            return _legacy(journal, records)
+        # Equal positions hold the same snapshot unless two writers disagreed; either way pick one, always the same.
+        best = max(current, key=lambda r: (r.score, str(r.member)))
+        return _decode(journal, str(best.member))
 
-    def prune_producers(self, journal: str, older_than_clock: int) -> int:
-        """Forget producers of ``journal`` whose newest state covers only clocks <= ``older_than_clock``.
+    def save_journal(
+        self, journal: str, offset: int, states: Iterable[ProducerState], *, journal_id: str = "", base: int = 0
+    ) -> bool:
+        """Store ``journal``'s checkpoint (``states`` valid after reading through ``offset``) atomically;
+        returns whether it was stored.
 
-        Like the Sequencer's checkpoint pruning: their later duplicates would be delivered again, and a
-        zombie can no longer write states that old. Returns the records removed. The offset record stays:
-        clock scores are tiny doubles (below 1.0 until the year 2490), offsets are whole numbers >= 1.
+        ``states`` replace the stored ones as a whole. A checkpoint at or below the stored position changes
+        nothing (returns False). ``journal_id`` and ``base``: as the checkpoint loaded (see the module).
         """
-        return self.cluster.forget([self._journal_key(journal)], clock_to_score(older_than_clock))
+        if "|" in journal_id or ":" in journal_id or "," in journal_id:
+            raise ConfigError(f"journal {journal}: identity {journal_id!r} must not contain '|', ':' or ','")
+        key = self._journal_key(journal)
+        position = base + offset
+        record = KeyScoreMember(key, float(position), _encode(journal_id, base, offset, states))
+        stored = self.cluster.insert([record]).applied[0]
+        if position >= 1:
+            # Older records go, and the floor rises to just below this position: a zombie's older save is stale.
+            try:
+                self.cluster.forget([key], float(position - 1))
+            except PartialWriteError as exc:
+                # Harmless: loads rank the older snapshots below this one, and the next save forgets them.
+                log.warning("checkpoint of %s saved at %d; forgetting older ones failed: %s", journal, position, exc)
+        return stored
+
+    def restart_journal(self, journal: str, journal_id: str = "", reason: str = "") -> JournalCheckpoint:
+        """Start ``journal`` over: its next batch delivers the journal from offset 0, with no producer states,
+        bound to ``journal_id`` (the journal's identity now; see :class:`JournalMismatchError`).
+
+        The effects already applied stay. The restart is recorded in the application's audit log
+        (:meth:`audit`) with ``reason``. Returns the new (empty) checkpoint.
+        """
+        held = self.load_journal(journal)
+        restarted = JournalCheckpoint(0, [], journal_id, held.position + 1)
+        self.save_journal(journal, 0, [], journal_id=journal_id, base=restarted.base)
+        self._record(
+            "restart",
+            journal,
+            {"offset": held.offset, "stored_id": held.journal_id, "journal_id": journal_id, "reason": reason},
+        )
+        return restarted
+
+    def audit(self) -> list[dict[str, object]]:
+        """What operators did to this application's checkpoints, oldest first (one dict per action)."""
+        key = f"{self.app}/audit"
+        records = self.cluster.select([key], limit=_ALL)[key]
+        return [json.loads(str(r.member)) for r in reversed(records)]
+
+    def _record(self, action: str, journal: str, details: dict[str, object]) -> None:
+        when = time.time()
+        doc = {"action": action, "journal": journal, "at": when, **details}
+        self.cluster.insert([KeyScoreMember(f"{self.app}/audit", when, json.dumps(doc, sort_keys=True))])
 
     # -- progress --------------------------------------------------------------------------------------------
 
