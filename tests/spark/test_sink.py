@@ -101,6 +101,31 @@ def test_transactions_spanning_batches_commit_once_and_rollbacks_never_appear(
     assert sum(b.delivered for b in sink.history) == 6
 
 
+def test_a_rollback_in_a_later_micro_batch_than_its_messages_is_never_delivered(
+    spark: Any, setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """The issue's history, one micro-batch per step: a transaction's message; its rollback; a new transaction of
+    the same producer and its commit. Before checkpoints were one snapshot, the third batch delivered the
+    rolled-back message too."""
+    s = setup
+    specs = [JournalSpec(n, {"content-type": "application/x-ndjson"}) for n in s["names"]]
+    mapping = modulo_mapping(lambda m: m.doc["user"], lambda: specs)
+    sink = sink_for(s)
+    with AsyncPublisher(s["store"]) as producer:
+        producer.publish_uncommitted(mapping, JsonMessage({"user": "u1", "event": "dropped", "ts": 1.0, "op": "add"}))
+        producer.barrier()
+        run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
+        producer.rollback()
+        producer.barrier()
+        run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
+        producer.publish_uncommitted(mapping, JsonMessage({"user": "u1", "event": "kept", "ts": 2.0, "op": "add"}))
+        producer.commit()
+        producer.barrier()
+    run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
+    assert state_of(s["cluster"], ["timeline:u1"]) == {"timeline:u1": [("kept", 2.0)]}
+    assert [b.delivered for b in sink.history] == [0, 0, 1] and sink.history[1].rollbacks == 1
+
+
 def test_a_batch_runs_as_many_tasks_as_the_session_has_cores(spark: Any, setup: dict[str, Any], tmp_path: Path) -> None:
     from pyspark.sql.functions import spark_partition_id
 
