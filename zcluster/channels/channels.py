@@ -30,9 +30,9 @@ from zcluster.message.errors import FramingError, OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, DecodeFunc, Framing, framing_for
 from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.mapping import MappingFunc
-from zcluster.message.producer import Producer, validate
+from zcluster.message.producer import Producer, Stamping, validate
 from zcluster.message.readers import ReadUncommittedIter
-from zcluster.message.uuid import Clock, ProducerID
+from zcluster.message.uuid import Clock
 
 __all__ = ["TOPIC_LABEL", "ChannelInfo", "Channels"]
 
@@ -52,7 +52,7 @@ class ChannelInfo:
     positions: Mapping[str, int]
 
 
-class Channels:
+class Channels(Stamping):
     """Channel operations over `store` (FileJournals or RedisJournals).
 
     `decode` turns framing records into messages (default: the framing's own, e.g. JsonMessage).
@@ -70,18 +70,10 @@ class Channels:
     ) -> None:
         self.store = store
         self._decode = decode
-        self._stamper = Producer(clock, producer)
+        self._producer = Producer(clock, producer)
         self._lock = threading.Lock()
         self._cursors: dict[tuple[str, str], int] = {}  # (group, channel) -> next offset to deliver
         self._specs: dict[str, JournalSpec] = {}
-
-    @property
-    def producer(self) -> ProducerID:
-        return self._stamper.id
-
-    @property
-    def clock(self) -> Clock:
-        return self._stamper.clock
 
     # -- management ----------------------------------------------------------------------------------
 
@@ -152,14 +144,14 @@ class Channels:
         order; appends to different channels are independent (one can fail after another succeeded).
         Nothing is appended if a message fails ``validate()``, its mapping or its framing.
         """
-        stamper = self._stamper
-        stamper.update_clock()
-        routes = [stamper.route(mapping, msg) for msg in messages]
+        producer = self._producer
+        producer.update_clock()
+        routes = [producer.route(mapping, msg) for msg in messages]
         by_channel: dict[str, list[tuple[int, bytes]]] = {}
         out: list[AppendResult | None] = [None] * len(messages)
-        with stamper.hold(name for name, _ in routes):
+        with producer.hold(name for name, _ in routes):
             for i, (msg, (name, framing)) in enumerate(zip(messages, routes, strict=True)):
-                stamper.stamp_committed(msg, name)
+                producer.stamp_committed(msg, name)
                 by_channel.setdefault(name, []).append((i, framing.marshal(msg)))
             for name, items in by_channel.items():
                 for (i, _), r in zip(items, self.store.append_many(name, [d for _, d in items]), strict=True):
@@ -170,13 +162,13 @@ class Channels:
         """Validate `message`, stamp it once and append it to every channel of `topic`; return where it
         landed in each."""
         validate(message)
-        stamper = self._stamper
-        stamper.update_clock()
+        producer = self._producer
+        producer.update_clock()
         names = self.channels(topic)
         framings: dict[str, Framing] = {n: framing_for(self._spec(n).labels[CONTENT_TYPE_LABEL]) for n in names}
         out = {}
-        with stamper.hold(names):
-            stamper.stamp_committed(message, *names)
+        with producer.hold(names):
+            producer.stamp_committed(message, *names)
             for name in names:
                 out[name] = self.store.append(name, framings[name].marshal(message))
         return out

@@ -15,7 +15,7 @@ from zcluster.message.errors import FramingError, JournalError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, Frame, framing_for
 from zcluster.message.journals import JournalReader
 
-__all__ = ["RawFrame", "read_frames", "read_range", "read_range_frames"]
+__all__ = ["LineBlocks", "RawFrame", "read_frames", "read_range", "read_range_frames"]
 
 
 class RawFrame(NamedTuple):
@@ -95,36 +95,67 @@ def _clipped(chunks: Iterator[tuple[int, bytes]], end: int) -> Iterator[tuple[in
             return
 
 
+class LineBlocks:
+    """The one rule for cutting ndjson bytes into frames, fed chunk by chunk (the applier's frame reader and
+    the Spark source's Arrow path both use it).
+
+    :meth:`feed` yields ``(offset, block)`` for each run of whole lines (a block ends with a newline; zero
+    copy where it can), and an error :class:`RawFrame` for a line whose unterminated part grew past
+    ``limit`` bytes (its bytes are dropped as they come; the row spans it up to its newline). :meth:`close`
+    yields an error row for bytes left without a newline at the end.
+    """
+
+    def __init__(self, journal: str, content_type: str, begin: int, limit: int) -> None:
+        self.journal, self.content_type, self.limit = journal, content_type, limit
+        self.pending: bytes = b""  # bytes not yet framed, starting at offset `base`
+        self.base = begin
+        self.skip_from: int | None = None  # start of a line longer than `limit`
+
+    def feed(self, data: bytes) -> Iterator[tuple[int, memoryview] | RawFrame]:
+        if self.skip_from is not None:
+            nl = data.find(b"\n")
+            if nl < 0:
+                self.base += len(data)
+                return
+            reason = f"line longer than the maximum frame size ({self.limit} bytes)"
+            yield RawFrame(self.journal, self.skip_from, self.base + nl + 1, self.content_type, None, reason)
+            data, self.base, self.skip_from = data[nl + 1 :], self.base + nl + 1, None
+        if self.pending:
+            data = self.pending + data
+        framed = data.rfind(b"\n") + 1
+        if framed:
+            yield self.base, memoryview(data)[:framed]
+            self.pending, self.base = data[framed:], self.base + framed
+        else:
+            self.pending = data
+        if len(self.pending) > self.limit:
+            self.skip_from, self.base, self.pending = self.base, self.base + len(self.pending), b""
+
+    def close(self) -> Iterator[RawFrame]:
+        if self.skip_from is not None:
+            error = f"unexpected end: no newline after offset {self.skip_from}"
+            yield RawFrame(self.journal, self.skip_from, self.base, self.content_type, None, error)
+        elif self.pending:
+            error = f"unexpected end: no newline after offset {self.base}"
+            yield RawFrame(self.journal, self.base, self.base + len(self.pending), self.content_type, None, error)
+
+
 def _lines(journal: str, ctype: str, begin: int, chunks: Iterator[tuple[int, bytes]], limit: int) -> Iterator[RawFrame]:
     make = tuple.__new__  # a RawFrame without its Python-level __new__: this loop runs once per frame
-    pending, base = b"", begin  # bytes not yet framed; `data` below starts at offset `base`
-    skip_from: int | None = None  # start of a line longer than `limit`, whose bytes are dropped as they come
+    blocks = LineBlocks(journal, ctype, begin, limit)
     for _, chunk in chunks:
-        data = pending + chunk if pending else chunk
-        lines = data.split(b"\n")
-        tail = lines.pop()
-        pos = base
-        for line in lines:
-            end = pos + len(line) + 1
-            if skip_from is not None:
-                reason = f"line longer than the maximum frame size ({limit} bytes)"
-                yield make(RawFrame, (journal, skip_from, end, ctype, None, reason))
-                skip_from = None
-            else:
+        for item in blocks.feed(chunk):
+            if isinstance(item, RawFrame):
+                yield item
+                continue
+            pos, block = item
+            lines = bytes(block).split(b"\n")
+            lines.pop()  # the empty piece after the block's last newline
+            for line in lines:
+                end = pos + len(line) + 1
                 yield make(RawFrame, (journal, pos, end, ctype, line + b"\n", None))
-            pos = end
-        if skip_from is None and len(tail) > limit:
-            skip_from = pos
-        if skip_from is not None:
-            pending, base = b"", pos + len(tail)
-        else:
-            pending, base = tail, pos
-    if skip_from is not None:
-        yield RawFrame(journal, skip_from, base, ctype, None, f"unexpected end: no newline after offset {skip_from}")
-    elif pending:
-        yield RawFrame(
-            journal, base, base + len(pending), ctype, None, f"unexpected end: no newline after offset {base}"
-        )
+                pos = end
+    yield from blocks.close()
 
 
 def _decoded(journal: str, ctype: str, begin: int, chunks: Iterator[tuple[int, bytes]]) -> Iterator[RawFrame]:

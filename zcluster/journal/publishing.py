@@ -31,8 +31,8 @@ from zcluster.journal.store import JournalStore
 from zcluster.message.envelope import Message
 from zcluster.message.journals import AppendResult
 from zcluster.message.mapping import MappingFunc
-from zcluster.message.producer import Producer
-from zcluster.message.uuid import Clock, ProducerID
+from zcluster.message.producer import Producer, Stamping
+from zcluster.message.uuid import Clock
 
 __all__ = ["AsyncPublisher"]
 
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 _Item = tuple[bytes, "Future[AppendResult]", bool]  # frame, its future, whether it is an ACK
 
 
-class AsyncPublisher:
+class AsyncPublisher(Stamping):
     """Publishes through `store` from a background thread; see the module docstring.
 
     Use as a context manager or call ``close()`` (which waits for everything queued). Safe for concurrent
@@ -65,7 +65,7 @@ class AsyncPublisher:
         if max_batch < 1 or retries < 0 or backoff < 0:
             raise ValueError("max_batch must be positive, retries and backoff non-negative")
         self.store = store
-        self._stamper = Producer(clock, producer)
+        self._producer = Producer(clock, producer)
         self._max_batch = max_batch
         self._retries = retries
         self._backoff = backoff
@@ -83,14 +83,6 @@ class AsyncPublisher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def producer(self) -> ProducerID:
-        return self._stamper.id
-
-    @property
-    def clock(self) -> Clock:
-        return self._stamper.clock
-
     # -- publishing ----------------------------------------------------------------------------------
 
     def publish_committed(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
@@ -99,33 +91,33 @@ class AsyncPublisher:
         Raises at once what the message Publisher raises before appending (``msg.validate()``'s errors,
         EmptyPartitionsError, UnknownContentTypeError, TypeError for an unframeable message), and
         RuntimeError once closed."""
-        stamper = self._stamper
-        stamper.update_clock()
-        journal, framing = stamper.route(mapping, msg)
+        producer = self._producer
+        producer.update_clock()
+        journal, framing = producer.route(mapping, msg)
         with self._cond:  # Queue order is append order: stamp and queue as one step.
-            stamper.stamp_committed(msg, journal)
+            producer.stamp_committed(msg, journal)
             return self._enqueue(journal, framing.marshal(msg), False)
 
     def publish_uncommitted(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
         """Stamp `msg` CONTINUE_TXN (part of the open transaction) and queue it."""
-        stamper = self._stamper
-        stamper.update_clock()
-        journal, framing = stamper.route(mapping, msg)
+        producer = self._producer
+        producer.update_clock()
+        journal, framing = producer.route(mapping, msg)
         with self._cond:
-            stamper.stamp_uncommitted(msg, journal, framing)
+            producer.stamp_uncommitted(msg, journal, framing)
             return self._enqueue(journal, framing.marshal(msg), False)
 
     def commit(self) -> list[Future[AppendResult]]:
         """Queue an ACK_TXN per journal of the open transaction (committing it) and start a new one."""
         with self._cond:
-            return [self._enqueue(i.journal, i.intent, True) for i in self._stamper.commit_intents()]
+            return [self._enqueue(i.journal, i.intent, True) for i in self._producer.commit_intents()]
 
     def rollback(self) -> list[Future[AppendResult]]:
         """Queue ACKs that roll the open transaction back: each carries the producer's previous ACK clock
         in that journal (its last committed message or transaction ACK there; if none, the clock just below
         the transaction's first message there), so the sequencer discards the open span."""
         with self._cond:
-            return [self._enqueue(i.journal, i.intent, True) for i in self._stamper.rollback_intents()]
+            return [self._enqueue(i.journal, i.intent, True) for i in self._producer.rollback_intents()]
 
     def _enqueue(self, journal: str, data: bytes, is_ack: bool) -> Future[AppendResult]:
         if self._closed:

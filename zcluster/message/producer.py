@@ -41,7 +41,7 @@ from zcluster.message.framing import Framing, framing_for
 from zcluster.message.mapping import MappingFunc
 from zcluster.message.uuid import Clock, Flags, ProducerID, build_uuid, new_producer_id
 
-__all__ = ["AckIntent", "Producer", "route", "validate"]
+__all__ = ["AckIntent", "Producer", "Stamping", "route", "validate"]
 
 
 class AckIntent(NamedTuple):
@@ -188,3 +188,19 @@ class Producer:
             if not rollback:
                 self._last_ack.update((journal, clock) for journal, clock, _ in closing)
         return [AckIntent(journal, data) for journal, _, data in closing]
+
+
+class Stamping:
+    """What every publisher shows of its :class:`Producer` (kept in ``_producer``): its id and its Clock."""
+
+    _producer: Producer
+
+    @property
+    def producer(self) -> ProducerID:
+        """The 6-byte producer id every UUID this publisher stamps carries."""
+        return self._producer.id
+
+    @property
+    def clock(self) -> Clock:
+        """The producer's Clock (the caller's, if one was given)."""
+        return self._producer.clock

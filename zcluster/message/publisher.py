@@ -19,13 +19,13 @@ from collections.abc import Iterable
 from zcluster.message.envelope import Message
 from zcluster.message.journals import AppendResult, JournalWriter
 from zcluster.message.mapping import MappingFunc
-from zcluster.message.producer import AckIntent, Producer, route
-from zcluster.message.uuid import Clock, ProducerID
+from zcluster.message.producer import AckIntent, Producer, Stamping, route
+from zcluster.message.uuid import Clock
 
 __all__ = ["AckIntent", "Publisher", "route"]
 
 
-class Publisher:
+class Publisher(Stamping):
     """Publishes messages through a JournalWriter under one ProducerID.
 
     Without a `clock`, an internal Clock is raised to the wall-clock time on every publish; a
@@ -35,15 +35,7 @@ class Publisher:
 
     def __init__(self, writer: JournalWriter, clock: Clock | None = None, producer: bytes | None = None) -> None:
         self._writer = writer
-        self._stamper = Producer(clock, producer)
-
-    @property
-    def producer(self) -> ProducerID:
-        return self._stamper.id
-
-    @property
-    def clock(self) -> Clock:
-        return self._stamper.clock
+        self._producer = Producer(clock, producer)
 
     def publish_committed(self, mapping: MappingFunc, msg: Message) -> AppendResult:
         """Validate, map, stamp (OUTSIDE_TXN) and append `msg`; return where it landed.
@@ -52,28 +44,28 @@ class Publisher:
         mapping, UnknownContentTypeError for an unframeable journal, TypeError if the framing cannot
         marshal `msg`, and the writer's errors. Safe for concurrent use.
         """
-        stamper = self._stamper
-        stamper.update_clock()
-        journal, framing = stamper.route(mapping, msg)
-        with stamper.journal_lock(journal):
-            stamper.stamp_committed(msg, journal)
+        producer = self._producer
+        producer.update_clock()
+        journal, framing = producer.route(mapping, msg)
+        with producer.journal_lock(journal):
+            producer.stamp_committed(msg, journal)
             return self._writer.append(journal, framing.marshal(msg))
 
     def publish_uncommitted(self, mapping: MappingFunc, msg: Message) -> AppendResult:
         """Like publish_committed, but as part of the open transaction (CONTINUE_TXN): read-committed
         readers see `msg` only after the ACK of ``build_ack_intents`` is appended. The journal is
         remembered for that ACK. Not safe for concurrent use (a transaction has one writer)."""
-        stamper = self._stamper
-        stamper.update_clock()
-        journal, framing = stamper.route(mapping, msg)
-        with stamper.journal_lock(journal):
-            stamper.stamp_uncommitted(msg, journal, framing)
+        producer = self._producer
+        producer.update_clock()
+        journal, framing = producer.route(mapping, msg)
+        with producer.journal_lock(journal):
+            producer.stamp_uncommitted(msg, journal, framing)
             return self._writer.append(journal, framing.marshal(msg))
 
     def build_ack_intents(self) -> list[AckIntent]:
         """Return one ACK_TXN intent per journal written by publish_uncommitted since the last call,
         and start a new transaction. Each ACK's clock is larger than every message published before."""
-        return self._stamper.commit_intents()
+        return self._producer.commit_intents()
 
     def build_rollback_intents(self) -> list[AckIntent]:
         """Return one ACK_TXN intent per journal written by publish_uncommitted since the last call that
@@ -81,12 +73,12 @@ class Publisher:
         producer's previous ACK clock in its journal (its last committed message or commit ACK there, or
         the clock just below the transaction's first message there), so read-committed readers drop the
         transaction's messages. Persist and append them as ``build_ack_intents``' intents."""
-        return self._stamper.rollback_intents()
+        return self._producer.rollback_intents()
 
     def append_ack_intents(self, intents: Iterable[AckIntent]) -> list[AppendResult]:
         """Append each intent to its journal (after the caller has persisted them)."""
         out = []
         for journal, data in intents:
-            with self._stamper.journal_lock(journal):
+            with self._producer.journal_lock(journal):
                 out.append(self._writer.append(journal, data))
         return out

@@ -50,7 +50,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from zcluster.errors import ConfigError
-from zcluster.journal.frames import RawFrame, read_frames, read_range, read_range_frames
+from zcluster.journal.frames import LineBlocks, RawFrame, read_frames, read_range, read_range_frames
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, framing_for
@@ -131,37 +131,18 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
         if rows:
             yield _rows_batch(rows)
         return
-    limit = framing_for(part.content_type).max_frame_bytes
+    blocks = LineBlocks(part.journal, part.content_type, part.begin, framing_for(part.content_type).max_frame_bytes)
     store = open_store(url, recover=False)
     try:
-        pending, base = b"", part.begin  # bytes not yet framed, starting at offset `base`
-        skip_from: int | None = None  # start of a line longer than `limit`: its bytes are dropped as they come
         for data in _coalesced(read_range(store, part.journal, part.begin, part.end)):
-            if skip_from is not None:  # as read_frames does: one error row for the whole over-long line
-                nl = data.find(b"\n")
-                if nl < 0:
-                    base += len(data)
+            for item in blocks.feed(data):
+                if isinstance(item, RawFrame):
+                    yield _rows_batch([item])
                     continue
-                reason = f"line longer than the maximum frame size ({limit} bytes)"
-                yield _rows_batch([RawFrame(part.journal, skip_from, base + nl + 1, part.content_type, None, reason)])
-                data, base, skip_from = data[nl + 1 :], base + nl + 1, None
-            if pending:
-                data = pending + data
-            cuts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-            if len(cuts):
-                framed = int(cuts[-1]) + 1
-                yield _lines_batch(part, base, memoryview(data)[:framed], cuts)
-                pending, base = data[framed:], base + framed
-            else:
-                pending = data
-            if len(pending) > limit:
-                skip_from, base, pending = base, base + len(pending), b""
-        if skip_from is not None:
-            error = f"unexpected end: no newline after offset {skip_from}"
-            yield _rows_batch([RawFrame(part.journal, skip_from, base, part.content_type, None, error)])
-        elif pending:
-            error = f"unexpected end: no newline after offset {base}"
-            yield _rows_batch([RawFrame(part.journal, base, base + len(pending), part.content_type, None, error)])
+                base, block = item
+                yield _lines_batch(part, base, block, np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10))
+        for error in blocks.close():
+            yield _rows_batch([error])
     finally:
         close_store(store)
 
