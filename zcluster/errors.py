@@ -18,6 +18,8 @@ drawing is true::
     ├── RedirectLoopError            a Redis Cluster kept redirecting one command (a shard's failure)
     ├── DurabilityError              replicas or the AOF did not confirm a shard's writes in time
     ├── InconsistentDataError        the server holds what the 2P-set layout forbids (a foreign write)
+    ├── ReplicaLate                  (TimeoutError) zcluster.farm._replicas: a farm call returned without it
+    ├── ReplicaBusy                  (TimeoutError) zcluster.farm._replicas: not called, its late calls pile up
     ├── MessageError                 zcluster.message.errors: the message layer's root
     │   ├── FramingError             bytes [begin, end) did not decode into a frame
     │   │   ├── DecodeError          a complete frame with malformed content

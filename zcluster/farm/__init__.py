@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from zcluster import _lazy
 
 if TYPE_CHECKING:
+    from zcluster.farm._replicas import LateCounts, ReplicaBusy, ReplicaLate
     from zcluster.farm.config import FarmConfig
     from zcluster.farm.farm import Farm, FarmWriteResult, QuorumError
     from zcluster.farm.quorum import parse_quorum
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from zcluster.farm.walker import Walker, WalkReport
 
 _WHERE = {
+    **dict.fromkeys(["LateCounts", "ReplicaBusy", "ReplicaLate"], "zcluster.farm._replicas"),
     "FarmConfig": "zcluster.farm.config",
     **dict.fromkeys(["Farm", "FarmWriteResult", "QuorumError"], "zcluster.farm.farm"),
     "parse_quorum": "zcluster.farm.quorum",
@@ -42,12 +44,15 @@ __all__ = [
     "Farm",
     "FarmConfig",
     "FarmWriteResult",
+    "LateCounts",
     "NoRepair",
     "NonBlockingRepair",
     "QuorumError",
     "RateLimitedRepair",
     "RepairAll",
     "RepairCounts",
+    "ReplicaBusy",
+    "ReplicaLate",
     "SendAllReadAll",
     "SendAllReadFirstLinger",
     "SendOneReadOne",

@@ -11,6 +11,7 @@ from typing import Any
 from zcluster.cluster import Cluster
 from zcluster.config import ClusterConfig, Where
 from zcluster.errors import ConfigError
+from zcluster.farm._replicas import DEFAULT_STRAGGLER_WAIT, check_same_layout, check_straggler_wait, layout_of
 from zcluster.farm.farm import Farm
 from zcluster.farm.quorum import parse_quorum
 from zcluster.farm.reads import ReadStrategy, read_strategy
@@ -24,13 +25,15 @@ _LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class FarmConfig:
-    """The replicas (one :class:`ClusterConfig` each) and the farm's options; hashable and picklable."""
+    """The replicas (one :class:`ClusterConfig` each) and the farm's options (see :class:`Farm`, also for
+    ``straggler_wait`` and the replicas' socket timeouts); hashable and picklable."""
 
     replicas: tuple[ClusterConfig, ...]
     write_quorum: str | int = "51%"
     read: ReadStrategy | str = "all"
     repair: RepairStrategy | str = "all"
     names: tuple[str, ...] | None = None
+    straggler_wait: float = DEFAULT_STRAGGLER_WAIT
 
     def __post_init__(self) -> None:
         if not self.replicas or not all(isinstance(r, ClusterConfig) for r in self.replicas):
@@ -38,16 +41,16 @@ class FarmConfig:
         parse_quorum(self.write_quorum, len(self.replicas))
         read_strategy(self.read)
         repair_strategy(self.repair)
-        layouts = {(r.prefix, r.max_size) for r in self.replicas}
-        if len(layouts) > 1:
-            raise ConfigError(f"replicas must share prefix and max_size (a repair copies records), got {layouts}")
+        check_straggler_wait(self.straggler_wait)
+        check_same_layout([layout_of(r.prefix, r.max_size, dict(r.options).get("floors")) for r in self.replicas])
 
     @classmethod
     def of(cls, replicas: Sequence[Where], *, write_quorum: str | int = "51%", **options: Any) -> FarmConfig:
         """One replica per element of ``replicas`` (any form :func:`zcluster.connect` takes: a URL, a list
-        of shard URLs, ``redis+cluster://seed``); ``read``, ``repair``, ``names`` are the farm's options,
-        the rest (``prefix``, ``max_size``, ...) go to every replica."""
-        farm_options = {k: options.pop(k) for k in ("read", "repair") if k in options}
+        of shard URLs, ``redis+cluster://seed``); ``read``, ``repair``, ``names``, ``straggler_wait`` are
+        the farm's options, the rest (``prefix``, ``max_size``, ...) go to every replica. Socket timeouts go
+        in the URLs: ``redis://host:6379?socket_timeout=5&socket_connect_timeout=2``."""
+        farm_options = {k: options.pop(k) for k in ("read", "repair", "straggler_wait") if k in options}
         names = options.pop("names", None)
         configs = tuple(ClusterConfig.of(r, **options) for r in replicas)
         return cls(configs, write_quorum, names=tuple(names) if names else None, **farm_options)
@@ -55,7 +58,14 @@ class FarmConfig:
     def open(self) -> Farm:
         """A new Farm (and its clusters) for this config; the caller closes it."""
         clusters = [r.open() for r in self.replicas]
-        return Farm(clusters, write_quorum=self.write_quorum, read=self.read, repair=self.repair, names=self.names)
+        return Farm(
+            clusters,
+            write_quorum=self.write_quorum,
+            read=self.read,
+            repair=self.repair,
+            names=self.names,
+            straggler_wait=self.straggler_wait,
+        )
 
     def shared(self) -> Farm:
         """This process's one Farm for this config, opened on first use and never closed (as

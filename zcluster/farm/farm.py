@@ -20,13 +20,29 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from zcluster._encode import check_limit, listed_keys
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError, InvalidTupleError, PartialReadError, PartialWriteError, ShardError
+from zcluster.farm._replicas import (
+    DEFAULT_STRAGGLER_WAIT,
+    POLL,
+    LateCounts,
+    ReplicaBusy,
+    ReplicaLate,
+    Replicas,
+    Workers,
+    answered_by,
+    check_same_layout,
+    late_read,
+    late_write,
+    layout_of,
+    quorum_reached,
+    whole_failure,
+)
 from zcluster.farm.merge import as_write, differs, order, winner
 from zcluster.farm.quorum import parse_quorum
 from zcluster.farm.reads import (
@@ -74,11 +90,15 @@ class FarmWriteResult(WriteResult):
     ``failures`` lists, per replica shard (named ``replica/host:port``), only the tuples left
     below the quorum (so :attr:`ok` means "every tuple reached the quorum"); ``replica_failures`` has
     every failure of every replica, the ones a quorum covered included (the walker repairs those).
+    ``late`` names the replicas the write returned without (see ``straggler_wait`` in :class:`Farm`):
+    their tuples are in ``replica_failures`` with a :class:`~zcluster.farm.ReplicaLate` error, and their
+    calls go on in the background; tuples such a call then fails are handed to read-repair.
     """
 
     confirmed: list[int] = field(default_factory=list)
     quorum: int = 1
     replica_failures: dict[str, list[ShardFailure]] = field(default_factory=dict)
+    late: list[str] = field(default_factory=list)
 
 
 class QuorumError(PartialWriteError):
@@ -92,15 +112,15 @@ class QuorumError(PartialWriteError):
 
 
 class _Shared:
-    """What a farm and its views share: the worker threads and the repairer."""
+    """What a farm and its views share: the replica calls (threads, late calls) and the repairer."""
 
-    def __init__(self, repairer: Repairer) -> None:
+    def __init__(self, repairer: Repairer, replicas: Replicas) -> None:
         self.repairer = repairer
+        self.replicas = replicas
         self.lock = threading.Lock()
-        self.pool: ThreadPoolExecutor | None = None
         self.rr = itertools.count()
         self.lingering: set[Future[None]] = set()
-        self.linger_pool: ThreadPoolExecutor | None = None
+        self.linger_pool = Workers(4, "zcluster-linger")
 
     def linger(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` (a lingering read's merge and repairs) in the background, tracked for flushing.
@@ -113,8 +133,6 @@ class _Shared:
             if len(self.lingering) >= MAX_LINGERING:
                 future = None
             else:
-                if self.linger_pool is None:
-                    self.linger_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zcluster-linger")
                 future = self.linger_pool.submit(fn)
                 self.lingering.add(future)
         if future is None:
@@ -130,11 +148,17 @@ class _Shared:
             log.error("a lingering read's repair failed", exc_info=exc)
             self.repairer.instrumentation(OpEvent("farm.repair", 0, 0.0, 0, (), exc))
 
-    def executor(self) -> ThreadPoolExecutor:
+    def wait_lingering(self, timeout: float | None) -> bool:
+        """Wait for the lingering merges in flight (in slices: a Ctrl-C is not held up); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
-            if self.pool is None:  # started on first use, as the cluster's
-                self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="zcluster-farm")
-            return self.pool
+            lingering = list(self.lingering)
+        while lingering:
+            left = POLL if deadline is None else min(POLL, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            lingering = list(wait(lingering, timeout=left).not_done)
+        return True
 
 
 class Farm:
@@ -142,9 +166,11 @@ class Farm:
 
     Guarantees (``docs/architecture.md`` has the reasoning):
 
-    * A write returns once every replica answered or failed. With ``raise_on_error`` (default), a tuple
-      that fewer than the quorum confirmed raises :class:`QuorumError`; resending is safe. A confirmed
-      tuple is on at least ``quorum`` replicas; the others get it from read-repair or the walker.
+    * A write returns once every replica answered or failed, or once every tuple was confirmed by the
+      quorum and ``straggler_wait`` more seconds passed (the replicas still silent are *late*, see
+      Timeouts). With ``raise_on_error`` (default), a tuple that fewer than the quorum confirmed raises
+      :class:`QuorumError`; resending is safe. A confirmed tuple is on at least ``quorum`` replicas; the
+      others get it from read-repair or the walker.
     * ``write_quorum`` is a percentage of the replicas, rounded up (``"51%"``: a majority), or a count.
       With a majority quorum and :class:`SendAllReadAll`, a read after a confirmed write sees it (or a
       newer write) as long as at most a minority of replicas failed since.
@@ -153,8 +179,25 @@ class Farm:
     * A replica that is down makes reads and writes slower, never wrong: reads answer from the others
       (a key no replica could answer is a :class:`PartialReadError`), writes count it out of the quorum.
 
-    Replicas must share the layout options (``prefix``, ``max_size``): a repair writes one replica's
-    record onto another. One farm may be shared by threads; :meth:`close` closes the clusters.
+    Replicas must share the layout options (``prefix``, ``max_size``, floors), else :class:`ConfigError`:
+    a repair writes one replica's record onto another. One farm may be shared by threads; :meth:`close`
+    closes the clusters.
+
+    Timeouts. Each replica's connections have redis-py's ``socket_connect_timeout`` (default 5 s: TCP
+    connect and, for ``rediss://``, the TLS handshake) and ``socket_timeout`` (default 30 s: any one
+    command's reply); set them per replica in its URLs (``redis://host:6379?socket_timeout=5``) or with
+    ``Cluster.from_urls(..., connection={"socket_timeout": 5})``. A hung replica costs a call at most
+    ``straggler_wait`` (default 0.5 s): once a write has every tuple confirmed by the quorum, or a
+    :class:`SendAllReadAll` read has every key answered by a read quorum (``len(clusters) - quorum + 1``
+    replicas, which any write quorum intersects), the call waits that much longer for the other replicas,
+    then returns without them. Their calls go on in the background, bounded by their socket timeout
+    (:attr:`late_calls` counts them; ``farm.late`` events report each one's outcome); tuples a late write
+    then fails are handed to read-repair (the ``repair`` strategy; counted in :attr:`repairs`). A replica
+    with 4 late calls still running is not called (a :class:`ReplicaBusy` failure) until one finishes.
+    ``straggler_wait=0`` returns as soon as the quorum answered (roshi's rule). A call that needs a slow
+    replica (a tuple short of the quorum without it, the walker, ``forget``) waits for it, up to its socket
+    timeout. :meth:`close` waits ``straggler_wait`` for late calls, then cuts them (their failures are
+    counted as dropped repairs; the walker finds them); :meth:`flush_repairs` waits for them.
     """
 
     def __init__(
@@ -166,14 +209,18 @@ class Farm:
         repair: RepairStrategy | str = "all",
         names: Sequence[str] | None = None,
         instrumentation: Instrumentation = nop,
+        straggler_wait: float = DEFAULT_STRAGGLER_WAIT,
     ) -> None:
         clusters = list(clusters)
         quorum = parse_quorum(write_quorum, len(clusters))
         names = [f"replica{i}" for i in range(len(clusters))] if names is None else [str(n) for n in names]
         if len(names) != len(clusters) or len(set(names)) != len(names):
             raise ConfigError(f"names must be {len(clusters)} distinct names, got {names!r}")
+        check_same_layout([layout_of(c.prefix, c.max_size, c.floors) for c in clusters])
+        replicas = Replicas(len(clusters), straggler_wait)
         repairer = Repairer(repair_strategy(repair), instrumentation)
-        self._setup(clusters, quorum, read_strategy(read), names, instrumentation, _Shared(repairer), True)
+        shared = _Shared(repairer, replicas)
+        self._setup(clusters, quorum, read_strategy(read), names, instrumentation, shared, True)
 
     def _setup(
         self,
@@ -211,26 +258,39 @@ class Farm:
         """Repairs requested, done, failed and dropped so far (by this farm and its views)."""
         return self._shared.repairer.snapshot()
 
+    @property
+    def late_calls(self) -> LateCounts:
+        """Replica calls this farm (and its views) returned without, and calls skipped (see Timeouts)."""
+        return self._shared.replicas.counts()
+
     def flush_repairs(self, timeout: float | None = None) -> bool:
-        """Wait for queued repairs (:class:`NonBlockingRepair`) and lingering reads to finish writing them;
-        False if ``timeout`` passed first."""
+        """Wait for lingering reads, late replica calls and queued repairs (:class:`NonBlockingRepair`) to
+        finish, repairs written; False if ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._shared.lock:
-            lingering = list(self._shared.lingering)
-        if wait(lingering, timeout=timeout).not_done:
-            return False
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._shared.repairer.flush(left)
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        shared = self._shared
+        return shared.wait_lingering(left()) and shared.replicas.flush(left()) and shared.repairer.flush(left())
 
     def close(self) -> None:
-        """Finish queued repairs, stop the threads and close every replica (a view does nothing)."""
+        """Finish lingering reads and queued repairs, give late replica calls ``straggler_wait`` to finish
+        (then cut them: their failures are counted as dropped repairs), stop the threads and close every
+        replica (a view does nothing)."""
         if not self._owner:
             return
-        for pool in (self._shared.linger_pool, self._shared.pool):
-            if pool is not None:
-                pool.shutdown(wait=True)
-        self._shared.repairer.close()
-        for c in self.clusters:
+        shared = self._shared
+        shared.wait_lingering(None)
+        shared.replicas.flush(shared.replicas.straggler_wait)
+        shared.replicas.close()
+        shared.linger_pool.close()
+        shared.repairer.close()
+        for i, c in enumerate(self.clusters):
+            if shared.replicas.running(i):
+                # Cut its connections first: a late call blocked on a reply then fails at once, where
+                # Cluster.close would wait for its shard threads (up to the socket timeout).
+                c._transport.topology.close()
             c.close()
 
     def __enter__(self) -> Farm:
@@ -287,7 +347,12 @@ class Farm:
                     if shape is not None:
                         prepared[shape] = p
                 work.append((c, p))
-            results = self._each(functools.partial(_send, name, ops, n, started), work)
+            outcomes = self._each_safe(
+                functools.partial(_send, name, ops, n, started, work),
+                enough=functools.partial(quorum_reached, n, self.quorum),
+                late=functools.partial(late_write, self, ops, n, started),
+            )
+            results = [whole_failure(o, n) if isinstance(o, BaseException) else o for o in outcomes]
         except BaseException as exc:
             self._report(f"farm.{name}", n, started, error=exc)
             raise
@@ -308,7 +373,8 @@ class Farm:
                 lost = tuple(i for i in f.indices if i in below)
                 if lost:
                     failures.append(ShardFailure(f.shard, f.error, lost))
-        result = FarmWriteResult(applied, failures, confirmed, self.quorum, everything)
+        late = [replica for replica, o in zip(self.names, outcomes, strict=True) if isinstance(o, ReplicaLate)]
+        result = FarmWriteResult(applied, failures, confirmed, self.quorum, everything, late)
         self._report(f"farm.{name}", n, started, result.applied_count, [f.shard for f in failures])
         if raise_on_error and failures:
             raise QuorumError(result)
@@ -318,11 +384,13 @@ class Farm:
         """:meth:`Cluster.forget` on every replica; the most entries any replica removed. A replica that
         failed raises :class:`PartialWriteError` naming its shards (the others did their part)."""
         key_list = list(keys)
-        outcome = self._each_safe(lambda c: c.forget(key_list, up_to), self.clusters)
+        outcome = self._each_safe(lambda i: self.clusters[i].forget(key_list, up_to))
         failures = []
         for replica, res in zip(self.names, outcome, strict=True):
             if isinstance(res, PartialWriteError):
                 failures += [ShardFailure(f"{replica}/{f.shard}", f.error, f.indices) for f in res.result.failures]
+            elif isinstance(res, ReplicaBusy):
+                failures.append(ShardFailure(f"{replica}/*", res, tuple(range(len(key_list)))))
             elif isinstance(res, BaseException):
                 raise res
         if failures:
@@ -390,7 +458,7 @@ class Farm:
         """What each replica holds for ``keys`` (:meth:`Cluster.records`), in replica order, unmerged:
         for inspection (``zcluster diff``). A replica that failed has its keys in ``errors``."""
         key_list = listed_keys(keys)
-        return self._replica_reads(lambda c: c.records(key_list, strict=False), key_list)
+        return self._replica_reads(lambda i: self.clusters[i].records(key_list, strict=False), key_list)
 
     def keys(
         self, batch_size: int = 1000, *, include_removed: bool = False, match: Blob | None = None
@@ -408,7 +476,12 @@ class Farm:
     def ping(self) -> dict[str, BaseException | None]:
         """Every replica's masters (``replica/host:port``) and their PING failure (None: answered)."""
         out: dict[str, BaseException | None] = {}
-        for replica, res in zip(self.names, self._each(lambda c: c.ping(), self.clusters), strict=True):
+        answers = self._each_safe(lambda i: self.clusters[i].ping())
+        for replica, cluster, res in zip(self.names, self.clusters, answers, strict=True):
+            if isinstance(res, ReplicaBusy):
+                res = dict.fromkeys(cluster.shards, res)
+            elif isinstance(res, BaseException):
+                raise res
             out.update({f"{replica}/{shard}": err for shard, err in res.items()})
         return out
 
@@ -429,15 +502,19 @@ class Farm:
         if isinstance(strategy, SendOneReadOne):
             return self._one(items, fetch)
         if isinstance(strategy, SendAllReadAll):
-            answers = self._each_safe(lambda c: fetch(c, items), self.clusters)
+            answers = self._each_safe(
+                functools.partial(_fetch_on, fetch, items, self.clusters),
+                enough=functools.partial(answered_by, items, self._read_quorum()),
+                late=functools.partial(late_read, self, len(items), time.perf_counter()),
+            )
             result, repairs = merge(answers)
             self._shared.repairer.submit(repairs)
             return result
-        pool = self._shared.executor()
+        pool = self._shared.replicas.workers
         start = next(self._shared.rr) % len(self.clusters)
         futures: dict[int, Future[ReadResult[Any, Any]]] = {}
         if self._bucket is not None and not self._bucket.take():  # SendVar over its rate: one replica first
-            futures[start] = pool.submit(fetch, self.clusters[start], items)
+            futures[start] = pool.submit(functools.partial(fetch, self.clusters[start], items))
             assert isinstance(strategy, SendVarReadFirstLinger)
             done, _ = wait(list(futures.values()), timeout=strategy.threshold)
             if done:
@@ -446,8 +523,12 @@ class Farm:
                     return answer
         for i, c in enumerate(self.clusters):
             if i not in futures:
-                futures[i] = pool.submit(fetch, c, items)
+                futures[i] = pool.submit(functools.partial(fetch, c, items))
         return self._first_then_linger(futures, merge)
+
+    def _read_quorum(self) -> int:
+        """Replicas a read needs to see every write the quorum confirmed: any of them meets any write quorum."""
+        return len(self.clusters) - self.quorum + 1
 
     def _guarded(
         self, fetch: Callable[[Cluster, list[Any]], ReadResult[Any, Any]], cluster: Cluster, items: list[Any]
@@ -458,12 +539,10 @@ class Farm:
         except (ShardError, OSError) as exc:
             return _failed(items, exc)
 
-    def _replica_reads(
-        self, fn: Callable[[Cluster], ReadResult[Any, Any]], items: list[Any]
-    ) -> list[ReadResult[Any, Any]]:
-        """``fn`` on every replica in parallel, in replica order; a replica whose call raised a ShardError or
-        OSError answers with every item in ``errors``."""
-        answers = self._each_safe(fn, self.clusters)
+    def _replica_reads(self, fn: Callable[[int], ReadResult[Any, Any]], items: list[Any]) -> list[ReadResult[Any, Any]]:
+        """``fn(i)`` on every replica ``i`` in parallel, in replica order; a replica whose call raised a
+        ShardError or OSError answers with every item in ``errors``."""
+        answers = self._each_safe(fn)
         return [_failed(items, a) if isinstance(a, BaseException) else a for a in answers]
 
     def _first_then_linger(
@@ -474,7 +553,7 @@ class Farm:
         pending = set(futures.values())
         first: ReadResult[Any, Any] | None = None
         while pending and first is None:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, timeout=POLL, return_when=FIRST_COMPLETED)
             for f in done:
                 if f.result().errors:  # reads with strict=False raise only for bad input or a bug
                     continue
@@ -483,6 +562,8 @@ class Farm:
         ordered = [futures[i] for i in sorted(futures)]
 
         def linger() -> tuple[ReadResult[Any, Any], list[Repair]]:
+            while wait(ordered, timeout=POLL).not_done:  # in slices: a Ctrl-C is not held up
+                pass
             return merge([f.result() for f in ordered])
 
         if first is None:  # no replica answered everything: the merge of what they did answer
@@ -501,7 +582,11 @@ class Farm:
         remaining = items
         for step in range(len(self.clusters)):
             i = (start + step) % len(self.clusters)
-            answer = fetch(self.clusters[i], remaining)
+            replicas = self._shared.replicas
+            if replicas.busy(i):  # hung: asking it would cost its socket timeout
+                answer = _failed(remaining, replicas.skip(i, self.names[i]))
+            else:
+                answer = fetch(self.clusters[i], remaining)
             answers.update(answer)
             errors = {k: _named(self.names[i], f) for k, f in answer.errors.items()}
             remaining = [k for k in remaining if k in answer.errors]
@@ -590,9 +675,13 @@ class Farm:
         errors: dict[Blob, ShardFailure] = {}
         repairs: list[Repair] = []
         pending = keys
+        gone: dict[int, Answer] = {}  # late or busy replicas: not asked again by this read
+        started = time.perf_counter()
         while pending:
             if answers is None:
-                got = self._each_safe(functools.partial(_ask, fetch, pending, window), self.clusters)
+                got = self._windows(
+                    functools.partial(_ask, fetch, pending, window, self.clusters), pending, gone, started
+                )
             else:
                 got, answers = answers, None
             more: list[Blob] = []
@@ -620,11 +709,8 @@ class Farm:
                 for i, entries in have.items():
                     seen = {to_bytes(e.member) for e in entries}
                     lookups.setdefault(i, []).extend(KeyMember(key, m) for b, m in members.items() if b not in seen)
-            asked = list(lookups.items())
-            scores = self._each_safe(lambda item: self.clusters[item[0]].score(item[1], strict=False), asked)
-            looked: dict[int, ReadResult[KeyMember, Presence] | BaseException] = {
-                i: res for (i, _), res in zip(asked, scores, strict=True)
-            }
+            scores = self._each_safe(functools.partial(_look_up, lookups, self.clusters), list(lookups))
+            looked: dict[int, ReadResult[KeyMember, Presence] | BaseException] = dict(zip(lookups, scores, strict=True))
             for key, have in merging.items():
                 records: dict[bytes, tuple[Blob, dict[int, Presence | None]]] = {}
                 for i, entries in have.items():
@@ -674,26 +760,48 @@ class Farm:
             window *= 2
         return _in_order(keys, values, errors), repairs
 
+    def _windows(
+        self,
+        fn: Callable[[int], ReadResult[Any, Any]],
+        keys: list[Blob],
+        gone: dict[int, Answer],
+        started: float,
+    ) -> list[Answer]:
+        """One round of a window read: ``fn(i)`` on every replica not ``gone``, returning once a read quorum
+        answered every key (and ``straggler_wait`` passed); replicas late or busy join ``gone`` (this read
+        does not ask them again) and answer with that failure."""
+        asked = [i for i in range(len(self.clusters)) if i not in gone]
+        answered = self._each_safe(
+            fn,
+            asked,
+            enough=functools.partial(answered_by, keys, min(self._read_quorum(), len(asked))),
+            late=functools.partial(late_read, self, len(keys), started),
+        )
+        by_replica = dict(zip(asked, answered, strict=True))
+        gone.update((i, a) for i, a in by_replica.items() if isinstance(a, ReplicaLate | ReplicaBusy))
+        return [by_replica[i] if i in by_replica else gone[i] for i in range(len(self.clusters))]
+
     # -- plumbing -----------------------------------------------------------------------------------------
 
-    def _each(self, fn: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
-        """``fn`` over ``items`` in parallel threads; the first exception propagates."""
-        if len(items) <= 1:
-            return [fn(x) for x in items]
-        pool = self._shared.executor()
-        return [f.result() for f in [pool.submit(fn, x) for x in items]]
-
-    def _each_safe(self, fn: Callable[[Any], T], items: Sequence[Any]) -> list[T | BaseException]:
-        """``fn`` over ``items`` in parallel; a replica's failures (ShardError, OSError) become values,
-        anything else (a bug, bad input) propagates."""
-
-        def guarded(x: Any) -> T | BaseException:
-            try:
-                return fn(x)
-            except (ShardError, OSError) as exc:
-                return exc
-
-        return self._each(guarded, items)
+    def _each_safe(
+        self,
+        fn: Callable[[int], T],
+        replicas: Sequence[int] | None = None,
+        *,
+        enough: Callable[[Sequence[T | BaseException | None]], bool] | None = None,
+        late: Callable[[int, T | BaseException], None] | None = None,
+    ) -> list[T | BaseException]:
+        """``fn(i)`` for every replica index ``i`` of ``replicas`` (default: all), in parallel, in that
+        order (see :meth:`Replicas.gather` for ``enough`` and ``late``). A replica's failures (ShardError,
+        OSError; also :class:`ReplicaLate` and :class:`ReplicaBusy`, TimeoutErrors) become values, anything
+        else (a bug, bad input) propagates."""
+        indices = range(len(self.clusters)) if replicas is None else replicas
+        calls = [(i, self.names[i], functools.partial(fn, i)) for i in indices]
+        outcomes = self._shared.replicas.gather(calls, enough, late)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, ShardError | OSError):
+                raise outcome
+        return outcomes
 
     def _report(
         self, op: str, records: int, started: float, applied: int = 0, shards: Sequence[str] = (), error: Any = None
@@ -710,9 +818,9 @@ class Farm:
         return result
 
 
-def _send(name: str, ops: list[Any], n: int, started: float, work: tuple[Cluster, Any]) -> WriteResult:
+def _send(name: str, ops: list[Any], n: int, started: float, work: list[tuple[Cluster, Any]], i: int) -> WriteResult:
     """One replica's part of a farm write; a replica that could not even route the tuples failed them all."""
-    cluster, prepared = work
+    cluster, prepared = work[i]
     if isinstance(prepared, ShardError):
         return WriteResult([False] * n, [ShardFailure("routing", prepared, tuple(range(n)))])
     return cluster._send(name, ops, prepared, n, False, started)
@@ -722,9 +830,20 @@ def _ask(
     fetch: Callable[[Cluster, list[Blob], int], ReadResult[Blob, list[KeyScoreMember]]],
     keys: list[Blob],
     window: int,
-    cluster: Cluster,
+    clusters: list[Cluster],
+    i: int,
 ) -> ReadResult[Blob, list[KeyScoreMember]]:
-    return fetch(cluster, keys, window)
+    return fetch(clusters[i], keys, window)
+
+
+def _fetch_on(
+    fetch: Callable[[Cluster, list[Any]], ReadResult[Any, Any]], items: list[Any], clusters: list[Cluster], i: int
+) -> ReadResult[Any, Any]:
+    return fetch(clusters[i], items)
+
+
+def _look_up(lookups: dict[int, list[KeyMember]], clusters: list[Cluster], i: int) -> ReadResult[KeyMember, Presence]:
+    return clusters[i].score(lookups[i], strict=False)
 
 
 def _failed(items: Sequence[Any], exc: BaseException) -> ReadResult[Any, Any]:

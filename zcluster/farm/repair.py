@@ -199,6 +199,10 @@ class Repairer:
             if stop:
                 return
 
+    def drop(self, count: int) -> None:
+        """Count ``count`` repairs found but not to be written (the farm is closing): requested and dropped."""
+        self._count(requested=count, dropped=count)
+
     def repair_now(self, repairs: Sequence[Repair]) -> tuple[int, int]:
         """Write ``repairs`` whatever the strategy (the walker's), counted like the others; (done, failed)."""
         self._count(requested=len(repairs))
