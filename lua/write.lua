@@ -13,8 +13,13 @@
 -- stops and returns the verdicts of the tuples done so far, "|NOTLOCAL " and Redis' error, and the client
 -- resends the other tuples one slot per call. A tuple stopped halfway has at most lost the record the
 -- resend replaces: every path reads (or, once, EXISTS) both sets of a key before it can write the second,
--- except a delete that removed m from K+ and then fails on K-, whose resend writes the tombstone as if
--- m had never been in K+ (a delete's outcome: "1"). So the resend gives every tuple its exact verdict.
+-- except a delete of a member of K+, which writes its tombstone to K- before it removes m from K+; stopped
+-- between the two, its resend finds m in both and does the same again (a delete's outcome: "1"). So the
+-- resend gives every tuple its exact verdict.
+--
+-- Aggregate keys (lua/incr.lua) keep a hash in K- (and, for counters, in K+). Every path here touches K-
+-- (a read, or the tombstone) before it writes K+, and reads K+ before it writes K-, so a write to such a key
+-- fails with WRONGTYPE before it changes anything of it.
 -- Past a read, a key stays writable in a migrating slot: an insert only adds to K+ and removes from K-,
 -- a delete the reverse, and a floor is only set, so no call empties a key and then writes it again.
 --
@@ -144,14 +149,15 @@ local function bounded(adds, rems, floorkey, floor, pos, count)
       local grew = false
       if ins then -- then m is not in K-
         if s >= ins then
-          redis.call("ZREM", adds, m)
-          if nadds then nadds = nadds - 1 end
-          ok = "1"
-          -- At or below the floor a tombstone is redundant: the floor already rejects older inserts.
+          -- At or below the floor a tombstone is redundant: the floor already rejects older inserts. The
+          -- tombstone goes first: K- refuses the write before K+ loses m when it is not a 2P-set's.
           if not (floor and s <= floor) then
             redis.call("ZADD", rems, stext, m)
             grew = true
           end
+          redis.call("ZREM", adds, m)
+          if nadds then nadds = nadds - 1 end
+          ok = "1"
         end
       elseif not (floor and s <= floor) and redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then
         ok = "1"
@@ -267,8 +273,9 @@ local function single(adds, rems, floor, stext, m)
   local i = num(redis.call("ZSCORE", adds, m))
   if i then
     if s < i then return "0" end
-    redis.call("ZREM", adds, m)
+    -- The tombstone first: K- refuses the write before K+ loses m when it is not a 2P-set's (see the header).
     if not (floor and s <= floor) then redis.call("ZADD", rems, stext, m) end
+    redis.call("ZREM", adds, m)
     return "1"
   end
   if floor and s <= floor then return "0" end  -- a tombstone there is redundant: the floor rejects older inserts
