@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from zcluster.journal.filefmt import META_NAME, POSITIONS_DIR, TMP_PREFIX
-from zcluster.journal.fragments import JournalDir, RecoveryReport, ScanCursor, fsync_dir, write_all
+from zcluster.journal.fragments import JournalDir, LostRange, RecoveryReport, ScanCursor, fsync_dir, write_all
 from zcluster.journal.store import (
     JournalExistsError,
     JournalInfo,
@@ -65,7 +65,7 @@ from zcluster.message.errors import JournalNotFoundError, OffsetOutOfRangeError
 from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector, parse_selector
 
-__all__ = ["FileJournals", "RecoveryReport"]
+__all__ = ["FileJournals", "LostRange", "RecoveryReport"]
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +334,11 @@ class FileJournals:
             st.check_fragments()
             st.sync()
         return self.recovered[-1] if len(self.recovered) > before else None
+
+    def lost_ranges(self, journal: str) -> builtins.list[LostRange]:
+        """The lost ranges of `journal` (see the module docstring), in offset order; JournalNotFoundError if
+        unknown. Consumers that must go past one do so explicitly (``zcluster consumers APP skip-lost``)."""
+        return self._state(journal).lost_ranges()
 
     def _report(self, report: RecoveryReport) -> None:
         log.warning(

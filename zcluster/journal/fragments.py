@@ -65,7 +65,7 @@ from zcluster.message.errors import JournalError, OffsetOutOfRangeError
 
 _MARK_SPACING = 1 << 16  # file bytes between remembered record boundaries: at most ~1000 per 64 MiB open fragment
 
-__all__ = ["JournalDir", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
+__all__ = ["JournalDir", "LostRange", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
 
 
 class RecoveryReport(NamedTuple):
@@ -80,6 +80,18 @@ class RecoveryReport(NamedTuple):
     quarantined: Path | None
     removed: tuple[str, ...]
     lost: tuple[tuple[int, int], ...] = ()
+
+
+class LostRange(NamedTuple):
+    """A lost range of a journal: bytes [begin, end) that were appended but can no longer be read; why
+    (``reason``), where what survives of them was moved (``quarantined``, relative to the journal's
+    directory) and when it was found (``found_at``, a Unix time; None if unknown)."""
+
+    begin: int
+    end: int
+    reason: str
+    quarantined: str | None = None
+    found_at: float | None = None
 
 
 class ScanCursor:
@@ -165,18 +177,33 @@ class JournalDir:
         """The end of the sealed part of the journal (fragment files and lost ranges)."""
         return max((e for _, e, _ in self.pieces()), default=0)
 
+    def lost_ranges(self) -> list[LostRange]:
+        """The journal's lost ranges, in offset order, with what their markers recorded."""
+        return [self._lost_range(b, e) for b, e, lost in self.pieces() if lost]
+
+    def _lost_range(self, b: int, e: int) -> LostRange:
+        try:
+            doc = json.loads((self.dir / lost_name(b, e)).read_text())
+        except (OSError, ValueError):
+            doc = {}
+        at = doc.get("time")
+        return LostRange(b, e, str(doc.get("reason", "damaged")), doc.get("quarantined"), at)
+
     def lost_error(self, pos: int) -> OffsetOutOfRangeError | None:
-        """The error a reader gets at `pos` if a lost range holds it, else None."""
+        """The error a reader gets at `pos` if a lost range holds it, else None (its attributes name the
+        range and the offset to read on from)."""
         for b, e, lost in self.pieces():
             if lost and b <= pos < e:
-                try:
-                    doc = json.loads((self.dir / lost_name(b, e)).read_text())
-                except (OSError, ValueError):
-                    doc = {}
-                where = f"; what survives of them is in {doc['quarantined']}" if doc.get("quarantined") else ""
+                r = self._lost_range(b, e)
+                where = f"; what survives of them is in {r.quarantined}" if r.quarantined else ""
                 return OffsetOutOfRangeError(
-                    f"journal {self.name!r}: bytes {b}..{e} were lost ({doc.get('reason', 'damaged')}{where}); "
-                    f"reading can go on at offset {e}"
+                    f"journal {self.name!r}: bytes {b}..{e} were lost ({r.reason}{where}); "
+                    f"reading can go on at offset {e}",
+                    journal=self.name,
+                    lost_begin=b,
+                    lost_end=e,
+                    resume_offset=e,
+                    reason=r.reason,
                 )
         return None
 

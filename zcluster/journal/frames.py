@@ -11,11 +11,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from zcluster.message.errors import FramingError, JournalError
+from zcluster.message.errors import FramingError, JournalError, OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, Frame, framing_for
 from zcluster.message.journals import JournalReader
 
-__all__ = ["LineBlocks", "RawFrame", "read_frames", "read_range", "read_range_frames"]
+__all__ = [
+    "LOST_ROW",
+    "LineBlocks",
+    "RawFrame",
+    "lost_error",
+    "lost_row",
+    "read_frames",
+    "read_range",
+    "read_range_frames",
+    "stop_at_lost",
+]
+
+LOST_ROW = "lost range: "
+"""How the ``error`` of a row standing for a lost range starts (see :func:`lost_row`)."""
 
 
 class RawFrame(NamedTuple):
@@ -29,9 +42,17 @@ class RawFrame(NamedTuple):
     error: str | None
 
 
-def read_frames(store: JournalReader, journal: str, content_type: str, begin: int, end: int) -> Iterator[RawFrame]:
+def read_frames(
+    store: JournalReader, journal: str, content_type: str, begin: int, end: int, *, lost_rows: bool = False
+) -> Iterator[RawFrame]:
     """The frames of bytes [begin, end) of ``journal``, in offset order; ``begin`` and ``end`` must be
-    frame boundaries (journal ends and checkpoint offsets are)."""
+    frame boundaries (journal ends and checkpoint offsets are).
+
+    A lost range (a damaged file journal's) raises :class:`OffsetOutOfRangeError` after the frames before
+    it; with ``lost_rows`` it becomes one row instead (:func:`lost_row`), bytes before it that do not frame
+    an error row as at any end, and the reading goes on after it."""
+    if lost_rows:
+        return _past_lost(store, journal, content_type, begin, end)
     chunks = _clipped(store.read(journal, begin), end)
     if content_type == CONTENT_TYPE_NDJSON:
         return _lines(journal, content_type, begin, chunks, framing_for(content_type).max_frame_bytes)
@@ -39,11 +60,72 @@ def read_frames(store: JournalReader, journal: str, content_type: str, begin: in
 
 
 def read_range_frames(
-    store: JournalReader, journal: str, content_type: str, begin: int, end: int
+    store: JournalReader, journal: str, content_type: str, begin: int, end: int, *, lost_rows: bool = False
 ) -> Iterator[RawFrame]:
     """As :func:`read_frames`, over a range planned earlier: all its bytes or an error, never fewer
-    (see :func:`read_range`)."""
-    return read_frames(_RangeReader(store, end), journal, content_type, begin, end)
+    (see :func:`read_range`); a lost range as :func:`read_frames` says."""
+    return read_frames(_RangeReader(store, end), journal, content_type, begin, end, lost_rows=lost_rows)
+
+
+def lost_row(journal: str, content_type: str, error: OffsetOutOfRangeError) -> RawFrame:
+    """The row standing for the lost range ``error`` names: its bytes [lost_begin, lost_end), no data, and
+    an ``error`` starting with :data:`LOST_ROW` (:func:`lost_error` turns it back into the error)."""
+    if error.lost_begin is None or error.lost_end is None:
+        raise ValueError(f"not a lost range: {error}")
+    return RawFrame(journal, error.lost_begin, error.lost_end, content_type, None, f"{LOST_ROW}{error}")
+
+
+def lost_error(row: object) -> OffsetOutOfRangeError | None:
+    """The :class:`OffsetOutOfRangeError` of a :func:`lost_row` (a RawFrame or a Spark Row), else None."""
+    text = getattr(row, "error", None)
+    if not isinstance(text, str) or not text.startswith(LOST_ROW):
+        return None
+    begin, end, journal = (getattr(row, name) for name in ("begin", "end", "journal"))
+    message = text[len(LOST_ROW) :]
+    return OffsetOutOfRangeError(
+        message, journal=str(journal), lost_begin=int(begin), lost_end=int(end), resume_offset=int(end), reason=message
+    )
+
+
+def stop_at_lost(
+    chunks: Iterator[tuple[int, bytes]], stopped: list[OffsetOutOfRangeError]
+) -> Iterator[tuple[int, bytes]]:
+    """``chunks`` of a lazy read (e.g. :func:`read_range`'s), ending (instead of raising) where a lost range
+    begins; its error is appended to ``stopped``. Any other error propagates."""
+    try:
+        yield from chunks
+    except OffsetOutOfRangeError as exc:
+        if exc.lost is None:
+            raise
+        stopped.append(exc)
+
+
+def _past_lost(store: JournalReader, journal: str, content_type: str, begin: int, end: int) -> Iterator[RawFrame]:
+    pos = begin
+    while pos < end:
+        stopped: list[OffsetOutOfRangeError] = []
+        yield from read_frames(_StopAtLost(store, stopped), journal, content_type, pos, end)
+        if not stopped:
+            return
+        yield lost_row(journal, content_type, stopped[0])
+        pos = max(pos + 1, stopped[0].lost_end or end)
+
+
+class _StopAtLost:
+    """A JournalReader whose reads end where a lost range begins (see :func:`stop_at_lost`)."""
+
+    def __init__(self, store: JournalReader, stopped: list[OffsetOutOfRangeError]) -> None:
+        self.store, self.stopped = store, stopped
+
+    def read(
+        self, journal: str, offset: int, *, block: bool = False, timeout: float | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        try:
+            yield from self.store.read(journal, offset)  # a file journal raises at once from inside a lost range
+        except OffsetOutOfRangeError as exc:
+            if exc.lost is None:
+                raise
+            self.stopped.append(exc)
 
 
 def read_range(store: JournalReader, journal: str, begin: int, end: int) -> Iterator[bytes]:

@@ -89,7 +89,35 @@ class JournalNotFoundError(JournalError, LookupError):
 
 
 class OffsetOutOfRangeError(JournalError, ValueError):
-    """A read offset is negative or beyond the journal's current end."""
+    """A read offset is negative or beyond the journal's current end, or lies in bytes the journal lost.
+
+    For a *lost range* (bytes that were appended but can no longer be read: a damaged file journal
+    fragment) the error says which: ``journal``, ``lost_begin`` and ``lost_end`` (the range [begin, end)),
+    ``resume_offset`` (where reading can go on: the range's end) and ``reason`` (what the journal recorded
+    about it). They are None for the other cases (an offset outside the journal)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        journal: str | None = None,
+        lost_begin: int | None = None,
+        lost_end: int | None = None,
+        resume_offset: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.journal = journal
+        self.lost_begin, self.lost_end = lost_begin, lost_end
+        self.resume_offset = resume_offset
+        self.reason = reason
+
+    @property
+    def lost(self) -> tuple[int, int] | None:
+        """The lost range ``(lost_begin, lost_end)``, or None when the error is not about one."""
+        if self.lost_begin is None or self.lost_end is None:
+            return None
+        return (self.lost_begin, self.lost_end)
 
 
 # -- sequencing ------------------------------------------------------------------------------------

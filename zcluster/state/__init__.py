@@ -4,6 +4,9 @@
   logic, shared by the Spark sink and :class:`Consumer`, the plain Python exactly-once consumer).
 * :class:`StateStore`: per-journal checkpoints (offset + producer states) and batch progress.
 * :class:`DedupStore`: admit each message UUID once, for at-least-once consumers of your own.
+* :func:`applications` and :func:`progress`: which applications the cluster holds checkpoints of, and how
+  far behind each is per journal (what ``zcluster consumers`` prints; :mod:`zcluster.state.monitor`).
+* Lost ranges of file journals and the audited ways past them: :mod:`zcluster.state.lost`.
 
 Every record is ordered by its score, so a stale writer (an older batch, a zombie process) can never move
 state backwards: its writes are stale by the CRDT's own rules. Clocks are stored as scores with exact
@@ -22,7 +25,8 @@ if TYPE_CHECKING:
     from zcluster.state.clocks import clock_to_score, score_to_clock
     from zcluster.state.consumer import Consumer, JournalFailure, PollError
     from zcluster.state.dedup import DedupStore
-    from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore
+    from zcluster.state.monitor import JournalProgress, SkippedRange, applications, checkpointed_journals, progress
+    from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore, TimedCheckpoint
 
 _WHERE = {
     "Applier": "zcluster.state.applier",
@@ -36,6 +40,12 @@ _WHERE = {
     "JournalCheckpoint": "zcluster.state.store",
     "JournalMismatchError": "zcluster.state.store",
     "StateStore": "zcluster.state.store",
+    "TimedCheckpoint": "zcluster.state.store",
+    "JournalProgress": "zcluster.state.monitor",
+    "SkippedRange": "zcluster.state.monitor",
+    "applications": "zcluster.state.monitor",
+    "checkpointed_journals": "zcluster.state.monitor",
+    "progress": "zcluster.state.monitor",
     "clock_to_score": "zcluster.state.clocks",
     "score_to_clock": "zcluster.state.clocks",
 }
@@ -48,11 +58,17 @@ __all__ = [
     "JournalCheckpoint",
     "JournalFailure",
     "JournalMismatchError",
+    "JournalProgress",
     "Mapper",
     "MapperError",
     "PollError",
+    "SkippedRange",
     "StateStore",
+    "TimedCheckpoint",
+    "applications",
+    "checkpointed_journals",
     "clock_to_score",
+    "progress",
     "score_to_clock",
 ]
 

@@ -13,6 +13,10 @@ Per journal, :meth:`Applier.apply`:
    unconfirmed tuples (writes are idempotent);
 4. stores the new producer states with the read-through offset, atomically, only after the writes.
 
+A lost range of a file journal (:mod:`zcluster.state.lost`) ends the journal's batch there: everything
+before it is delivered and checkpointed, then :class:`zcluster.message.OffsetOutOfRangeError` names it;
+with ``fail_on_data_loss=False`` the applier skips it instead (logged, counted, audited) and goes on.
+
 Why this is exactly-once: every effect is a CRDT write, so applying a message's tuples again (a retried
 task, a replayed batch, a crash before step 4, a zombie) changes nothing; producer states only move
 forward (their scores are clocks); and the Sequencer's states keep duplicates and rolled-back messages
@@ -22,6 +26,7 @@ out. Guaranteed only for a deterministic mapper (a replay must map a message to 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -30,15 +35,17 @@ from typing import Any, Protocol
 
 from zcluster.errors import ConfigError
 from zcluster.farm.config import Store
-from zcluster.journal.frames import read_range_frames
+from zcluster.journal.frames import LOST_ROW, lost_error, read_range_frames
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.envelope import Envelope
+from zcluster.message.errors import OffsetOutOfRangeError
 from zcluster.message.framing import FramingError, JsonFraming, framing_for
 from zcluster.message.journals import JournalReader, JournalSpec
 from zcluster.message.readers import ReadUncommittedIter
 from zcluster.message.sequencer import QueueOutcome, Sequencer
 from zcluster.state.batch import BatchStats, MapperError, WriteBuffer
+from zcluster.state.lost import audit_skip, stays_before
 from zcluster.state.retry import retrying
 from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore
 from zcluster.types import Delete, Insert, KeyScoreMember
@@ -108,10 +115,13 @@ class Applier:
     ``ring``: the Sequencer's buffer of messages of open transactions. ``flush``: writes per batch sent.
     ``retries``: resends of unconfirmed writes and state calls (with backoff up to 5 s).
     ``prune_horizon``: seconds after which quiet producers are forgotten (their later duplicates would be
-    delivered again), or None to keep every producer.
+    delivered again), or None to keep every producer. ``fail_on_data_loss``: False skips the lost ranges
+    of file journals (see the module). ``lag``: measure each journal's lag after applying it
+    (``BatchStats.lag``; one ``end()`` call of the journal store per journal, when a store object is given).
 
     Errors: :class:`MapperError` for a failing mapper; :class:`zcluster.ShardError` subclasses when a
-    shard still fails after the retries. Either way that journal's checkpoint is not saved.
+    shard still fails after the retries. Either way that journal's checkpoint is not saved. A lost range:
+    :class:`zcluster.message.OffsetOutOfRangeError`, after checkpointing everything before it.
     """
 
     cluster: Store
@@ -123,6 +133,8 @@ class Applier:
     flush: int = 16384
     retries: int = 5
     prune_horizon: float | None = None
+    fail_on_data_loss: bool = True
+    lag: bool = True
 
     def state(self) -> StateStore:
         return StateStore(self.cluster, self.app)
@@ -135,7 +147,9 @@ class Applier:
         store = None if self.journals is None or isinstance(self.journals, str) else self.journals
         state, checkpoint = self._checkpoint(journal)
         journal_id = self._verify(store, journal, checkpoint, 0) if store is not None else checkpoint.journal_id
-        self._apply(journal, frames, stats, state, checkpoint, journal_id)
+        offset = self._apply(journal, frames, stats, state, checkpoint, journal_id)
+        if store is not None:
+            self._measure(store, journal, offset, stats)
 
     def apply_range(
         self, store: JournalReader, journal: str, content_type: str, begin: int, end: int, stats: BatchStats
@@ -147,16 +161,23 @@ class Applier:
         checkpoint is not of the journal ``store`` holds now (re-created, or ending before the checkpoint)."""
         state, checkpoint = self._checkpoint(journal)
         journal_id = self._verify(store, journal, checkpoint, end)
-        start = max(begin, checkpoint.offset)
+        start, offset = max(begin, checkpoint.offset), checkpoint.offset
         if start < end:
-            self._apply(
+            offset = self._apply(
                 journal,
-                read_range_frames(store, journal, content_type, start, end),
+                read_range_frames(store, journal, content_type, start, end, lost_rows=True),
                 stats,
                 state,
                 checkpoint,
                 journal_id,
             )
+        self._measure(store, journal, offset, stats)
+
+    def _measure(self, store: object, journal: str, offset: int, stats: BatchStats) -> None:
+        """``stats.lag[journal]``: the journal's end now minus ``offset`` (when asked, and the store tells)."""
+        journal_end = getattr(store, "end", None) if self.lag else None
+        if journal_end is not None:
+            stats.lag[journal] = max(0, journal_end(journal) - offset)
 
     def _checkpoint(self, journal: str) -> tuple[StateStore, JournalCheckpoint]:
         state = self.state()
@@ -187,7 +208,8 @@ class Applier:
         state: StateStore,
         checkpoint: JournalCheckpoint,
         journal_id: str,
-    ) -> None:
+    ) -> int:
+        """Apply, then save the checkpoint; returns its offset. At a lost range: see the module."""
         seq = Sequencer(states=checkpoint.states, buffer=self.ring)
         writes = WriteBuffer(self.cluster, self.flush, self.retries, stats)
         content_type = ""
@@ -198,6 +220,8 @@ class Applier:
         mapper, envelope = self._map, self._envelope
         # Counted in locals and added to `stats` once: this loop runs once per frame.
         n_frames = n_seen = n_malformed = n_acks = n_delivered = 0
+        stopped: OffsetOutOfRangeError | None = None  # the lost range this batch of the journal stops at
+        skipped: list[tuple[int, OffsetOutOfRangeError]] = []  # lost ranges skipped: (offset reached, range)
         try:
             for row in frames:
                 n_frames += 1
@@ -210,11 +234,29 @@ class Applier:
                 if row.content_type != content_type:
                     content_type = row.content_type
                     fast = self._fast_decode(content_type)
+                error = row.error
+                if error is not None and error.startswith(LOST_ROW):
+                    lost = lost_error(row)
+                    assert lost is not None and lost.lost_begin is not None
+                    if self.fail_on_data_loss:
+                        stopped = lost
+                        break
+                    log.warning(
+                        "application %s, journal %s: skipping lost range %d..%d (fail_on_data_loss=False): %s",
+                        self.app,
+                        journal,
+                        lost.lost_begin,
+                        end,
+                        lost,
+                    )
+                    skipped.append((read_through, lost))
+                    read_through = max(read_through, end)
+                    continue
                 if end > read_through:
                     read_through = end
-                if row.error is not None:
+                if error is not None:
                     n_malformed += 1
-                    log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, end, row.error)
+                    log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, end, error)
                     continue
                 env = envelope(journal, row, fast)
                 if env is None:
@@ -250,6 +292,14 @@ class Applier:
                 elif outcome is QueueOutcome.ACK_COMMIT_REPLAY:
                     stats.replays += n
         writes.flush()  # effects first: a crash before the checkpoint re-runs them, harmlessly
+        for offset, lost in skipped:  # recorded before the checkpoint moves past them (again on a retry: one entry)
+            retrying(
+                functools.partial(audit_skip, state, journal, offset, lost, checkpoint.base, journal_id),
+                self.retries,
+                f"record the skip of {journal}'s lost range",
+            )
+            stats.lost_skipped += 1
+            stats.lost_bytes += (lost.lost_end or 0) - (lost.lost_begin or 0)
         # Quiet producers are forgotten here (their later duplicates would be delivered again).
         states = seq.checkpoint(self.prune_horizon or 0.0).states
         retrying(
@@ -257,6 +307,9 @@ class Applier:
             self.retries,
             f"save checkpoint of {journal}",
         )
+        if stopped is not None:
+            raise stays_before(self.app, journal, read_through, stopped)
+        return read_through
 
     def _fast_decode(self, content_type: str) -> Callable[[Any], Any] | None:
         framing = framing_for(content_type)
@@ -298,15 +351,32 @@ class Applier:
             )
         store = open_store(self.journals) if isinstance(self.journals, str) else self.journals
         spec = JournalSpec(journal, {"content-type": content_type})
-        it = ReadUncommittedIter(store, spec, begin, end=end, decode=self.decode)
+        pos = begin
         try:
-            while True:
+            while pos < end:
+                it = ReadUncommittedIter(store, spec, pos, end=end, decode=self.decode)
                 try:
-                    yield next(it)
-                except FramingError:
-                    continue  # reported when the batch that held these bytes read them
-                except StopIteration:
-                    return
+                    while True:
+                        try:
+                            yield next(it)
+                        except FramingError:
+                            continue  # reported when the batch that held these bytes read them
+                        except StopIteration:
+                            return
+                except OffsetOutOfRangeError as exc:
+                    # The checkpoint already went past it (by an operator's skip or fail_on_data_loss=False):
+                    # the transaction keeps the messages that survive (see zcluster.state.lost).
+                    if exc.lost_end is None:
+                        raise
+                    log.warning(
+                        "journal %s: the replay of a transaction (bytes %d..%d) steps over lost range %s..%d",
+                        journal,
+                        begin,
+                        end,
+                        exc.lost_begin,
+                        exc.lost_end,
+                    )
+                    pos = max(pos + 1, exc.lost_end)
         finally:
             if isinstance(self.journals, str):
                 close_store(store)

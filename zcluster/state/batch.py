@@ -31,7 +31,9 @@ class MapperError(ZClusterError):
 @dataclass
 class BatchStats:
     """What one batch did (summed over journals and tasks): frames read, messages seen, delivered and
-    dropped, writes sent and applied."""
+    dropped, writes sent and applied; lost ranges skipped (``fail_on_data_loss=False``: how many, how many
+    bytes); ``lag``: per journal, the bytes between its checkpoint after the batch and its end then (for the
+    journals the batch measured: those it read from a journal store)."""
 
     batch_id: int = -1
     query_id: str = ""
@@ -44,24 +46,31 @@ class BatchStats:
     rollbacks: int = 0
     replays: int = 0
     malformed: int = 0
+    lost_skipped: int = 0
+    lost_bytes: int = 0
     inserts: int = 0
     deletes: int = 0
     applied: int = 0
     seconds: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
+    lag: dict[str, int] = field(default_factory=dict)
 
     def counters(self) -> dict[str, Any]:
-        """The summable part (counts and outcomes), as plain values a Spark task can return."""
+        """The summable part (counts, outcomes, lags), as plain values a Spark task can return."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name in _COUNTERS}
         out["outcomes"] = dict(self.outcomes)
+        out["lag"] = dict(self.lag)
         return out
 
     def add(self, other: dict[str, Any]) -> None:
-        """Add another part's :meth:`counters`."""
+        """Add another part's :meth:`counters` (a journal's lag measured by two parts: the larger)."""
         for name, value in other.items():
             if name == "outcomes":
                 for k, v in value.items():
                     self.outcomes[k] = self.outcomes.get(k, 0) + v
+            elif name == "lag":
+                for k, v in value.items():
+                    self.lag[k] = max(v, self.lag.get(k, v))
             elif name in _COUNTERS:
                 setattr(self, name, getattr(self, name) + value)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -64,8 +65,11 @@ class Consumer:
     exactly once for application ``app``.
 
     ``mapper`` turns each committed message into writes (deterministically); ``decode``, ``flush``,
-    ``retries`` and ``prune_horizon`` are the :class:`Applier`'s. Journals are applied one after another
-    (one journal is one ordered stream; run several consumers with disjoint selectors to go wider).
+    ``retries``, ``prune_horizon`` and ``fail_on_data_loss`` are the :class:`Applier`'s (the last, False:
+    skip the lost ranges of file journals, each logged, counted and audited, instead of stopping before
+    them; see :mod:`zcluster.state.lost`). ``metrics``: called with ``(app, stats)`` after every poll,
+    also one that failed (e.g. a :class:`zcluster.metrics.ApplierMetrics`). Journals are applied one after
+    another (one journal is one ordered stream; run several consumers with disjoint selectors to go wider).
     Several consumers with the same ``app`` on the same journals are safe (each write is idempotent and
     checkpoints only move forward) but do the work twice.
     """
@@ -82,12 +86,23 @@ class Consumer:
         flush: int = 16384,
         retries: int = 5,
         prune_horizon: float | None = None,
+        fail_on_data_loss: bool = True,
+        metrics: Callable[[str, BatchStats], None] | None = None,
     ) -> None:
         self._owned = isinstance(journals, str)
         self.store: JournalStore = open_store(journals) if isinstance(journals, str) else journals
         self.selector = selector
+        self.metrics = metrics
         self.applier = Applier(
-            cluster, app, mapper, self.store, decode=decode, flush=flush, retries=retries, prune_horizon=prune_horizon
+            cluster,
+            app,
+            mapper,
+            self.store,
+            decode=decode,
+            flush=flush,
+            retries=retries,
+            prune_horizon=prune_horizon,
+            fail_on_data_loss=fail_on_data_loss,
         )
 
     def poll(self) -> BatchStats:
@@ -98,6 +113,7 @@ class Consumer:
         :class:`zcluster.message.OffsetOutOfRangeError`, ...) keeps its previous checkpoint and the next poll
         continues from there; the other journals are applied all the same, then :class:`PollError` is
         raised naming every failed journal. Listing the journals failing raises at once."""
+        started = time.perf_counter()
         stats = BatchStats()
         failures: list[JournalFailure] = []
         for spec in self.store.list(self.selector):
@@ -106,6 +122,9 @@ class Consumer:
                 self.applier.apply_range(self.store, spec.name, spec.labels["content-type"], 0, end, stats)
             except Exception as exc:
                 failures.append(JournalFailure(spec.name, self._offset(spec.name, exc), exc))
+        stats.seconds = time.perf_counter() - started
+        if self.metrics is not None:
+            self.metrics(self.applier.app, stats)
         if failures:
             raise PollError(failures, stats)
         return stats

@@ -3,22 +3,27 @@
 Layout (namespace prefix ``zcstate:``, one logical set each):
 
 * ``<app>/journal/<journal>``: the journal's checkpoint, one record whose member holds the whole checkpoint
-  (the journal's identity, the byte offset read through, every producer state) and whose score is the
-  checkpoint's position: ``base + offset``. A checkpoint is one consistent snapshot of the Sequencer, never
+  (the journal's identity, the byte offset read through, when it was saved, every producer state) and whose
+  score is the checkpoint's position: ``base + offset``. A checkpoint is one consistent snapshot of the Sequencer, never
   merged from records of different saves, so a later state always supersedes an earlier one whatever their
   clocks (after a rollback a producer's max clock goes *down*: ranking states by clock let an older open
   span win and re-deliver the rolled-back messages). ``base`` is 0 until :meth:`StateStore.restart_journal`
   starts a journal over: it moves past every earlier position, so offsets may start again at 0.
 * ``<app>/progress``: member = query id, score = the last committed batch id.
-* ``<app>/audit``: what an operator did to the checkpoints (a restart), one JSON record each, scored by time.
+* ``<app>/audit``: what was done to the checkpoints besides reading (a restart, a lost range skipped by an
+  operator or automatically), one JSON record each, scored by time.
 
-A save writes the new record (one tuple of one key: atomic) and then forgets every record below its score,
-which also raises the key's floor there: a zombie or a replayed batch saving an older checkpoint finds its
-write stale, and no tombstone is left behind per save (the store stays flat over months). Where the forget
-fails (a replica of a farm down) the save stands and a warning is logged: loads rank older snapshots below
-it, and the next save forgets them. Records of the
-layout before this one (a record per producer scored by its clock, plus ``~offset``) are read when no
-checkpoint record exists and forgotten by the first save.
+Member layouts: ``v3|<uid>|<base>|<offset>|<saved at>|<producer:last_ack:begin:max_clock,...>`` (saved at: Unix
+time, milliseconds); ``v2`` is the same without the time, and is still read (its time is unknown). A save
+at or below the stored position changes nothing, so the time says when the checkpoint last *moved*.
+
+A save reads the stored position (a save not past it changes nothing), writes the new record (one tuple of
+one key: atomic) and then forgets every record below its score, which also raises the key's floor there: a
+zombie or a replayed batch saving an older checkpoint finds its write stale even when it races past the
+read, and no tombstone is left behind per save (the store stays flat over months). Where the forget fails
+(a replica of a farm down) the save stands and a warning is logged: loads rank older snapshots below it,
+and the next save forgets them. Records of the layout before the snapshots (a record per producer scored
+by its clock, plus ``~offset``) are read when no snapshot record exists and forgotten by the first save.
 
 A checkpoint is bound to the journal's identity (:attr:`zcluster.journal.JournalInfo.uid`, made when the
 journal is created). The applier refuses to go on when the journal was destroyed and created again under the
@@ -52,7 +57,8 @@ from zcluster.types import Durability, KeyMember, KeyScoreMember
 log = logging.getLogger("zcluster.state")
 
 _ALL = 1_000_000  # select limit and batch size meaning "every record"
-_VERSION = "v2"
+_VERSION = "v3"
+_VERSIONS = ("v2|", "v3|")  # the snapshot layouts read (v2: without the time it was saved)
 _LEGACY_OFFSET = "~offset"
 
 
@@ -95,23 +101,37 @@ class JournalMismatchError(ZClusterError):
         )
 
 
-def _encode(journal_id: str, base: int, offset: int, states: Iterable[ProducerState]) -> str:
+class TimedCheckpoint(NamedTuple):
+    """A stored checkpoint and when it was saved, i.e. when it last moved (a Unix time; None for a
+    checkpoint of a layout without it, or none stored)."""
+
+    checkpoint: JournalCheckpoint
+    saved_at: float | None
+
+
+def _encode(journal_id: str, base: int, offset: int, states: Iterable[ProducerState], saved_at: float) -> str:
     parts = (
         f"{s.producer.hex()}:{s.last_ack}:{s.begin}:{s.last_ack if s.max_clock is None else s.max_clock}"
         for s in states
     )
-    return f"{_VERSION}|{journal_id}|{base}|{offset}|{','.join(sorted(parts))}"
+    return f"{_VERSION}|{journal_id}|{base}|{offset}|{round(saved_at * 1000)}|{','.join(sorted(parts))}"
 
 
-def _decode(journal: str, member: str) -> JournalCheckpoint:
-    _, journal_id, base, offset, producers = member.split("|")
+def _decode(journal: str, member: str) -> TimedCheckpoint:
+    fields = member.split("|")
+    saved_at = None
+    if fields[0] == "v3":
+        _, journal_id, base, offset, millis, producers = fields
+        saved_at = int(millis) / 1000
+    else:
+        _, journal_id, base, offset, producers = fields
     states = []
     for p in producers.split(",") if producers else ():
         producer, last_ack, begin, max_clock = p.split(":")
         states.append(
             ProducerState(journal, ProducerID(bytes.fromhex(producer)), int(last_ack), int(begin), int(max_clock))
         )
-    return JournalCheckpoint(int(offset), states, journal_id, int(base))
+    return TimedCheckpoint(JournalCheckpoint(int(offset), states, journal_id, int(base)), saved_at)
 
 
 def _legacy(journal: str, records: Sequence[KeyScoreMember]) -> JournalCheckpoint:
@@ -156,11 +176,18 @@ class StateStore:
 
     def load_journal(self, journal: str) -> JournalCheckpoint:
         """The stored checkpoint of ``journal`` (offset 0 and no states if none), read in one snapshot."""
+        return self.load_journal_timed(journal).checkpoint
+
+    def load_journal_timed(self, journal: str) -> TimedCheckpoint:
+        """The stored checkpoint of ``journal`` and when it last moved (see :class:`TimedCheckpoint`)."""
         key = self._journal_key(journal)
-        records = self.cluster.select([key], limit=_ALL)[key]
-        current = [r for r in records if str(r.member).startswith(_VERSION + "|")]
+        return self.timed(journal, self.cluster.select([key], limit=_ALL)[key])
+
+    def timed(self, journal: str, records: Sequence[KeyScoreMember]) -> TimedCheckpoint:
+        """The checkpoint held by ``records``, the records of ``journal``'s key as read from the store's view."""
+        current = [r for r in records if str(r.member).startswith(_VERSIONS)]
         if not current:
-            return _legacy(journal, records)
+            return TimedCheckpoint(_legacy(journal, records), None)
         # Equal positions hold the same snapshot unless two writers disagreed; either way pick one, always the same.
         best = max(current, key=lambda r: (r.score, str(r.member)))
         return _decode(journal, str(best.member))
@@ -178,7 +205,10 @@ class StateStore:
             raise ConfigError(f"journal {journal}: identity {journal_id!r} must not contain '|', ':' or ','")
         key = self._journal_key(journal)
         position = base + offset
-        record = KeyScoreMember(key, float(position), _encode(journal_id, base, offset, states))
+        held = [r for r in self.cluster.select([key], limit=_ALL)[key] if str(r.member).startswith(_VERSIONS)]
+        if held and max(r.score for r in held) >= position:
+            return False  # not forward: the stored record (and its time, when it last moved) stays
+        record = KeyScoreMember(key, float(position), _encode(journal_id, base, offset, states, time.time()))
         stored = self.cluster.insert([record]).applied[0]
         if position >= 1:
             # Older records go, and the floor rises to just below this position: a zombie's older save is stale.
@@ -206,15 +236,63 @@ class StateStore:
         )
         return restarted
 
+    def skip_lost(self, journals: object, journal: str, begin: int, end: int, reason: str = "") -> JournalCheckpoint:
+        """Move ``journal``'s checkpoint past its lost range [``begin``, ``end``): the one audited way past
+        bytes a file journal lost (see :mod:`zcluster.state.lost`). ``journals``: the journal store, which
+        must report exactly that range as lost (:meth:`zcluster.journal.FileJournals.lost_ranges`), and the
+        checkpoint must lie at its begin (everything before it applied) or inside it. Anything else raises
+        :class:`zcluster.ConfigError` and changes nothing. Producer states are kept as they are. Recorded
+        in :meth:`audit` with ``reason``; returns the new checkpoint."""
+        from zcluster.state.lost import check_skip  # the checks live beside the applier's automatic skip
+
+        held, journal_id = check_skip(self, journals, journal, begin, end)
+        self.record_skip(journal, begin, end, held.offset, reason, by="operator", base=held.base, journal_id=journal_id)
+        self.save_journal(journal, end, held.states, journal_id=journal_id, base=held.base)
+        return JournalCheckpoint(end, held.states, journal_id, held.base)
+
+    def record_skip(
+        self,
+        journal: str,
+        begin: int,
+        end: int,
+        offset: int,
+        reason: str,
+        *,
+        by: str,
+        base: int = 0,
+        journal_id: str = "",
+    ) -> None:
+        """Record in :meth:`audit` that the lost range [begin, end) of ``journal`` was skipped from checkpoint
+        offset ``offset`` (``by``: ``operator``, or ``applier`` for ``fail_on_data_loss=False``; ``base`` and
+        ``journal_id``: the checkpoint's). Recording the same skip again (a retried batch) keeps one entry."""
+        details: dict[str, object] = {
+            "begin": begin,
+            "end": end,
+            "offset": offset,
+            "base": base,
+            "journal_id": journal_id,
+            "reason": reason,
+            "by": by,
+        }
+        self._record("skip", journal, details, timed=False)
+
     def audit(self) -> list[dict[str, object]]:
-        """What operators did to this application's checkpoints, oldest first (one dict per action)."""
+        """What was done to this application's checkpoints besides reading them, oldest first (one dict per
+        action, with ``action``, ``journal`` and ``at``, a Unix time)."""
         key = f"{self.app}/audit"
         records = self.cluster.select([key], limit=_ALL)[key]
-        return [json.loads(str(r.member)) for r in reversed(records)]
+        out = []
+        for r in reversed(records):
+            doc = json.loads(str(r.member))
+            doc.setdefault("at", r.score)
+            out.append(doc)
+        return out
 
-    def _record(self, action: str, journal: str, details: dict[str, object]) -> None:
+    def _record(self, action: str, journal: str, details: dict[str, object], *, timed: bool = True) -> None:
+        """One audit entry; ``timed=False`` leaves the time out of the member (it is the score, and
+        :meth:`audit` reads it from there), so that the same entry written twice stays one."""
         when = time.time()
-        doc = {"action": action, "journal": journal, "at": when, **details}
+        doc = {"action": action, "journal": journal, **({"at": when} if timed else {}), **details}
         self.cluster.insert([KeyScoreMember(f"{self.app}/audit", when, json.dumps(doc, sort_keys=True))])
 
     # -- progress --------------------------------------------------------------------------------------------
