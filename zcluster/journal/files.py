@@ -336,8 +336,7 @@ class FileJournals:
         return self.recovered[-1] if len(self.recovered) > before else None
 
     def lost_ranges(self, journal: str) -> builtins.list[LostRange]:
-        """The lost ranges of `journal` (see the module docstring), in offset order; JournalNotFoundError if
-        unknown. Consumers that must go past one do so explicitly (``zcluster consumers APP skip-lost``)."""
+        """The lost ranges of `journal` (see the module docstring), in offset order (zcluster.state.lost)."""
         return self._state(journal).lost_ranges()
 
     def _report(self, report: RecoveryReport) -> None:
