@@ -23,7 +23,7 @@ LAYERS = [
     ["zcluster.errors", "zcluster.types", "zcluster.instrumentation", "zcluster._lazy"],
     ["zcluster.message"],
     ["zcluster._keys", "zcluster._urls", "zcluster._scripts", "zcluster._topology", "zcluster._encode"],
-    ["zcluster._transport"],
+    ["zcluster._transport", "zcluster._follow"],
     ["zcluster.cluster", "zcluster.metrics"],
     ["zcluster.config"],
     ["zcluster.farm"],

@@ -7,7 +7,11 @@ routing, which hashes the logical key with murmur3 for compatibility with existi
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
+import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -21,6 +25,10 @@ from zcluster.errors import ConfigError, ShardError
 from zcluster.types import ShardFailure
 
 Routing = Literal["jump", "roshi"]
+
+FAILOVER_TIMEOUT = 20.0
+"""Seconds a call keeps following a Redis Cluster node that cannot be reached (default): Redis's own
+failover takes ``cluster-node-timeout`` (15 s by default) plus about a second for the election."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,10 @@ class Topology(Protocol):
 
     shards: list[Shard]
     single_slot_calls: bool
+    failover_timeout: float
+    """Seconds a call keeps waiting for an unreachable node's slots to move elsewhere (0: none)."""
+    generation: int
+    """Changes whenever the key -> server map is reloaded."""
 
     def shard_of(self, key: bytes, slot: int) -> int:
         """Index in ``shards`` of the server owning logical ``key`` (whose hash slot is ``slot``)."""
@@ -70,7 +82,21 @@ class Topology(Protocol):
         ...
 
     def refresh(self) -> None:
-        """Reload the key -> server map (after MOVED)."""
+        """Reload the key -> server map now."""
+        ...
+
+    def moved(self, slot: int, host: str, port: int) -> Shard:
+        """The shard a MOVED names, now the owner of ``slot``; the whole map is reloaded soon."""
+        ...
+
+    def route(self, shard: Shard) -> Shard:
+        """The shard that serves what ``shard`` served: itself, unless the map moved every slot it had."""
+        ...
+
+    def unreachable(self, shard: Shard, seen: int) -> Shard | None:
+        """``shard`` refused a connection or timed out (the map was at generation ``seen``): drop its idle
+        connections and reload the map (rate-limited). Returns the shard now serving its slots, ``shard``
+        itself while they have not moved yet, or None when nothing can take them over."""
         ...
 
     def close(self) -> None:
@@ -87,6 +113,8 @@ class StandaloneTopology:
     """
 
     single_slot_calls = False
+    failover_timeout = 0.0
+    generation = 0
 
     def __init__(self, urls: Sequence[str], routing: Routing = "jump", **options: Any) -> None:
         if not urls:
@@ -112,6 +140,16 @@ class StandaloneTopology:
     def refresh(self) -> None:
         """Standalone shards have a fixed layout: nothing to refresh."""
 
+    def moved(self, slot: int, host: str, port: int) -> Shard:
+        return self.redirect(host, port)
+
+    def route(self, shard: Shard) -> Shard:
+        return shard
+
+    def unreachable(self, shard: Shard, seen: int) -> Shard | None:
+        """A standalone shard's keys live nowhere else: the failure is reported at once."""
+        return None
+
     def close(self) -> None:
         for s in self.shards:
             s.client.close()
@@ -120,52 +158,172 @@ class StandaloneTopology:
 class ClusterTopology:
     """A native Redis Cluster, routed by zcluster itself from ``CLUSTER SLOTS``.
 
-    Script calls carry keys of one hash slot only (Redis Cluster refuses cross-slot calls). MOVED makes
-    the caller refresh the slot map and resend; ASK sends ``ASKING`` and the command to the importing node.
+    Script calls carry keys of one hash slot only (Redis Cluster refuses cross-slot calls). MOVED
+    updates that slot's owner and asks for a reload of the whole map; ASK sends ``ASKING`` and the
+    command to the importing node.
+
+    The map follows failovers, resharding and replaced nodes (:mod:`zcluster._follow` drives it): a node
+    that refuses connections or times out is :meth:`unreachable`, which drops its idle connections and
+    reloads the map from a node still reachable (masters first, then replicas, then the seed; nodes that
+    failed recently last). Reloads are rate-limited, so a dead node never causes a storm: at most one is
+    in flight (a caller arriving meanwhile waits for it and uses its map), and after a failure-driven
+    reload the next waits at least ``REFRESH_MIN`` seconds, doubling up to ``REFRESH_MAX`` while the map
+    does not change. ``refreshes`` counts the ``CLUSTER SLOTS`` calls made.
     """
 
     single_slot_calls = True
+    REFRESH_MIN = 0.1
+    REFRESH_MAX = 1.0
+    SUSPECT_FOR = 60.0
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, failover_timeout: float = FAILOVER_TIMEOUT, **options: Any) -> None:
+        if isinstance(failover_timeout, bool) or not isinstance(failover_timeout, int | float):
+            raise ConfigError(f"failover_timeout must be a number of seconds, got {failover_timeout!r}")
+        if not 0 <= failover_timeout < 1e6:
+            raise ConfigError(f"failover_timeout must be >= 0 seconds, got {failover_timeout!r}")
+        self.failover_timeout = float(failover_timeout)
         self._options = options
         self._seed_url = url
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # shards, _index, _probes
+        self._refresh_lock = threading.Lock()  # one reload in flight
         self.shards: list[Shard] = []
         self._index: dict[str, int] = {}
         self._slots: list[int] = [-1] * SLOTS
+        self._owned: dict[int, list[tuple[int, int]]] = {}  # slot ranges of each shard when it last had any
+        self._successor: dict[str, int] = {}  # a shard that lost every slot -> the shard holding most of them
+        self._replicas: dict[int, list[str]] = {}  # per shard, the replicas the last map listed
+        self._probes: dict[str, redis.Redis] = {}  # clients of replicas and the seed, for reloads only
+        self._suspects: dict[str, float] = {}  # node name -> when it last failed: asked last
+        self._ids: dict[int, str] = {}  # per shard, its node id
+        self._standby: dict[int, int] = {}  # per failed master, replicas that could take over (when checked)
+        self._stale = False
+        self._last = -math.inf  # when the last reload ended (monotonic)
+        self._interval = self.REFRESH_MIN
+        self.generation = 0  # reloads that got a map
+        self.refreshes = 0  # CLUSTER SLOTS calls made
         self.refresh()
 
     def _shard_for(self, host: str, port: int) -> int:
         name = f"{host}:{port}"
-        idx = self._index.get(name)
-        if idx is None:
-            self.shards.append(Shard(name, client_from_url(with_host(self._seed_url, host, port), **self._options)))
-            idx = self._index[name] = len(self.shards) - 1
-        return idx
+        with self._lock:
+            idx = self._index.get(name)
+            if idx is None:
+                client = client_from_url(with_host(self._seed_url, host, port), **self._options)
+                self.shards.append(Shard(name, client))
+                idx = self._index[name] = len(self.shards) - 1
+            return idx
+
+    def _probe(self, name: str) -> redis.Redis:
+        with self._lock:
+            idx = self._index.get(name)
+            if idx is not None:
+                return self.shards[idx].client
+            client = self._probes.get(name)
+            if client is None:
+                if name == safe_name(self._seed_url):
+                    client = client_from_url(self._seed_url, **self._options)
+                else:
+                    host, _, port = name.rpartition(":")
+                    client = client_from_url(with_host(self._seed_url, host, int(port)), **self._options)
+                self._probes[name] = client
+            return client
+
+    def _candidates(self) -> list[str]:
+        """Nodes to ask for the map, in order: masters, their replicas, other known nodes, the seed;
+        nodes that failed recently last (oldest failure first)."""
+        owners = sorted({i for i in self._slots if i >= 0})
+        names = [self.shards[i].name for i in owners]
+        names += [r for i in owners for r in self._replicas.get(i, ())]
+        names += [s.name for s in self.shards] + [safe_name(self._seed_url)]
+        unique = list(dict.fromkeys(names))
+        return sorted(unique, key=lambda n: (self._suspected(n), self._suspects.get(n, 0.0)))
+
+    def _suspected(self, name: str) -> bool:
+        """Whether node ``name`` failed in the last ``SUSPECT_FOR`` seconds."""
+        failed = self._suspects.get(name)
+        return failed is not None and time.monotonic() - failed < self.SUSPECT_FOR
 
     def refresh(self) -> None:
-        """Reload the slot map from the first node that answers; raises if none does."""
-        with self._lock:
-            candidates = self.shards or [
-                Shard(safe_name(self._seed_url), client_from_url(self._seed_url, **self._options))
-            ]
-            failures: list[ShardFailure] = []
-            for shard in candidates:
-                try:
-                    ranges = shard.client.execute_command("CLUSTER", "SLOTS")
-                except (redis.RedisError, OSError) as exc:
-                    failures.append(ShardFailure(shard.name, exc, ()))
-                    continue
-                table = [-1] * SLOTS
-                for row in ranges:
-                    start, end, master = int(row[0]), int(row[1]), row[2]
-                    host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
-                    idx = self._shard_for(host or "127.0.0.1", int(master[1]))
-                    table[start : end + 1] = [idx] * (end - start + 1)
-                self._slots = table
+        """Reload the slot map now from the first node that answers; raises :class:`ShardError` if none does."""
+        with self._refresh_lock:
+            self._reload()
+
+    def refresh_soon(self, seen: int | None = None) -> None:
+        """Reload the map unless one ended since generation ``seen``, or less than the current interval
+        ago (the rate limit; the map then stays marked stale). A caller arriving while a reload runs waits
+        for it. Raises :class:`ShardError` when no node answered."""
+        with self._refresh_lock:
+            if seen is not None and seen != self.generation:
                 return
-            detail = "; ".join(f"{f.shard} ({type(f.error).__name__}: {f.error})" for f in failures)
-            raise ShardError(f"no Redis Cluster node answered CLUSTER SLOTS: {detail}", failures)
+            since = time.monotonic() - self._last
+            if since > 10 * self.REFRESH_MAX:  # quiet for a while: the next trouble starts fast again
+                self._interval = self.REFRESH_MIN
+            if since < self._interval:
+                return
+            self._reload()
+
+    def _reload(self) -> None:
+        failures: list[ShardFailure] = []
+        for name in self._candidates():
+            self.refreshes += 1
+            try:
+                ranges = self._probe(name).execute_command("CLUSTER", "SLOTS")
+            except (redis.RedisError, OSError) as exc:
+                failures.append(ShardFailure(name, exc, ()))
+                self._suspects[name] = time.monotonic()
+                continue
+            self._suspects.pop(name, None)
+            self._install(ranges)
+            self._count_standbys(name)
+            return
+        self._last = time.monotonic()
+        self._interval = min(self._interval * 2, self.REFRESH_MAX)
+        detail = "; ".join(f"{f.shard} ({type(f.error).__name__}: {f.error})" for f in failures)
+        raise ShardError(f"no Redis Cluster node answered CLUSTER SLOTS: {detail}", failures)
+
+    def _count_standbys(self, name: str) -> None:
+        """For each master that failed recently and still owns slots: how many replicas (not failed) could
+        take over, from ``CLUSTER NODES`` of node ``name`` (``CLUSTER SLOTS`` leaves out replicas that have
+        not reported a replication offset yet). Unknown when that fails."""
+        owners = {i for i in self._slots if i >= 0}
+        dead = {i: self._ids[i] for i in owners if self._suspected(self.shards[i].name) and i in self._ids}
+        if not dead:
+            return
+        try:
+            text = self._probe(name).execute_command("CLUSTER", "NODES")
+        except (redis.RedisError, OSError):
+            return
+        rows = [line.split() for line in _text(text).splitlines() if line.strip()]
+        for idx, node_id in dead.items():
+            alive = [r for r in rows if len(r) > 3 and r[3] == node_id and "fail" not in r[2].split(",")]
+            self._standby[idx] = len(alive)
+
+    def _install(self, ranges: Any) -> None:
+        table = [-1] * SLOTS
+        owned: dict[int, list[tuple[int, int]]] = {}
+        replicas: dict[int, list[str]] = {}
+        for row in ranges:
+            start, end, master = int(row[0]), int(row[1]), row[2]
+            idx = self._shard_for(_host(master[0]), int(master[1]))
+            if len(master) > 2:
+                self._ids[idx] = _text(master[2])
+            table[start : end + 1] = [idx] * (end - start + 1)
+            owned.setdefault(idx, []).append((start, end))
+            replicas.setdefault(idx, []).extend(f"{_host(r[0])}:{int(r[1])}" for r in row[3:])
+        changed = table != self._slots
+        self._owned.update(owned)
+        successor: dict[str, int] = {}
+        for idx, spans in self._owned.items():
+            if idx not in owned:  # lost every slot (failed over, resharded away): who holds most of them now
+                counts = Counter(table[s] for start, end in spans for s in range(start, end + 1))
+                counts.pop(-1, None)
+                if counts:
+                    successor[self.shards[idx].name] = counts.most_common(1)[0][0]
+        self._slots, self._successor, self._replicas = table, successor, replicas
+        self._stale = False
+        self.generation += 1
+        self._last = time.monotonic()
+        self._interval = self.REFRESH_MIN if changed else min(self._interval * 2, self.REFRESH_MAX)
 
     def shard_of(self, key: bytes, slot: int) -> int:
         idx = self._slots[slot]
@@ -174,13 +332,50 @@ class ClusterTopology:
         return idx
 
     def masters(self) -> list[Shard]:
+        if self._stale:
+            with contextlib.suppress(ShardError):
+                self.refresh_soon()
         owners = sorted({i for i in self._slots if i >= 0})
         return [self.shards[i] for i in owners]
 
     def redirect(self, host: str, port: int) -> Shard:
-        with self._lock:
-            return self.shards[self._shard_for(host, port)]
+        return self.shards[self._shard_for(host, port)]
+
+    def moved(self, slot: int, host: str, port: int) -> Shard:
+        idx = self._shard_for(host, port)
+        self._slots[slot] = idx
+        self._stale = True
+        with contextlib.suppress(ShardError):
+            self.refresh_soon()
+        return self.shards[idx]
+
+    def route(self, shard: Shard) -> Shard:
+        idx = self._successor.get(shard.name)
+        return shard if idx is None else self.shards[idx]
+
+    def unreachable(self, shard: Shard, seen: int) -> Shard | None:
+        self._suspects[shard.name] = time.monotonic()
+        self._stale = True
+        shard.client.connection_pool.disconnect(inuse_connections=False)
+        with contextlib.suppress(ShardError):  # no node answered: keep the map, try again later
+            self.refresh_soon(seen)
+        successor = self.route(shard)
+        if successor is not shard:
+            return successor
+        if self._standby.get(self._index.get(shard.name, -1)) == 0:
+            return None  # it still owns its slots and no replica could take them over
+        return shard
 
     def close(self) -> None:
         for s in self.shards:
             s.client.close()
+        for client in self._probes.values():
+            client.close()
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _host(raw: Any) -> str:
+    return _text(raw) or "127.0.0.1"

@@ -1,4 +1,5 @@
-"""Shard I/O: commands pipelined per shard, shards in parallel, script reloads and cluster redirects.
+"""Shard I/O: commands pipelined per shard, shards in parallel, script reloads; cluster redirects and
+failovers are followed by :mod:`zcluster._follow`.
 
 Nothing here knows about sorted sets: the cluster hands over lists of commands per shard and gets replies
 (or per-command errors) back. Resending is always safe because every command the cluster sends is either
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 import redis
 from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
 
+from zcluster._follow import demoted, follow, node_down, redirected
 from zcluster._scripts import Script
 from zcluster._topology import Shard, Topology
-from zcluster.errors import DurabilityError, RedirectLoopError, ShardError
+from zcluster.errors import DurabilityError, ShardError
 from zcluster.types import Durability, ReadResult, ShardFailure
 
 log = logging.getLogger("zcluster")
@@ -33,7 +34,6 @@ log = logging.getLogger("zcluster")
 T = TypeVar("T")
 R = TypeVar("R")
 
-MAX_REDIRECTS = 32
 SHARD_ERRORS = (redis.RedisError, OSError, ShardError, DurabilityError)
 """Errors that mean "this shard could not do it"; anything else is a bug and propagates."""
 
@@ -71,7 +71,7 @@ class Transport:
 
         def guarded(idx: int) -> R | BaseException:
             try:
-                return fn(shards[idx], work[idx])
+                return self.node_call(shards[idx], lambda: fn(shards[idx], work[idx]))
             except SHARD_ERRORS as exc:
                 return exc
 
@@ -106,10 +106,14 @@ class Transport:
         """Pipeline ``commands`` to ``shard``; replies (or per-command errors) in order.
 
         NOSCRIPT (restart, failover, SCRIPT FLUSH) reloads the scripts and resends; MOVED/ASK/TRYAGAIN
-        follow the cluster. ``streamed`` overlaps the client's packing with the server's work.
-        ``durability``: each pipeline ends with its waits (see the module); when one falls short, raises
-        :class:`DurabilityError` naming the server, after every command was sent and answered.
+        follow the cluster, and so do a node that cannot be reached and CLUSTERDOWN (:mod:`zcluster._follow`).
+        ``streamed`` overlaps the client's packing with the server's work. ``durability``: each pipeline
+        ends with its waits (see the module); when one falls short, raises :class:`DurabilityError` naming
+        the server, after every command was sent and answered.
         """
+        return follow(self.topology, shard, commands, lambda node, todo: self._once(node, todo, streamed, durability))
+
+    def _once(self, shard: Shard, commands: list[Command], streamed: bool, durability: Durability | None) -> list[Any]:
         waits = _Waits(durability)
         step = self.pipeline_calls
         chunks: list[list[Command]]
@@ -121,38 +125,31 @@ class Transport:
             replies = waits.streamed(shard, chunks)
         else:
             replies = [r for chunk in chunks for r in waits.pipeline(shard, chunk)]
-        missing = [j for j, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        failed = [j for j, r in enumerate(replies) if isinstance(r, BaseException)]
+        if self.topology.failover_timeout and (waits.on_replica or any(demoted(replies[j]) for j in failed)):
+            raise redis.ConnectionError(f"{shard.name} answered as a replica: it was failed over")
+        missing = [j for j in failed if isinstance(replies[j], NoScriptError)]
         if missing:
             self.load_scripts(shard)
             for j, r in zip(missing, waits.pipeline(shard, [commands[j] for j in missing]), strict=True):
                 replies[j] = r
-        for j, r in enumerate(replies):
+        for j in failed:
+            r = replies[j]
             if isinstance(r, MovedError | AskError | TryAgainError):
-                replies[j] = self._redirected(shard, commands[j], r, waits)
+                replies[j] = redirected(self.topology, shard, commands[j], r, waits.pipeline, self.load_scripts)
         waits.check()
         return replies
 
-    def _redirected(self, shard: Shard, command: Command, error: Exception, waits: _Waits) -> Any:
-        node, asking = shard, False
-        for attempt in range(MAX_REDIRECTS):
-            if isinstance(error, MovedError):
-                self.topology.refresh()
-                node = self.topology.redirect(error.host, int(error.port))
-                asking = False
-            elif isinstance(error, AskError):
-                node = self.topology.redirect(error.host, int(error.port))
-                asking = True
-            else:  # TRYAGAIN: keys of the slot are split between two nodes mid-migration; same node, same way
-                time.sleep(min(0.005 * (attempt + 1), 0.1))
-            cmds = [("ASKING",), command] if asking else [command]
-            reply = waits.pipeline(node, cmds)[-1]
-            if isinstance(reply, NoScriptError):
-                self.load_scripts(node)
-                reply = waits.pipeline(node, cmds)[-1]
-            if not isinstance(reply, MovedError | AskError | TryAgainError):
-                return reply
-            error = reply
-        return RedirectLoopError(f"gave up after {MAX_REDIRECTS} cluster redirects (last: {error})")
+    def node_call(self, shard: Shard, call: Callable[[], T]) -> T:
+        """``call()`` (a command on ``shard``'s own client, e.g. a SCAN step, whose cursor belongs to that
+        node); when the node cannot be reached, the topology hears of it before the error propagates."""
+        seen = self.topology.generation
+        try:
+            return call()
+        except SHARD_ERRORS as exc:
+            if node_down(exc):
+                self.topology.unreachable(shard, seen)
+            raise
 
 
 class _Waits:
@@ -176,6 +173,7 @@ class _Waits:
             if durability.replicas:
                 self.commands.append(("WAIT", durability.replicas, ms))
         self.shortfall: DurabilityError | None = None
+        self.on_replica = False  # a WAIT refused because the node is a replica (a failed-over master)
 
     def pipeline(self, node: Shard, commands: list[Command]) -> list[Any]:
         """:func:`pipeline` of ``commands`` and the waits on one connection; the commands' replies."""
@@ -204,6 +202,7 @@ class _Waits:
         for command, reply in zip(self.commands, replies, strict=True):
             if isinstance(reply, BaseException):
                 text = str(reply).strip()
+                self.on_replica |= "replica" in text.lower()
                 if command[0] == "WAITAOF" and "unknown command" in text.lower():
                     reasons.append("the server has no WAITAOF (Redis < 7.2): its AOF fsync cannot be confirmed")
                 else:

@@ -21,7 +21,7 @@ from zcluster import _encode
 from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, listed_keys, score_pairs
 from zcluster._keys import ADD, KeyLayout
 from zcluster._scripts import fingerprint_script, forget_script, node_write_script, write_script
-from zcluster._topology import ClusterTopology, Routing, Shard, StandaloneTopology, Topology
+from zcluster._topology import FAILOVER_TIMEOUT, ClusterTopology, Routing, Shard, StandaloneTopology, Topology
 from zcluster._transport import SHARD_ERRORS, SharedCommands, Transport, in_order, read, read_each
 from zcluster.errors import (
     ConfigError,
@@ -168,9 +168,18 @@ class Cluster:
         return cls(StandaloneTopology(urls, routing, **(connection or {})), **options)
 
     @classmethod
-    def from_cluster_url(cls, url: str, *, connection: dict[str, Any] | None = None, **options: Any) -> Cluster:
-        """A native Redis Cluster, discovered from one seed node's URL."""
-        return cls(ClusterTopology(url, **(connection or {})), **options)
+    def from_cluster_url(
+        cls,
+        url: str,
+        *,
+        connection: dict[str, Any] | None = None,
+        failover_timeout: float = FAILOVER_TIMEOUT,
+        **options: Any,
+    ) -> Cluster:
+        """A native Redis Cluster, discovered from one seed node's URL. It follows failovers and resharding by
+        itself; a call waits up to ``failover_timeout`` seconds for an unreachable master's slots to move
+        (0: fail at once), see ``docs/architecture.md`` (Routing)."""
+        return cls(ClusterTopology(url, failover_timeout, **(connection or {})), **options)
 
     def view(
         self,
@@ -592,7 +601,7 @@ class Cluster:
 
     def _scan_step(self, shard: Shard, cursor: int, pattern: bytes, count: int) -> tuple[int, list[bytes]]:
         """One SCAN step on ``shard``: the next cursor and the logical keys found (once each)."""
-        cursor, raw = shard.client.scan(cursor, match=pattern, count=count)
+        cursor, raw = self._transport.node_call(shard, lambda: shard.client.scan(cursor, match=pattern, count=count))
         logical = self._layout.logical
         out: dict[bytes, None] = {}
         for rk in raw:  # bytes: clients never decode

@@ -13,6 +13,7 @@ other journals go on. :meth:`Consumer.poll` raises :class:`PollError` after tryi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -121,7 +122,11 @@ class Consumer:
                 end = self.store.end(spec.name)
                 self.applier.apply_range(self.store, spec.name, spec.labels["content-type"], 0, end, stats)
             except Exception as exc:
-                failures.append(JournalFailure(spec.name, self._offset(spec.name, exc), exc))
+                offset = self._offset(spec.name, exc)
+                failures.append(JournalFailure(spec.name, offset, exc))
+                if offset is not None:  # a journal that stays behind: its lag keeps growing
+                    with contextlib.suppress(Exception):
+                        stats.lag[spec.name] = max(0, self.store.end(spec.name) - offset)
         stats.seconds = time.perf_counter() - started
         if self.metrics is not None:
             self.metrics(self.applier.app, stats)

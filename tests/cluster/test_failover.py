@@ -1,0 +1,323 @@
+"""Redis Cluster failover, with real servers: one long-lived client follows it by itself.
+
+Each test starts its own ``LocalRedisCluster`` (three masters, one replica each; ``cluster-node-timeout``
+2 s, so a killed master's replica takes over about 3-4 s later) and kills, fails over or stops nodes under
+a client that was in use before. Recovery times (from the fault to the first call that succeeded, on the
+same client object) are printed (``pytest -s``); nothing asserts on them beyond generous bounds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zcluster
+from zcluster import Cluster, ConfigError, Durability, KeyMember, KeyScoreMember, PartialWriteError, ShardError
+from zcluster._topology import ClusterTopology
+from zcluster.journal.files import FileJournals
+from zcluster.state import Consumer, StateStore
+from zcluster.testing import LocalRedisCluster, LocalServer
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
+
+pytestmark = pytest.mark.cluster
+
+KSM = KeyScoreMember
+ONE = Durability(replicas=1, timeout=5.0)
+KEYS = [f"user:{i}" for i in range(300)]
+_names = itertools.count()
+
+
+def nodes(rc: LocalRedisCluster) -> list[LocalServer]:
+    return [*rc.servers, *(r for i in range(len(rc.servers)) for r in rc.replicas_of(i))]
+
+
+def name(server: LocalServer) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+def master_index(rc: LocalRedisCluster, c: Cluster, key: str) -> int:
+    """Index in ``rc.servers`` of the master holding ``key`` (one of the first masters)."""
+    return [name(s) for s in rc.servers].index(c.shard_of(key))
+
+
+def topology(c: Cluster) -> ClusterTopology:
+    topo = c._transport.topology
+    assert isinstance(topo, ClusterTopology)
+    return topo
+
+
+def wait_role(server: LocalServer, role: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with server.client(socket_timeout=2) as r:
+                if r.info("replication")["role"] == role:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"port {server.port} never became {role}"
+        time.sleep(0.05)
+
+
+def members(c: Cluster, keys: list[str]) -> dict[str, list[str]]:
+    return {k: [str(t.member) for t in v] for k, v in c.select(keys, limit=100).items()}
+
+
+def report(what: str, seconds: float) -> None:
+    print(f"\n[failover] {what}: {seconds:.2f} s")
+
+
+def test_a_killed_master_is_followed_and_writes_confirmed_by_a_replica_survive() -> None:
+    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url) as c:
+        durable = c.view(c.prefix, durability=ONE)
+        assert durable.insert([KSM(k, 1.0, "before") for k in KEYS]).ok  # on every master's replica too
+
+        # 1. SIGKILL a master; the next write call waits for the failover and goes to the promoted replica
+        victim = master_index(rc, c, KEYS[0])
+        (heir,) = rc.replicas_of(victim)
+        rc.kill(victim)
+        start = time.monotonic()
+        result = c.insert([KSM(k, 2.0, "after") for k in KEYS])
+        report("master killed, first write call (same client) confirmed after", time.monotonic() - start)
+        assert result.ok and result.applied_count == len(KEYS)
+        assert members(c, KEYS) == {k: ["after", "before"] for k in KEYS}  # nothing confirmed was lost
+        assert name(heir) in c.shards and name(rc.servers[victim]) not in c.shards
+        assert len(c.shards) == 3
+
+        # the killed node comes back (empty) as the replica of its heir: durable writes are confirmed again
+        rc.start(victim)
+        rc.wait_ok()
+        assert durable.insert([KSM(k, 3.0, "back") for k in KEYS]).ok
+
+        # 2. the same again on another master, the first call after the kill being a read
+        second = next(i for i in range(3) if i != victim and name(rc.servers[i]) in c.shards)
+        on_second = [k for k in KEYS if c.shard_of(k) == name(rc.servers[second])]
+        rc.kill(second)
+        start = time.monotonic()
+        got = members(c, KEYS)
+        report("master killed, first read call (same client) answered after", time.monotonic() - start)
+        assert got == {k: ["back", "after", "before"] for k in KEYS}
+        assert all(p.present for p in c.score([KeyMember(k, "back") for k in on_second]).values())
+        assert all(len(v) == 3 for v in c.records(on_second).values())
+        assert sorted(str(k) for batch in c.keys() for k in batch) == sorted(KEYS)
+        assert all(s.error is None for s in c.stats()) and set(c.ping().values()) == {None}
+        assert c.delete([KSM(k, 4.0, "before") for k in KEYS]).ok
+
+
+def test_a_hung_master_times_out_and_is_followed() -> None:
+    with (
+        LocalRedisCluster(3, replicas=1) as rc,
+        Cluster.from_cluster_url(rc.url, connection={"socket_timeout": 1.0}) as c,
+    ):
+        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
+        victim = master_index(rc, c, KEYS[0])
+        (heir,) = rc.replicas_of(victim)
+        process = rc.servers[victim].process
+        assert process is not None
+        os.kill(process.pid, signal.SIGSTOP)  # connections open, nothing answers: every call times out
+        try:
+            start = time.monotonic()
+            result = c.insert([KSM(k, 2.0, "after") for k in KEYS])
+            report("master hung (SIGSTOP), first write call (same client) confirmed after", time.monotonic() - start)
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        assert result.ok and name(heir) in c.shards
+        wait_role(rc.servers[victim], "slave")  # it wakes up failed over, and follows its heir
+        assert c.insert([KSM(k, 3.0, "later") for k in KEYS]).ok
+        assert members(c, KEYS) == {k: ["later", "after", "before"] for k in KEYS}
+
+
+def test_a_call_waits_out_clusterdown_until_a_replica_takes_over() -> None:
+    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url) as c:
+        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
+        victim = master_index(rc, c, KEYS[0])
+        (heir,) = rc.replicas_of(victim)
+        survivor = next(s for i, s in enumerate(rc.servers) if i != victim)
+        on_survivors = [k for k in KEYS if c.shard_of(k) != name(rc.servers[victim])]
+        with heir.client() as r:
+            r.config_set("cluster-replica-no-failover", "yes")  # no automatic failover: the cluster stays down
+        rc.kill(victim)
+        deadline = time.monotonic() + 30
+        with survivor.client() as r:  # the dead master is marked failed: every node answers CLUSTERDOWN
+            while "cluster_state:fail" not in r.execute_command("CLUSTER", "INFO").decode():
+                assert time.monotonic() < deadline, "the cluster never noticed the dead master"
+                time.sleep(0.05)
+        outcome: list[Any] = []
+        caller = threading.Thread(target=lambda: outcome.append(c.insert([KSM(k, 2.0, "x") for k in on_survivors])))
+        start = time.monotonic()
+        caller.start()
+        time.sleep(1.0)  # the call meanwhile resends what the live masters refuse, with backoff
+        with heir.client() as r:
+            r.execute_command("CLUSTER", "FAILOVER", "FORCE")  # an operator promotes the replica
+        caller.join(30)
+        report(
+            "cluster down (no automatic failover), call returned after (incl. 1 s before the takeover)",
+            time.monotonic() - start,
+        )
+        assert outcome and outcome[0].ok and outcome[0].applied_count == len(on_survivors)
+        assert c.insert([KSM(k, 3.0, "y") for k in KEYS]).ok
+        assert name(heir) in c.shards
+
+
+def test_a_bad_failover_timeout_is_a_config_error() -> None:
+    for bad in (-1, "5", True, float("nan")):
+        with pytest.raises(ConfigError, match="failover_timeout"):
+            Cluster.from_cluster_url("redis://127.0.0.1:1", failover_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_a_killed_replica_does_not_disturb_the_client() -> None:
+    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url) as c:
+        assert c.insert([KSM(k, 0.0, "seed") for k in KEYS]).ok
+        refreshes = topology(c).refreshes
+        rc.replicas_of(1)[0].kill()
+        # past cluster-node-timeout (2 s), so the cluster marks the replica failed while the calls go on
+        until, n = time.monotonic() + 3.0, 0
+        while time.monotonic() < until:
+            n += 1
+            assert c.insert([KSM(k, float(n), f"m{n}") for k in KEYS]).ok  # raises on any failure
+            assert all(v[0] == KSM(k, float(n), f"m{n}") for k, v in c.select(KEYS).items())
+        assert sorted(str(k) for batch in c.keys() for k in batch) == sorted(KEYS)
+        assert topology(c).refreshes == refreshes  # not even a slot-map reload
+        assert n > 5
+
+
+def test_a_manual_cluster_failover_is_followed_through_moved_and_readonly() -> None:
+    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url) as c:
+        assert c.view(c.prefix, durability=ONE).insert([KSM(k, 1.0, "before") for k in KEYS]).ok
+        for i, first in ((0, "read"), (1, "write")):
+            old = rc.servers[i]
+            (heir,) = rc.replicas_of(i)
+            with heir.client() as r:
+                r.execute_command("CLUSTER", "FAILOVER")  # coordinated: the replica catches up, then takes over
+            wait_role(heir, "master")
+            wait_role(old, "slave")
+            rc.wait_ok()
+            refreshes = topology(c).refreshes
+            start = time.monotonic()
+            if first == "read":  # keyed reads: the old master answers MOVED
+                assert members(c, KEYS) == {k: ["before"] for k in KEYS}
+            else:  # node write calls (keys in ARGV): the old master answers READONLY
+                assert c.insert([KSM(k, 2.0, "after") for k in KEYS]).ok
+            elapsed = time.monotonic() - start
+            report(f"manual CLUSTER FAILOVER, first {first} call (same client) done after", elapsed)
+            assert name(heir) in c.shards and name(old) not in c.shards
+            assert topology(c).refreshes - refreshes <= 5  # a whole node's slots moving is no reload storm
+        assert c.insert([KSM(k, 2.0, "after") for k in KEYS]).ok
+        assert members(c, KEYS) == {k: ["after", "before"] for k in KEYS}
+
+
+def test_a_dead_master_causes_no_refresh_storm() -> None:
+    # failover_timeout=0.2: calls give up quickly, so many calls fail while the master is down
+    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url, failover_timeout=0.2) as c:
+        assert c.insert([KSM(k, 0.0, "seed") for k in KEYS]).ok
+        victim = master_index(rc, c, KEYS[0])
+        dead = name(rc.servers[victim])
+        live = [s for s in nodes(rc) if s is not rc.servers[victim]]
+        for s in live:
+            with s.client() as r:
+                r.config_resetstat()
+        refreshes = topology(c).refreshes
+        rc.kill(victim)
+        start = time.monotonic()
+        calls, failed, errors = itertools.count(), itertools.count(), []
+        recovered = threading.Event()
+
+        def hammer(n: int) -> None:
+            while not recovered.is_set() and time.monotonic() - start < 60:
+                next(calls)
+                result = c.insert([KSM(k, 1.0, f"t{n}") for k in KEYS], raise_on_error=False)
+                if result.ok:
+                    recovered.set()
+                else:
+                    next(failed)
+                    errors.extend(f.error for f in result.failures if f.shard == dead)
+
+        threads = [threading.Thread(target=hammer, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - start
+        made = topology(c).refreshes - refreshes
+        answered = 0
+        for s in live:
+            with s.client() as r:
+                answered += int(r.info("commandstats").get("cmdstat_cluster|slots", {}).get("calls", 0))
+        n_calls, n_failed = next(calls), next(failed)
+        report(f"dead master, {n_calls} calls from 8 threads ({n_failed} failed): recovered after", elapsed)
+        print(f"[failover] slot-map reloads meanwhile: {made} (CLUSTER SLOTS answered by live nodes: {answered})")
+        assert recovered.is_set()
+        assert n_failed >= 20  # many calls failed while the master was down...
+        assert made <= 3 + elapsed / ClusterTopology.REFRESH_MIN and made * 4 < n_failed  # ...few reloads
+        assert answered <= made
+        error = next(e for e in errors if isinstance(e, ShardError))
+        assert dead in str(error) and "failover_timeout" in str(error) and "redis://" not in str(error)
+
+
+def test_a_master_without_replicas_is_reported_at_once() -> None:
+    with (
+        LocalRedisCluster(3) as rc,
+        zcluster.connect(rc.url.replace("redis:", "redis+cluster:"), failover_timeout=20) as c,
+    ):
+        assert c.insert([KSM(k, 0.0, "seed") for k in KEYS]).ok
+        victim = master_index(rc, c, KEYS[0])
+        dead = name(rc.servers[victim])
+        rc.kill(victim)
+        start = time.monotonic()
+        with pytest.raises(PartialWriteError) as info:
+            c.insert([KSM(k, 1.0, "late") for k in KEYS])
+        assert time.monotonic() - start < 10  # no waiting for a failover that cannot come
+        [failure] = info.value.result.failures
+        assert failure.shard == dead and dead in str(info.value)
+        assert set(failure.indices) == {i for i, k in enumerate(KEYS) if c.shard_of(k) == dead}
+
+
+def test_the_exactly_once_consumer_runs_through_a_failover_mid_poll(tmp_path: Path) -> None:
+    store = FileJournals(tmp_path / "journals")
+    journals = [f"timelines/part-{i:03d}" for i in range(3)]
+    create_journals(store, journals)
+    traffic = publish(store, Traffic(journals), producers=3, messages=150, seed=3)
+    app = f"failover{next(_names)}"
+    durability = Durability(replicas=1, timeout=2.0)  # effects and checkpoints on a replica before a poll goes on
+    with (
+        LocalRedisCluster(3, replicas=1) as rc,
+        Cluster.from_cluster_url(rc.url, prefix="fo:", durability=durability) as cluster,
+    ):
+        victim = 0
+        (heir,) = rc.replicas_of(victim)
+        mapped = itertools.count()
+        killed_at: list[float] = []
+
+        def heal() -> None:  # the killed node is replaced: started again, it rejoins as its heir's replica
+            wait_role(heir, "master")
+            rc.start(victim)
+
+        healer = threading.Thread(target=heal)
+
+        def mapper(message: Any) -> Any:
+            if next(mapped) == 200:  # mid-poll, with writes of this journal still to be flushed
+                rc.kill(victim)
+                killed_at.append(time.monotonic())
+                healer.start()
+            return timeline_mapper(message)
+
+        with Consumer(cluster, store, mapper, app, flush=64, retries=12) as consumer:
+            stats = consumer.poll()
+            report("consumer poll through a master kill, done after (from the kill)", time.monotonic() - killed_at[0])
+            healer.join()
+            rc.wait_ok()
+            assert stats.delivered == traffic.committed
+            assert consumer.poll().delivered == 0
+        expected = traffic.expected()
+        held = cluster.select(list(expected), limit=10_000)
+        got = {k: [(str(t.member), t.score) for t in v] for k, v in held.items()}
+        assert got == expected
+        assert all(StateStore(cluster, app).load_journal(j).offset == store.end(j) for j in journals)
+        assert name(heir) in cluster.shards
