@@ -17,7 +17,9 @@ flag is given):
 Every command works on a farm: writes go to every replica and are confirmed by a majority (a replica that
 missed a confirmed write is a warning), reads merge the replicas' answers and repair what differs.
 ``walk`` (sweep every replica and repair every difference, resumable) and ``diff`` (what each replica holds
-for some keys) need a farm of two or more replicas (:mod:`zcluster.cli.replicas`).
+for some keys) need a farm of two or more replicas (:mod:`zcluster.cli.replicas`). ``consumers`` shows the
+exactly-once applications' progress and lag and skips lost ranges (:mod:`zcluster.cli.consumers`; the journal
+store from ``--journals URL`` or ``ZCLUSTER_JOURNALS``).
 
 URLs are parsed by :class:`zcluster.ClusterConfig`, the library's one parser. They may carry credentials
 (``redis://user:password@host:port``); prefer the environment over flags for them (process lists show
@@ -28,12 +30,14 @@ keys and members that are not UTF-8 are ``{"b64": ...}`` objects there (see :mod
 Expected errors (bad input, unreachable or failing shards) print one ``Error:`` line on stderr and exit
 non-zero: 2 for usage errors (bad flags, arguments, input files, URLs, a command given the wrong kind of
 store), 1 otherwise, also when only some shards failed (their part is reported, and the failed shards are
-named). ``diff`` exits 3 when replicas differ; ``walk`` exits 130 when stopped by Ctrl-C.
+named). ``diff`` exits 3 when replicas differ, ``consumers --max-lag`` when a journal lags too far or cannot
+go on; ``walk`` exits 130 when stopped by Ctrl-C.
 
 Modules: :mod:`~zcluster.cli.app` (the click group, error handling, :func:`main`),
 :mod:`~zcluster.cli.context` (the settings every command gets, the Cluster or Farm they open),
 :mod:`~zcluster.cli.reads` (keys, select, score), :mod:`~zcluster.cli.writes` (insert, delete, tuple files),
-:mod:`~zcluster.cli.replicas` (walk, diff), :mod:`~zcluster.cli.info` and :mod:`~zcluster.cli.output`
+:mod:`~zcluster.cli.replicas` (walk, diff), :mod:`~zcluster.cli.consumers` (consumers),
+:mod:`~zcluster.cli.info` and :mod:`~zcluster.cli.output`
 (encodings, scores, tables). click and rich are the ``cli`` extra: this package imports neither until
 :func:`main` runs, which says how to install them when they are missing.
 """

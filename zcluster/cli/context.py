@@ -59,11 +59,13 @@ class Settings:
     _farm: Farm | None = field(default=None, repr=False)
     #: Replica shards (``replica/host:port``) where a repair could not be written (from the farm's events).
     repair_failed: set[str] = field(default_factory=set, repr=False)
+    #: Other URLs a command was given (a journal store's), whose passwords are redacted as well.
+    secrets: list[str] = field(default_factory=list, repr=False)
 
     def redact(self, text: str) -> str:
         """``text`` on one line, with every password of the configured URLs replaced by ``***``."""
         pieces = [p for r in self.replicas for p in r.split(",")]
-        return one_line(redact(text, [*self.urls, self.cluster_url or "", *self.replicas, *pieces]))
+        return one_line(redact(text, [*self.urls, self.cluster_url or "", *self.replicas, *pieces, *self.secrets]))
 
     def _check_one_kind(self) -> None:
         if self.replicas and (self.urls or self.cluster_url):
