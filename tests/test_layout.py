@@ -20,10 +20,10 @@ ROOT = Path(zcluster.__file__).parent
 
 # Layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = [
-    ["zcluster.errors", "zcluster.types", "zcluster.instrumentation", "zcluster._lazy"],
+    ["zcluster.errors", "zcluster.types", "zcluster.instrumentation", "zcluster._lazy", "zcluster._reporting"],
     ["zcluster.message"],
     ["zcluster._keys", "zcluster._urls", "zcluster._scripts", "zcluster._topology", "zcluster._encode"],
-    ["zcluster._transport", "zcluster._follow"],
+    ["zcluster._transport", "zcluster._follow", "zcluster._writes"],
     ["zcluster.cluster", "zcluster.metrics"],
     ["zcluster.config"],
     ["zcluster.farm"],

@@ -13,26 +13,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
-from redis.exceptions import NoScriptError, ResponseError
-
-from zcluster import _encode
-from zcluster._encode import DELETE, INSERT, Encoder, blob, check_limit, listed_keys, score_pairs
+from zcluster import _encode, _writes
+from zcluster._encode import Encoder, blob, check_limit, listed_keys, score_pairs
 from zcluster._keys import ADD, KeyLayout
+from zcluster._reporting import Reporting
 from zcluster._scripts import fingerprint_script, forget_script, node_write_script, write_script
 from zcluster._topology import FAILOVER_TIMEOUT, ClusterTopology, Routing, Shard, StandaloneTopology, Topology
-from zcluster._transport import SHARD_ERRORS, SharedCommands, Transport, in_order, read, read_each
+from zcluster._transport import SHARD_ERRORS, Transport, in_order, read, read_each
 from zcluster.errors import (
     ConfigError,
     InconsistentDataError,
     InvalidTupleError,
-    PartialReadError,
     PartialScanError,
     PartialWriteError,
-    ShardError,
 )
-from zcluster.instrumentation import Instrumentation, OpEvent, nop
+from zcluster.instrumentation import Instrumentation, nop
 from zcluster.types import (
     NOT_PRESENT,
     Blob,
@@ -55,7 +52,7 @@ from zcluster.types import (
 __all__ = ["Cluster"]
 
 
-class Cluster:
+class Cluster(Reporting):
     """CRDT sorted sets (a last-writer-wins 2P-set) over standalone Redis shards or a Redis Cluster.
 
     Semantics, per logical set K and member m (``docs/architecture.md`` has the full contract):
@@ -137,16 +134,10 @@ class Cluster:
         self.decode = decode
         self.instrumentation = instrumentation
         self.durability = durability
-
-        def writer(shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
-            return transport.writes(shard, commands, durability)
-
-        self._writer = writer  # each shard's write pipeline, then its durability waits on that connection
         self._encoder = Encoder(self._layout, transport.topology, self.floors, batch_size)
-        self._write_sha = transport.scripts[0].sha
-        self._forget_sha = transport.scripts[1].sha
-        self._fingerprint_sha = transport.scripts[2].sha
-        self._node_script = transport.scripts[3]
+        write, forget, fingerprint, node = transport.scripts
+        self._plan = _writes.WritePlan(transport, self._encoder, write, node, max_size, durability, self._report)
+        self._write_sha, self._forget_sha, self._fingerprint_sha = write.sha, forget.sha, fingerprint.sha
 
     # -- construction -------------------------------------------------------------------------------------
 
@@ -255,14 +246,14 @@ class Cluster:
         (the error's ``result`` says which tuples are unconfirmed).
         """
         items = tuples if isinstance(tuples, list | tuple) else list(tuples)
-        return self._write("insert", [(INSERT, items, None)], len(items), raise_on_error)
+        return self._write("insert", _writes.inserts(items), len(items), raise_on_error)
 
     def delete(
         self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *, raise_on_error: bool = True
     ) -> WriteResult:
         """Remove members, leaving tombstones (also for members never inserted). Same contract as insert."""
         items = tuples if isinstance(tuples, list | tuple) else list(tuples)
-        return self._write("delete", [(DELETE, items, None)], len(items), raise_on_error)
+        return self._write("delete", _writes.deletes(items), len(items), raise_on_error)
 
     def apply(self, writes: Iterable[Insert | Delete], *, raise_on_error: bool = True) -> WriteResult:
         """Inserts and deletes in one call (one round of shard I/O); ``applied`` follows ``writes``' order.
@@ -273,145 +264,16 @@ class Cluster:
         the servers apply them in, which is not the caller's.
         """
         items = writes if isinstance(writes, list | tuple) else list(writes)
-        ins: tuple[list[Any], list[int]] = ([], [])
-        dels: tuple[list[Any], list[int]] = ([], [])
-        for i, w in enumerate(items):
-            kind = type(w)
-            side = ins if kind is Insert else dels if kind is Delete else None
-            if side is None:
-                side = ins if isinstance(w, Insert) else dels if isinstance(w, Delete) else None
-                if side is None:
-                    error = InvalidTupleError(i, w, "expected an Insert or a Delete")
-                    self._report("apply", len(items), 0.0, error=error)
-                    raise error
-            side[0].append(w)
-            side[1].append(i)
-        ops: list[tuple[bytes, Sequence[Any], list[int] | None]] = [(INSERT, *ins), (DELETE, *dels)]
+        try:
+            ops = _writes.split(items)
+        except InvalidTupleError as error:
+            self._report("apply", len(items), 0.0, error=error)
+            raise
         return self._write("apply", ops, len(items), raise_on_error)
 
-    def _write(
-        self, name: str, ops: list[tuple[bytes, Sequence[Any], list[int] | None]], n: int, raise_on_error: bool
-    ) -> WriteResult:
-        started = time.perf_counter()
-        try:
-            prepared = self._prepare(ops)
-        except BaseException as exc:
-            self._report(name, n, started, error=exc)
-            raise
-        return self._send(name, ops, prepared, n, raise_on_error, started)
-
-    def _prepare(self, ops: list[tuple[bytes, Sequence[Any], list[int] | None]], per_slot: bool = False) -> _Prepared:
-        """Validate and pack writes into script calls per shard (raises InvalidTupleError, nothing sent).
-
-        On a Redis Cluster, writes go one call per node for keys of many slots (the write script's "k"/"K"
-        modes) rather than one call per slot, where spread keys would make a call per tuple or two; unless
-        ``per_slot``, or a server refused the script that allows it.
-        """
-        node_calls = not per_slot and self._node_script.name not in self._transport.refused
-        commands: dict[int, SharedCommands] = {}
-        index_lists: dict[int, list[list[int]]] = {}
-        sha, node_sha = self._write_sha, self._node_script.sha
-        bound, flag, inline = self.max_size or 0, b"1" if self.floors else b"0", b"K" if self.floors else b"k"
-        for op, items, indices in ops:
-            for shard_idx, calls in self._encoder.writes(items, indices, node_calls).items():
-                commands.setdefault(shard_idx, SharedCommands()).extend(
-                    ("EVALSHA", node_sha, 0, op, bound, inline, *c.argv)
-                    if c.inline
-                    else ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv)
-                    for c in calls
-                )
-                index_lists.setdefault(shard_idx, []).extend(c.indices for c in calls)
-        return _Prepared(commands, index_lists)
-
-    def _encoding(self) -> tuple[Any, ...] | None:
-        """Equal for clusters whose :meth:`_prepare` output is interchangeable; None when it never is
-        (a Redis Cluster routes by a slot map that changes)."""
-        topology = self._transport.topology
-        if not isinstance(topology, StandaloneTopology):
-            return None
-        return (
-            len(topology.shards),
-            topology.routing,
-            self._layout.prefix,
-            self.max_size,
-            self.floors,
-            self.batch_size,
-        )
-
-    def _send(
-        self,
-        name: str,
-        ops: list[tuple[bytes, Sequence[Any], list[int] | None]],
-        prepared: _Prepared,
-        n: int,
-        raise_on_error: bool,
-        started: float,
-    ) -> WriteResult:
-        """Send ``prepared`` (the packed ``ops``) and read the replies into a WriteResult."""
-        applied = [False] * n
-        failures: list[ShardFailure] = []
-        try:
-            outcome = self._transport.fanout(prepared.commands, self._writer)
-            resend = self._collect(prepared, outcome, applied, failures, can_resend=True)
-            if resend:
-                # Tuples a node call did not get to (a key the node does not serve: a stale slot map or a
-                # slot mid-migration; or a server without the node script): a slot per call, where MOVED
-                # and ASK redirect each call as usual.
-                try:
-                    again = self._prepare(_subset(ops, resend), per_slot=True)
-                except ShardError as exc:  # a slot no node serves: those tuples fail, the others stand
-                    failures.append(ShardFailure("routing", exc, tuple(sorted(resend))))
-                else:
-                    outcome = self._transport.fanout(again.commands, self._writer)
-                    self._collect(again, outcome, applied, failures, can_resend=False)
-        except BaseException as exc:
-            self._report(name, n, started, error=exc)
-            raise
-        result = WriteResult(applied, failures)
-        self._report(name, n, started, result.applied_count, failures)
+    def _write(self, name: str, ops: _writes.Ops, n: int, raise_on_error: bool) -> WriteResult:
+        result = self._plan.write(name, ops, n)
         return result.raise_for_failures() if raise_on_error else result
-
-    def _collect(
-        self,
-        prepared: _Prepared,
-        outcome: dict[int, list[Any] | BaseException],
-        applied: list[bool],
-        failures: list[ShardFailure],
-        can_resend: bool,
-    ) -> set[int]:
-        """Fold one round of replies into ``applied`` and ``failures``; with ``can_resend``, returns the
-        indices of the tuples node calls did not get to, to resend one slot per call instead of failing."""
-        resend: set[int] = set()
-        for shard_idx, res in outcome.items():
-            shard = self._transport.topology.shards[shard_idx].name
-            index_lists = prepared.indices[shard_idx]
-            if isinstance(res, BaseException):
-                failures.append(ShardFailure(shard, res, tuple(i for idx in index_lists for i in idx)))
-                continue
-            bad: list[int] = []
-            first_error: BaseException | None = None
-            for indices, reply in zip(index_lists, res, strict=True):
-                if isinstance(reply, BaseException):
-                    if can_resend and isinstance(reply, NoScriptError):  # the server lacks the node script
-                        resend.update(indices)
-                        continue
-                    bad.extend(indices)
-                    first_error = first_error or reply
-                    continue
-                cut = reply.find(b"|")
-                if cut >= 0:  # a node call stopped at a key its node does not serve (see lua/write.lua)
-                    rest = indices[cut:]
-                    if can_resend:
-                        resend.update(rest)
-                    else:
-                        bad.extend(rest)
-                        first_error = first_error or ResponseError(reply[cut + 1 :].decode(errors="replace"))
-                    indices, reply = indices[:cut], reply[:cut]
-                for i, verdict in zip(indices, reply, strict=True):
-                    applied[i] = verdict == 49  # b"1"
-            if first_error is not None:
-                failures.append(ShardFailure(shard, first_error, tuple(bad)))
-        return resend
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -595,7 +457,7 @@ class Cluster:
                 found += len(batch)
                 yield batch
         finally:
-            self._report("keys", found, started, failures=failures)
+            self._report("keys", found, started, shards=[f.shard for f in failures])
         if failures:
             raise PartialScanError(failures)
 
@@ -779,7 +641,7 @@ class Cluster:
             )
         handled = [key in result for key in key_list]
         failures = _merge_failures(result.errors.values())
-        self._report("forget", len(key_list), started, sum(handled), failures)
+        self._report("forget", len(key_list), started, sum(handled), [f.shard for f in failures])
         if failures:
             raise PartialWriteError(WriteResult(handled, failures))
         return sum(result.values())
@@ -849,51 +711,6 @@ class Cluster:
         dec = from_bytes if self.decode else bytes
         return [KeyScoreMember(key, score, dec(member)) for member, score in pairs]
 
-    def _report(
-        self,
-        op: str,
-        records: int,
-        started: float,
-        applied: int = 0,
-        failures: Iterable[ShardFailure] = (),
-        error: BaseException | None = None,
-    ) -> None:
-        seconds = time.perf_counter() - started if started else 0.0
-        shards = tuple(sorted({f.shard for f in failures}))
-        self.instrumentation(OpEvent(op, records, seconds, applied, shards, error))
-
-    def _reporting(self, op: str, started: float) -> _Reporting:
-        return _Reporting(self, op, started)
-
-    def _finish(
-        self, op: str, result: ReadResult[Any, Any], records: int, started: float, strict: bool
-    ) -> ReadResult[Any, Any]:
-        self._report(op, records, started, failures=result.errors.values())
-        if strict and result.errors:
-            raise PartialReadError(dict(result), dict(result.errors))
-        return result
-
-
-class _Prepared(NamedTuple):
-    """Writes packed for one topology: script calls per shard index, and the caller's indices per call."""
-
-    commands: dict[int, SharedCommands]
-    indices: dict[int, list[list[int]]]
-
-
-class _Reporting:
-    """Reports the event of a call that raised inside the ``with`` block (the normal end reports itself)."""
-
-    def __init__(self, cluster: Cluster, op: str, started: float) -> None:
-        self.cluster, self.op, self.started = cluster, op, started
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is not None:
-            self.cluster._report(self.op, 0, self.started, error=exc)
-
 
 def _positive(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -925,17 +742,6 @@ def _position(position: str | None, masters: int) -> tuple[int, int]:
     if sep and index_text.isdigit() and cursor_text.isdigit() and int(index_text) < masters:
         return int(index_text), int(cursor_text)
     raise ValueError(f"not a scan position of this cluster ({masters} masters): {position!r}")
-
-
-def _subset(
-    ops: list[tuple[bytes, Sequence[Any], list[int] | None]], wanted: set[int]
-) -> list[tuple[bytes, Sequence[Any], list[int] | None]]:
-    """The writes of ``ops`` whose caller indices are in ``wanted``, with those indices."""
-    out: list[tuple[bytes, Sequence[Any], list[int] | None]] = []
-    for op, items, indices in ops:
-        keep = [j for j in range(len(items)) if (j if indices is None else indices[j]) in wanted]
-        out.append((op, [items[j] for j in keep], [j if indices is None else indices[j] for j in keep]))
-    return out
 
 
 def _merge_failures(failures: Iterable[ShardFailure]) -> list[ShardFailure]:

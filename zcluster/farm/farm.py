@@ -24,9 +24,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from zcluster import _writes
 from zcluster._encode import check_limit, listed_keys
+from zcluster._reporting import Reporting
 from zcluster.cluster import Cluster
-from zcluster.errors import ConfigError, InvalidTupleError, PartialReadError, PartialWriteError, ShardError
+from zcluster.errors import ConfigError, InvalidTupleError, PartialWriteError, ShardError
 from zcluster.farm._replicas import (
     DEFAULT_STRAGGLER_WAIT,
     POLL,
@@ -161,7 +163,7 @@ class _Shared:
         return True
 
 
-class Farm:
+class Farm(Reporting):
     """The :class:`zcluster.Cluster` API over replicas: independent clusters holding the same sets.
 
     Guarantees (``docs/architecture.md`` has the reasoning):
@@ -309,44 +311,42 @@ class Farm:
     ) -> FarmWriteResult:
         """:meth:`Cluster.insert` on every replica (validated and encoded once); see :class:`FarmWriteResult`."""
         items = tuples if isinstance(tuples, list | tuple) else list(tuples)
-        return self._write("insert", [(b"+", items, None)], len(items), raise_on_error)
+        return self._write("insert", _writes.inserts(items), len(items), raise_on_error)
 
     def delete(
         self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *, raise_on_error: bool = True
     ) -> FarmWriteResult:
         """:meth:`Cluster.delete` on every replica; same contract as :meth:`insert`."""
         items = tuples if isinstance(tuples, list | tuple) else list(tuples)
-        return self._write("delete", [(b"-", items, None)], len(items), raise_on_error)
+        return self._write("delete", _writes.deletes(items), len(items), raise_on_error)
 
     def apply(self, writes: Iterable[Insert | Delete], *, raise_on_error: bool = True) -> FarmWriteResult:
         """:meth:`Cluster.apply` on every replica; same contract as :meth:`insert`."""
         items = writes if isinstance(writes, list | tuple) else list(writes)
-        ins = [i for i, w in enumerate(items) if isinstance(w, Insert)]
-        dels = [i for i, w in enumerate(items) if isinstance(w, Delete)]
-        if len(ins) + len(dels) != len(items):
-            bad = next(i for i, w in enumerate(items) if not isinstance(w, Insert | Delete))
-            error = InvalidTupleError(bad, items[bad], "expected an Insert or a Delete")
-            self._report("farm.apply", len(items), time.perf_counter(), error=error)
-            raise error
-        ops = [(b"+", [items[i] for i in ins], ins), (b"-", [items[i] for i in dels], dels)]
+        try:
+            ops = _writes.split(items)
+        except InvalidTupleError as error:
+            self._report("farm.apply", len(items), 0.0, error=error)
+            raise
         return self._write("apply", ops, len(items), raise_on_error)
 
-    def _write(self, name: str, ops: list[Any], n: int, raise_on_error: bool) -> FarmWriteResult:
+    def _write(self, name: str, ops: _writes.Ops, n: int, raise_on_error: bool) -> FarmWriteResult:
         started = time.perf_counter()
         try:
             prepared: dict[Any, Any] = {}
             work = []
             for c in self.clusters:  # encode once for every replica of the same shape
-                shape = c._encoding()
+                plan = _writes.plan_of(c)
+                shape = plan.shape()
                 p = prepared.get(shape) if shape is not None else None
                 if p is None:
                     try:
-                        p = c._prepare(ops)
+                        p = plan.prepare(ops)
                     except ShardError as exc:  # e.g. a Redis Cluster replica with a slot uncovered
                         p = exc
                     if shape is not None:
                         prepared[shape] = p
-                work.append((c, p))
+                work.append((plan, p))
             outcomes = self._each_safe(
                 functools.partial(_send, name, ops, n, started, work),
                 enough=functools.partial(quorum_reached, n, self.quorum),
@@ -803,27 +803,15 @@ class Farm:
                 raise outcome
         return outcomes
 
-    def _report(
-        self, op: str, records: int, started: float, applied: int = 0, shards: Sequence[str] = (), error: Any = None
-    ) -> None:
-        seconds = time.perf_counter() - started
-        self.instrumentation(OpEvent(op, records, seconds, applied, tuple(sorted(set(shards))), error))
 
-    def _finish(
-        self, op: str, result: ReadResult[Any, Any], records: int, started: float, strict: bool
-    ) -> ReadResult[Any, Any]:
-        self._report(op, records, started, shards=[f.shard for f in result.errors.values()])
-        if strict and result.errors:
-            raise PartialReadError(dict(result), dict(result.errors))
-        return result
-
-
-def _send(name: str, ops: list[Any], n: int, started: float, work: list[tuple[Cluster, Any]], i: int) -> WriteResult:
+def _send(
+    name: str, ops: _writes.Ops, n: int, started: float, work: list[tuple[_writes.WritePlan, Any]], i: int
+) -> WriteResult:
     """One replica's part of a farm write; a replica that could not even route the tuples failed them all."""
-    cluster, prepared = work[i]
+    plan, prepared = work[i]
     if isinstance(prepared, ShardError):
         return WriteResult([False] * n, [ShardFailure("routing", prepared, tuple(range(n)))])
-    return cluster._send(name, ops, prepared, n, False, started)
+    return plan.send(name, ops, prepared, n, started)
 
 
 def _ask(

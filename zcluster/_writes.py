@@ -1,0 +1,214 @@
+"""The write plan of a :class:`zcluster.Cluster`: 2P-set writes validated, packed into script calls per
+shard, sent, and their replies read back into a :class:`zcluster.WriteResult`.
+
+:class:`WritePlan` is what a Cluster and a :class:`zcluster.farm.Farm` share: the farm prepares a write once
+for every replica of the same shape (:meth:`WritePlan.shape`) and sends it through each replica's plan
+(:func:`plan_of`). Node calls on a Redis Cluster carry the keys of many slots of one node; a call that stops
+at a key its node does not serve (``|NOTLOCAL``, see ``lua/write.lua``) has the rest of its tuples resent one
+slot per call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from zcluster._encode import DELETE, INSERT, Encoder
+from zcluster._scripts import Script
+from zcluster._topology import Shard, StandaloneTopology
+from zcluster._transport import SharedCommands, Transport
+from zcluster.errors import InvalidTupleError, ShardError
+from zcluster.types import Delete, Durability, Insert, ShardFailure, WriteResult
+
+Ops = list[tuple[bytes, Sequence[Any], list[int] | None]]
+"""Writes by kind: (the script's op, the tuples, their indices in the caller's call or None for 0..n-1)."""
+
+Report = Callable[..., None]
+
+
+def inserts(items: Sequence[Any]) -> Ops:
+    return [(INSERT, items, None)]
+
+
+def deletes(items: Sequence[Any]) -> Ops:
+    return [(DELETE, items, None)]
+
+
+def split(items: Sequence[Any]) -> Ops:
+    """:class:`Insert` and :class:`Delete` writes of one call as ops (the caller's indices kept);
+    anything else is :class:`InvalidTupleError` naming it, before anything is sent."""
+    ins: tuple[list[Any], list[int]] = ([], [])
+    dels: tuple[list[Any], list[int]] = ([], [])
+    for i, w in enumerate(items):
+        kind = type(w)
+        side = ins if kind is Insert else dels if kind is Delete else None
+        if side is None:
+            side = ins if isinstance(w, Insert) else dels if isinstance(w, Delete) else None
+            if side is None:
+                raise InvalidTupleError(i, w, "expected an Insert or a Delete")
+        side[0].append(w)
+        side[1].append(i)
+    return [(INSERT, *ins), (DELETE, *dels)]
+
+
+class Prepared(NamedTuple):
+    """Writes packed for one topology: script calls per shard index, and the caller's indices per call."""
+
+    commands: dict[int, SharedCommands]
+    indices: dict[int, list[list[int]]]
+
+
+class WritePlan:
+    """Packs and sends one Cluster's writes (its layout, bound, floors, batch size and durability);
+    ``report`` is the Cluster's event reporter."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        encoder: Encoder,
+        write_script: Script,
+        node_script: Script,
+        max_size: int | None,
+        durability: Durability | None,
+        report: Report,
+    ) -> None:
+        self.transport, self.encoder, self.report = transport, encoder, report
+        self.write_sha, self.node_script = write_script.sha, node_script
+        self.max_size = max_size
+
+        def writer(shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
+            return transport.writes(shard, commands, durability)
+
+        self.writer = writer  # each shard's write pipeline, then its durability waits on that connection
+
+    def write(self, name: str, ops: Ops, n: int) -> WriteResult:
+        """Prepare and send ``ops``; reported, not raised (a bad tuple raises before anything is sent)."""
+        started = time.perf_counter()
+        try:
+            prepared = self.prepare(ops)
+        except BaseException as exc:
+            self.report(name, n, started, error=exc)
+            raise
+        return self.send(name, ops, prepared, n, started)
+
+    def shape(self) -> tuple[Any, ...] | None:
+        """Equal for plans whose :meth:`prepare` output is interchangeable; None when it never is (a Redis
+        Cluster routes by a slot map that changes)."""
+        topology = self.transport.topology
+        if not isinstance(topology, StandaloneTopology):
+            return None
+        enc = self.encoder
+        return (len(topology.shards), topology.routing, enc.layout.prefix, self.max_size, enc.floors, enc.batch_size)
+
+    def prepare(self, ops: Ops, per_slot: bool = False) -> Prepared:
+        """Validate and pack writes into script calls per shard (raises InvalidTupleError, nothing sent).
+
+        On a Redis Cluster, writes go one call per node for keys of many slots (the write script's "k"/"K"
+        modes) rather than one call per slot, where spread keys would make a call per tuple or two; unless
+        ``per_slot``, or a server refused the script that allows it.
+        """
+        node_calls = not per_slot and self.node_script.name not in self.transport.refused
+        commands: dict[int, SharedCommands] = {}
+        index_lists: dict[int, list[list[int]]] = {}
+        sha, node_sha = self.write_sha, self.node_script.sha
+        floors = self.encoder.floors
+        bound, flag, inline = self.max_size or 0, b"1" if floors else b"0", b"K" if floors else b"k"
+        for op, items, indices in ops:
+            for shard_idx, calls in self.encoder.writes(items, indices, node_calls).items():
+                commands.setdefault(shard_idx, SharedCommands()).extend(
+                    ("EVALSHA", node_sha, 0, op, bound, inline, *c.argv)
+                    if c.inline
+                    else ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv)
+                    for c in calls
+                )
+                index_lists.setdefault(shard_idx, []).extend(c.indices for c in calls)
+        return Prepared(commands, index_lists)
+
+    def send(self, name: str, ops: Ops, prepared: Prepared, n: int, started: float) -> WriteResult:
+        """Send ``prepared`` (the packed ``ops``) and read the replies into a WriteResult (reported)."""
+        applied = [False] * n
+        failures: list[ShardFailure] = []
+        try:
+            outcome = self.transport.fanout(prepared.commands, self.writer)
+            resend = self._collect(prepared, outcome, applied, failures, can_resend=True)
+            if resend:
+                # Tuples a node call did not get to (a key the node does not serve: a stale slot map or a
+                # slot mid-migration; or a server without the node script): a slot per call, where MOVED
+                # and ASK redirect each call as usual.
+                try:
+                    again = self.prepare(_subset(ops, resend), per_slot=True)
+                except ShardError as exc:  # a slot no node serves: those tuples fail, the others stand
+                    failures.append(ShardFailure("routing", exc, tuple(sorted(resend))))
+                else:
+                    outcome = self.transport.fanout(again.commands, self.writer)
+                    self._collect(again, outcome, applied, failures, can_resend=False)
+        except BaseException as exc:
+            self.report(name, n, started, error=exc)
+            raise
+        result = WriteResult(applied, failures)
+        self.report(name, n, started, result.applied_count, [f.shard for f in failures])
+        return result
+
+    def _collect(
+        self,
+        prepared: Prepared,
+        outcome: dict[int, list[Any] | BaseException],
+        applied: list[bool],
+        failures: list[ShardFailure],
+        can_resend: bool,
+    ) -> set[int]:
+        """Fold one round of replies into ``applied`` and ``failures``; with ``can_resend``, returns the
+        indices of the tuples node calls did not get to, to resend one slot per call instead of failing."""
+        resend: set[int] = set()
+        for shard_idx, res in outcome.items():
+            shard = self.transport.topology.shards[shard_idx].name
+            index_lists = prepared.indices[shard_idx]
+            if isinstance(res, BaseException):
+                failures.append(ShardFailure(shard, res, tuple(i for idx in index_lists for i in idx)))
+                continue
+            bad: list[int] = []
+            first_error: BaseException | None = None
+            for indices, reply in zip(index_lists, res, strict=True):
+                if isinstance(reply, BaseException):
+                    if can_resend and isinstance(reply, NoScriptError):  # the server lacks the node script
+                        resend.update(indices)
+                        continue
+                    bad.extend(indices)
+                    first_error = first_error or reply
+                    continue
+                cut = reply.find(b"|")
+                if cut >= 0:  # a node call stopped at a key its node does not serve (see lua/write.lua)
+                    rest = indices[cut:]
+                    if can_resend:
+                        resend.update(rest)
+                    else:
+                        bad.extend(rest)
+                        first_error = first_error or ResponseError(reply[cut + 1 :].decode(errors="replace"))
+                    indices, reply = indices[:cut], reply[:cut]
+                for i, verdict in zip(indices, reply, strict=True):
+                    applied[i] = verdict == 49  # b"1"
+            if first_error is not None:
+                failures.append(ShardFailure(shard, first_error, tuple(bad)))
+        return resend
+
+
+class _Planned(Protocol):
+    _plan: WritePlan
+
+
+def plan_of(cluster: _Planned) -> WritePlan:
+    """The write plan of a :class:`zcluster.Cluster` (what a Farm prepares and sends its replicas' writes
+    through)."""
+    return cluster._plan
+
+
+def _subset(ops: Ops, wanted: set[int]) -> Ops:
+    """The writes of ``ops`` whose caller indices are in ``wanted``, with those indices."""
+    out: Ops = []
+    for op, items, indices in ops:
+        keep = [j for j in range(len(items)) if (j if indices is None else indices[j]) in wanted]
+        out.append((op, [items[j] for j in keep], [j if indices is None else indices[j] for j in keep]))
+    return out
