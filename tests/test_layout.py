@@ -180,3 +180,14 @@ def test_a_spark_worker_running_the_source_loads_no_sink_state_or_redis_client()
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
     assert out == "[]"
+
+
+def test_the_state_layer_loads_no_farm() -> None:
+    """A Cluster-only user of the state layer (the applier, the consumer, checkpoints) never loads the farm."""
+    code = (
+        "import sys, zcluster.state.applier, zcluster.state.consumer, zcluster.state.store, zcluster.state.dedup;"
+        "print(sorted(m for m in sys.modules if m.startswith('zcluster.farm')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+

@@ -15,22 +15,35 @@ URLs may carry ACL credentials (``redis://user:password@host``); they never appe
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
 from zcluster._keys import KeyLayout
 from zcluster._topology import Routing
 from zcluster._urls import redact_url, safe_name
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError
+from zcluster.types import Store
 
-__all__ = ["ClusterConfig", "Where", "connect"]
+__all__ = ["ClusterConfig", "StoreConfig", "Where", "connect", "store_config"]
 
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-_SHARED: dict[ClusterConfig, Cluster] = {}
+_SHARED: dict[Any, Any] = {}
 _LOCK = threading.Lock()
+T = TypeVar("T")
+
+
+def shared(config: Hashable, open_: Callable[[], T]) -> T:
+    """This process's one store for ``config`` (a config value), opened by ``open_`` on first use and never
+    closed; what :meth:`ClusterConfig.shared` and :meth:`zcluster.farm.FarmConfig.shared` keep."""
+    with _LOCK:
+        store = _SHARED.get(config)
+        if store is None:
+            store = _SHARED[config] = open_()
+        return cast(T, store)
 
 
 @dataclass(frozen=True)
@@ -97,11 +110,11 @@ class ClusterConfig:
     def shared(self) -> Cluster:
         """This process's one Cluster for this config, opened on first use and never closed (Spark
         reuses Python workers, so executors keep their connections across tasks and batches)."""
-        with _LOCK:
-            cluster = _SHARED.get(self)
-            if cluster is None:
-                cluster = _SHARED[self] = self.open()
-            return cluster
+        return shared(self, self.open)
+
+    def with_layout(self, **layout: Any) -> ClusterConfig:
+        """This config with ``prefix`` and/or ``max_size`` replaced."""
+        return dataclasses.replace(self, **layout)
 
     def __repr__(self) -> str:
         where = (
@@ -113,6 +126,29 @@ class ClusterConfig:
 
 
 Where = str | Sequence[str] | ClusterConfig
+
+
+class StoreConfig(Protocol):
+    """Where a :class:`zcluster.types.Store` is, as a picklable, hashable value Spark ships to executors: a
+    :class:`ClusterConfig` or a :class:`zcluster.farm.FarmConfig`."""
+
+    def open(self) -> Store: ...
+
+    def shared(self) -> Store: ...
+
+    def with_layout(self, **layout: Any) -> StoreConfig: ...
+
+
+def store_config(where: Where | StoreConfig, *, prefix: str | None = None, max_size: int | None = None) -> StoreConfig:
+    """The config of ``where`` (any form :func:`connect` takes, or a :class:`StoreConfig` such as a FarmConfig).
+
+    ``prefix`` and ``max_size``, when given, are set on it (on every replica of a farm), also on a config
+    object; when not, a config keeps its own and URL forms get the defaults (``"zc:"``, unbounded).
+    """
+    layout: dict[str, Any] = {k: v for k, v in (("prefix", prefix), ("max_size", max_size)) if v is not None}
+    if isinstance(where, str | Sequence):
+        return ClusterConfig.of(where, **layout)
+    return where.with_layout(**layout) if layout else where
 
 
 def connect(where: Where, **options: Any) -> Cluster:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import math
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from zcluster.errors import ConfigError, PartialWriteError
 
@@ -252,3 +253,47 @@ class ReadResult(dict[K, V], Generic[K, V]):
     def __init__(self) -> None:
         super().__init__()
         self.errors = {}
+
+
+class Store(Protocol):
+    """What the state layer (checkpoints, dedup, the exactly-once applier) writes into and reads from: a
+    :class:`zcluster.Cluster`, or a :class:`zcluster.farm.Farm` of replicas. Both implement it with the
+    same semantics (see :class:`zcluster.Cluster`); this names the part the state layer relies on."""
+
+    @property
+    def prefix(self) -> bytes: ...
+
+    def view(
+        self,
+        prefix: Blob,
+        *,
+        max_size: int | None = None,
+        floors: bool | None = None,
+        batch_size: int | None = None,
+        decode: bool | None = None,
+        durability: Durability | None = None,
+    ) -> Store: ...
+
+    def insert(
+        self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *, raise_on_error: bool = True
+    ) -> WriteResult: ...
+
+    def delete(
+        self, tuples: Iterable[KeyScoreMember | tuple[Blob, float, Blob]], *, raise_on_error: bool = True
+    ) -> WriteResult: ...
+
+    def apply(self, writes: Iterable[Insert | Delete], *, raise_on_error: bool = True) -> WriteResult: ...
+
+    def select(
+        self, keys: Iterable[Blob], offset: int = 0, limit: int = 10, *, strict: bool = True
+    ) -> ReadResult[Blob, list[KeyScoreMember]]: ...
+
+    def score(
+        self, key_members: Iterable[KeyMember | tuple[Blob, Blob]], *, strict: bool = True
+    ) -> ReadResult[KeyMember, Presence]: ...
+
+    def forget(self, keys: Iterable[Blob], up_to: float) -> int: ...
+
+    def keys(
+        self, batch_size: int = 1000, *, include_removed: bool = False, match: Blob | None = None
+    ) -> Iterator[list[Blob]]: ...

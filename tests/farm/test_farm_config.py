@@ -7,8 +7,8 @@ import pickle
 import pytest
 
 from zcluster import ClusterConfig, ConfigError
+from zcluster.config import store_config
 from zcluster.farm import FarmConfig
-from zcluster.farm.config import store_config
 
 
 def test_store_config_sets_a_given_layout_on_every_form_and_keeps_an_absent_one() -> None:

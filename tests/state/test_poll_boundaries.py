@@ -173,7 +173,7 @@ def sink_in_batches(urls: list[str], journals_url: str, name: str, polls: list[i
 
 
 def _config(urls: list[str]) -> Any:
-    from zcluster.farm.config import store_config
+    from zcluster.config import store_config
 
     return store_config(urls, prefix=f"pb{next(_ids)}:")
 

@@ -26,9 +26,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from zcluster.config import ClusterConfig
+from zcluster.config import ClusterConfig, StoreConfig
 from zcluster.errors import ConfigError
-from zcluster.farm.config import FarmConfig, Store, StoreConfig
+from zcluster.farm.config import FarmConfig
 from zcluster.farm.farm import Farm
 from zcluster.farm.walker import Walker
 from zcluster.journal.files import FileJournals
@@ -39,7 +39,7 @@ from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
 from zcluster.testing.servers import LocalShards, find_server_binary, server_version
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
-from zcluster.types import KeyMember
+from zcluster.types import KeyMember, Store
 
 
 def demo(

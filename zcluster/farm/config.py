@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zcluster.cluster import Cluster
-from zcluster.config import ClusterConfig, Where
+from zcluster.config import ClusterConfig, Where, shared
 from zcluster.errors import ConfigError
 from zcluster.farm._replicas import DEFAULT_STRAGGLER_WAIT, check_same_layout, check_straggler_wait, layout_of
 from zcluster.farm.farm import Farm
@@ -17,10 +15,7 @@ from zcluster.farm.quorum import parse_quorum
 from zcluster.farm.reads import ReadStrategy, read_strategy
 from zcluster.farm.repair import RepairStrategy, repair_strategy
 
-__all__ = ["FarmConfig", "Store", "StoreConfig", "store_config"]
-
-_SHARED: dict[FarmConfig, Farm] = {}
-_LOCK = threading.Lock()
+__all__ = ["FarmConfig"]
 
 
 @dataclass(frozen=True)
@@ -70,29 +65,8 @@ class FarmConfig:
     def shared(self) -> Farm:
         """This process's one Farm for this config, opened on first use and never closed (as
         :meth:`ClusterConfig.shared`)."""
-        with _LOCK:
-            farm = _SHARED.get(self)
-            if farm is None:
-                farm = _SHARED[self] = self.open()
-            return farm
+        return shared(self, self.open)
 
-
-Store = Cluster | Farm
-"""What the state layer writes into: one cluster, or a farm of replicas."""
-
-StoreConfig = ClusterConfig | FarmConfig
-
-
-def store_config(where: Where | FarmConfig, *, prefix: str | None = None, max_size: int | None = None) -> StoreConfig:
-    """The config of ``where`` (any form :func:`zcluster.connect` takes, or a :class:`FarmConfig`).
-
-    ``prefix`` and ``max_size``, when given, are set on it (on every replica of a farm), also on a config
-    object; when not, a config keeps its own and URL forms get the defaults (``"zc:"``, unbounded).
-    """
-    layout: dict[str, Any] = {k: v for k, v in (("prefix", prefix), ("max_size", max_size)) if v is not None}
-    if isinstance(where, FarmConfig):
-        replicas = tuple(dataclasses.replace(r, **layout) for r in where.replicas)
-        return dataclasses.replace(where, replicas=replicas)
-    if isinstance(where, ClusterConfig):
-        return dataclasses.replace(where, **layout)
-    return ClusterConfig.of(where, **layout)
+    def with_layout(self, **layout: Any) -> FarmConfig:
+        """This config with ``prefix`` and/or ``max_size`` replaced on every replica."""
+        return dataclasses.replace(self, replicas=tuple(r.with_layout(**layout) for r in self.replicas))

@@ -30,9 +30,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zcluster.config import Where
+from zcluster.config import StoreConfig, Where, store_config
 from zcluster.errors import ConfigError
-from zcluster.farm.config import FarmConfig, StoreConfig, store_config
 from zcluster.journal.frames import RawFrame
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
@@ -197,7 +196,7 @@ class ZClusterSink:
 
     def __init__(
         self,
-        cluster: Where | FarmConfig,
+        cluster: Where | StoreConfig,
         mapper: Mapper,
         query_name: str,
         *,

@@ -16,9 +16,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from zcluster.config import ClusterConfig
+from zcluster.config import ClusterConfig, StoreConfig
 from zcluster.errors import ConfigError
-from zcluster.farm.config import StoreConfig
 from zcluster.state.batch import BatchStats, WriteBuffer
 from zcluster.types import Delete, Insert
 

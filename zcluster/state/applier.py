@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from zcluster.errors import ConfigError
-from zcluster.farm.config import Store
 from zcluster.journal.frames import LOST_ROW, lost_error, read_range_frames
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
@@ -48,7 +47,7 @@ from zcluster.state.batch import BatchStats, MapperError, WriteBuffer
 from zcluster.state.lost import audit_skip, stays_before
 from zcluster.state.retry import retrying
 from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore
-from zcluster.types import Delete, Insert, KeyScoreMember
+from zcluster.types import Delete, Insert, KeyScoreMember, Store
 
 __all__ = ["Applier", "Mapper"]
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from zcluster.errors import InvalidTupleError, PartialWriteError, ZClusterError
-from zcluster.farm.config import Store
 from zcluster.state.retry import backoff
-from zcluster.types import Delete, Insert, Write
+from zcluster.types import Delete, Insert, Store, Write
 
 __all__ = ["BatchStats", "MapperError", "WriteBuffer"]
 

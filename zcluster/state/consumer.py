@@ -21,11 +21,11 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from zcluster.errors import ZClusterError
-from zcluster.farm.config import Store
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.state.applier import Applier, Mapper
 from zcluster.state.batch import BatchStats
+from zcluster.types import Store
 
 __all__ = ["Consumer", "JournalFailure", "PollError"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from zcluster.errors import InvalidTupleError
-from zcluster.farm.config import Store
 from zcluster.message.uuid import ZERO_UUID, get_clock, parse_uuid
 from zcluster.state.clocks import clock_to_score
+from zcluster.types import Store
 
 
 def _checked(i: int, journal: object, uuid: object) -> tuple[str, bytes]:

@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from zcluster.farm.config import Store
 from zcluster.journal.frames import read_frames
 from zcluster.journal.store import CONTENT_TYPE_LABEL, JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.errors import JournalNotFoundError
 from zcluster.state.store import StateStore, TimedCheckpoint
+from zcluster.types import Store
 
 __all__ = ["JournalProgress", "SkippedRange", "applications", "checkpointed_journals", "lag_frames", "progress"]
 

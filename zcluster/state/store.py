@@ -48,11 +48,10 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from zcluster.errors import ConfigError, PartialWriteError, ZClusterError
-from zcluster.farm.config import Store
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
-from zcluster.types import Durability, KeyMember, KeyScoreMember
+from zcluster.types import Durability, KeyMember, KeyScoreMember, Store
 
 log = logging.getLogger("zcluster.state")
 
