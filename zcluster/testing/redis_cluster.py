@@ -12,8 +12,8 @@ import redis
 
 from zcluster._keys import SLOTS
 from zcluster.errors import ZClusterError
+from zcluster.testing._local import LocalGroup, LocalServer
 from zcluster.testing._replication import replica_problems
-from zcluster.testing.servers import LocalServer, _LocalGroup
 
 __all__ = ["LocalRedisCluster"]
 
@@ -28,7 +28,7 @@ def _roles(nodes: str) -> dict[int, int | None]:
     return {port[r[0]]: port.get(r[3]) if "slave" in r[2].split(",") else None for r in rows}
 
 
-class LocalRedisCluster(_LocalGroup):
+class LocalRedisCluster(LocalGroup):
     """A real Redis Cluster of ``masters`` cluster-enabled nodes with all 16384 slots assigned.
 
     Slots are split evenly in order over ``servers`` (the masters); the constructor returns when
