@@ -8,7 +8,8 @@
 bounds the sink's write batches (so writes land while the batch still runs). ``--stats`` writes the sink's
 history (one BatchStats per batch) as JSON when the run ends. ``--max-frames`` sets the source's
 ``maxFramesPerTrigger``; ``--progress`` writes each batch's input row count, from the query's progress
-(also under Spark Connect). The exit status is 0 when the query finished.
+(also under Spark Connect), and ``--observed`` each batch's observed sink figures (``observedMetrics``). The
+exit status is 0 when the query finished.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from zcluster.spark import ZClusterSink, local_session, run_available_now
+from zcluster.spark.observe import figures
 from zcluster.testing.traffic import timeline_mapper
 
 
@@ -56,6 +58,7 @@ def main() -> int:
     p.add_argument("--deliveries")
     p.add_argument("--max-frames", type=int)
     p.add_argument("--progress")
+    p.add_argument("--observed")
     p.add_argument("--connect", action="store_true", help="a local Spark Connect session (no --stats there)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -74,6 +77,9 @@ def main() -> int:
     if args.progress:
         with open(args.progress, "w") as f:
             json.dump([p.numInputRows for p in query.recentProgress], f)
+    if args.observed:
+        with open(args.observed, "w") as f:
+            json.dump([figures(p) for p in query.recentProgress], f)
     if args.stats:
         with open(args.stats, "w") as f:
             json.dump([dataclasses.asdict(s) for s in sink.history], f)

@@ -74,10 +74,14 @@ def test_a_frame_bound_splits_a_run_into_bounded_batches_on_spark_connect(shards
     traffic = publish(store, Traffic(names), producers=3, messages=60, seed=5)
     cmd = [sys.executable, str(DRIVER), "--journals", f"file://{tmp_path / 'journals'}", "--urls", *shards.urls]
     cmd += ["--query-name", f"q{uuid.uuid4().hex[:8]}", "--prefix", f"cx{uuid.uuid4().hex[:8]}:"]
-    progress = tmp_path / "progress.json"
-    bound = ("--max-frames", "40", "--progress", str(progress))
+    progress, observed = tmp_path / "progress.json", tmp_path / "observed.json"
+    bound = ("--max-frames", "40", "--progress", str(progress), "--observed", str(observed))
     delivered = run(cmd, tmp_path / "ckpt", tmp_path / "deliveries.txt", *bound)
     frames = sum(len(list(read_frames(store, n, CONTENT_TYPE_NDJSON, 0, store.end(n)))) for n in names)
     rows = json.loads(progress.read_text())  # rows=ranges: a batch's rows are its ranges, at most one a journal
     assert delivered == traffic.committed and frames > 120
     assert len(rows) >= frames // 40 and max(rows) <= len(names)
+    # The sink's figures reach the query's progress on Connect too (observed metrics, ZClusterSink.observe).
+    figures = [f for f in json.loads(observed.read_text()) if f is not None]
+    assert len(figures) >= frames // 40 and sum(f["delivered"] for f in figures) == delivered
+    assert sum(f["frames"] for f in figures) == frames and figures[-1]["lag_bytes"] == 0

@@ -9,7 +9,7 @@ JSON with its offsets); other content types go through their framing's decoder.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from zcluster.message.errors import FramingError, JournalError, OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, Frame, framing_for
@@ -26,6 +26,8 @@ __all__ = [
     "read_range_frames",
     "stop_at_lost",
 ]
+
+T = TypeVar("T")
 
 LOST_ROW = "lost range: "
 """How the ``error`` of a row standing for a lost range starts (see :func:`lost_row`)."""
@@ -87,9 +89,7 @@ def lost_error(row: object) -> OffsetOutOfRangeError | None:
     )
 
 
-def stop_at_lost(
-    chunks: Iterator[tuple[int, bytes]], stopped: list[OffsetOutOfRangeError]
-) -> Iterator[tuple[int, bytes]]:
+def stop_at_lost(chunks: Iterator[T], stopped: list[OffsetOutOfRangeError]) -> Iterator[T]:
     """``chunks`` of a lazy read (e.g. :func:`read_range`'s), ending (instead of raising) where a lost range
     begins; its error is appended to ``stopped``. Any other error propagates."""
     try:

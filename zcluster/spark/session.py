@@ -118,11 +118,12 @@ def run_available_now(
     ``frames``. ``partitions`` is the source's ``numPartitions``: by default the session's default
     parallelism (on Spark Connect, its ``spark.default.parallelism`` setting if it has one, else one
     partition per journal). ``options`` go to the source as they are, e.g. ``maxBytesPerTrigger=64 << 20``
-    to read a backlog in bounded batches. Returns the finished query; raises its failure.
+    to read a backlog in bounded batches. A :class:`ZClusterSink`'s figures are observed into the query's
+    progress (:meth:`ZClusterSink.observe`). Returns the finished query; raises its failure.
     """
-    if rows is None:
-        from zcluster.spark.sink import ZClusterSink
+    from zcluster.spark.sink import ZClusterSink
 
+    if rows is None:
         rows = "ranges" if isinstance(sink, ZClusterSink) and sink.job.journals is not None else "frames"
     if partitions is None:
         partitions = _default_parallelism(spark)
@@ -136,9 +137,11 @@ def run_available_now(
         reader = reader.option("numPartitions", str(partitions))
     for name, value in options.items():
         reader = reader.option(name, str(value))
+    stream = reader.load()
+    if isinstance(sink, ZClusterSink):
+        stream = sink.observe(stream)
     query = (
-        reader.load()
-        .writeStream.foreachBatch(sink)
+        stream.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()

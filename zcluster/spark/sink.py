@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +34,7 @@ from zcluster.errors import ConfigError
 from zcluster.journal.frames import RawFrame
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
+from zcluster.spark.observe import METRICS_NAME, TASK_SCHEMA, add_rows, observed, task_batch
 from zcluster.spark.source import RANGE_COLUMNS
 from zcluster.state.applier import Applier, Mapper
 from zcluster.state.batch import BatchStats
@@ -44,8 +44,8 @@ from zcluster.state.store import StateStore
 log = logging.getLogger("zcluster.spark")
 
 
-STATS_SCHEMA = "stats string"
-"""What each sink task returns: one row holding its BatchStats counters as JSON."""
+STATS_SCHEMA = TASK_SCHEMA
+"""What each sink task returns (:mod:`zcluster.spark.observe`): its BatchStats counters, and its journals' lags."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ class _Job:
     flush: int
     retries: int
     prune_horizon: float | None
+    fail_on_data_loss: bool = True
+    lag: bool = True
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: frames (Arrow record batches of the source's rows) in, stats out.
@@ -69,13 +71,11 @@ class _Job:
         frames as they come: no shuffle, no sort. A journal whose frames go backwards (the rows were
         reordered before the sink) fails the task instead of being checkpointed wrongly.
         """
-        import pyarrow as pa
-
         stats = BatchStats()
         first = next(batches, None)
         with _collector_paused():
             self._apply(first, batches, stats)
-        yield pa.RecordBatch.from_pydict({"stats": [json.dumps(stats.counters())]})
+        yield task_batch(stats)
 
     def _apply(self, first: Any, batches: Iterator[Any], stats: BatchStats) -> None:
         if first is None:
@@ -108,6 +108,8 @@ class _Job:
             flush=self.flush,
             retries=self.retries,
             prune_horizon=self.prune_horizon,
+            fail_on_data_loss=self.fail_on_data_loss,
+            lag=self.lag,
         )
 
 
@@ -187,6 +189,19 @@ class ZClusterSink:
     producers are forgotten. ``prefix`` and ``max_size``, when given, are set on the cluster's config (on
     every replica of a farm); otherwise a config object keeps its own and URLs get ``"zc:"``, unbounded.
 
+    ``fail_on_data_loss``: False skips the lost ranges of file journals (each logged, counted in
+    ``BatchStats.lost_skipped`` and audited) instead of stopping before them (see
+    :mod:`zcluster.state.lost`; with the source's ``rows=frames`` the source needs ``failOnDataLoss=false``
+    too). ``lag``: the tasks measure each journal's lag after applying it (one ``end()`` of the journal
+    store per journal; ``rows=ranges``). ``metrics``: called with ``(query_name, stats)`` after each batch
+    (e.g. a :class:`zcluster.metrics.ApplierMetrics`).
+
+    Progress in Spark: ``sink.observe(df).writeStream.foreachBatch(sink)`` (as
+    :func:`zcluster.spark.run_available_now` does) runs the sink's tasks in the query's own plan, so each
+    batch's figures appear in ``StreamingQueryProgress.observedMetrics["zcluster"]`` (delivered, duplicates,
+    rollbacks, replays, lost ranges skipped, the lag per journal...), on classic Spark and Connect alike
+    (see :mod:`zcluster.spark.observe`). ``writeStream.foreachBatch(sink)`` alone works the same without them.
+
     ``history`` holds a :class:`BatchStats` per batch handled by this driver process.
     Errors: a mapper failure raises :class:`zcluster.state.MapperError` (journal, offset, kind) and fails
     the batch; shard failures are retried ``retries`` times (writes, checkpoints and progress alike, with
@@ -208,10 +223,26 @@ class ZClusterSink:
         prune_horizon: float | None = None,
         prefix: str | None = None,
         max_size: int | None = None,
+        fail_on_data_loss: bool = True,
+        lag: bool = True,
+        metrics: Callable[[str, BatchStats], None] | None = None,
     ) -> None:
         self.config = store_config(cluster, prefix=prefix, max_size=max_size)
         self.query_name = query_name
-        self.job = _Job(self.config, query_name, journals, mapper, decode, ring, flush, retries, prune_horizon)
+        self.job = _Job(
+            self.config,
+            query_name,
+            journals,
+            mapper,
+            decode,
+            ring,
+            flush,
+            retries,
+            prune_horizon,
+            fail_on_data_loss,
+            lag,
+        )
+        self.metrics = metrics
         self.history: list[BatchStats] = []
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -227,11 +258,27 @@ class ZClusterSink:
             stats.skipped = True
             log.info("batch %d of query %s already committed: skipped", batch_id, query_id)
         else:
-            _check_columns(df.columns, self.job.journals)
-            for row in df.mapInArrow(self.job.run, STATS_SCHEMA).collect():
-                stats.add(json.loads(row.stats))
+            if "stats" in df.columns:  # the tasks are in the query's plan already (observe): collect their rows
+                tasks = df
+            else:
+                _check_columns(df.columns, self.job.journals)
+                tasks = df.mapInArrow(self.job.run, STATS_SCHEMA)
+            add_rows(stats, tasks.collect())
             if query_id is not None:
                 retrying(lambda: state.commit_batch(query_id, batch_id), retries, "record batch progress")
         stats.seconds = time.perf_counter() - started
         self.history.append(stats)
         log.info("batch %d: %s", batch_id, stats)
+        if self.metrics is not None:
+            self.metrics(self.query_name, stats)
+
+    def observe(self, df: Any, name: str = METRICS_NAME) -> Any:
+        """``df`` (the ``zcluster-journal`` source's streaming DataFrame) with the sink's tasks in the query's
+        plan and their figures observed as ``name``; write it with ``.writeStream.foreachBatch(self)``. Each
+        batch's figures are then in the query's progress: ``query.lastProgress.observedMetrics[name]`` (or
+        ``event.progress.observedMetrics`` in a ``StreamingQueryListener``) holds the counts of
+        :data:`zcluster.spark.observe.COUNTS`, ``lag_bytes`` (summed over the batch's journals) and ``lag``
+        (``(journal, lag_bytes)`` per journal); :func:`zcluster.spark.observe.figures` reads them as a dict (also
+        Spark Connect's form). A batch the sink skips (committed already) reports none."""
+        _check_columns(df.columns, self.job.journals)
+        return observed(df.mapInArrow(self.job.run, STATS_SCHEMA), name)

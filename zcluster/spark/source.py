@@ -24,7 +24,15 @@ Options:
 * ``maxBytesPerTrigger`` / ``maxFramesPerTrigger``: a bound per micro-batch, so that a backlog does not
   become one giant batch. Journals are taken in name order until the bound is spent; batches end at frame
   boundaries, and each journal a batch touches advances by at least one frame (so a frame larger than
-  the bound still gets through, and every batch makes progress).
+  the bound still gets through, and every batch makes progress); a lost range counts as one frame of no
+  bytes;
+* ``failOnDataLoss`` (``true`` by default, as Spark's Kafka source): with ``rows=frames``, a lost range of
+  a file journal (:mod:`zcluster.state.lost`) fails the read task; ``false`` gives it one row instead
+  (``data`` null, ``error`` starting ``lost range:``, ``begin``/``end`` the range) and reads on after it:
+  :class:`zcluster.spark.ZClusterSink` then checkpoints everything before it and stops there (its own
+  ``fail_on_data_loss``, by default; ``zcluster consumers APP skip-lost`` goes past) or skips it (with
+  ``fail_on_data_loss=False``). With ``rows=ranges`` the source reads no bytes: the sink's
+  ``fail_on_data_loss`` alone decides.
 
 ``trigger(availableNow=True)`` reads everything the journals held when the query started (the source
 records their ends then), in batches of the bounds above, including after a batch that Spark runs again
@@ -50,9 +58,19 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from zcluster.errors import ConfigError
-from zcluster.journal.frames import LineBlocks, RawFrame, read_frames, read_range, read_range_frames
+from zcluster.journal.frames import (
+    LOST_ROW,
+    LineBlocks,
+    RawFrame,
+    lost_row,
+    read_frames,
+    read_range,
+    read_range_frames,
+    stop_at_lost,
+)
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
+from zcluster.message.errors import OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, framing_for
 
 SCHEMA = "journal string, begin long, end long, content_type string, data binary, error string"
@@ -106,24 +124,28 @@ def pack(ranges: list[JournalRange], most: int | None) -> list[JournalPartition]
     ]
 
 
-def read_partition(url: str, part: JournalRange) -> Iterator[RawFrame]:
-    """The frames of ``part`` as rows of :data:`SCHEMA` (see :func:`zcluster.journal.frames.read_frames`)."""
+def read_partition(url: str, part: JournalRange, fail_on_data_loss: bool = True) -> Iterator[RawFrame]:
+    """The frames of ``part`` as rows of :data:`SCHEMA` (see :func:`zcluster.journal.frames.read_frames`);
+    a lost range raises, or is a row with ``fail_on_data_loss`` False."""
     store = open_store(url, recover=False)
     try:
-        yield from read_range_frames(store, part.journal, part.content_type, part.begin, part.end)
+        yield from read_range_frames(
+            store, part.journal, part.content_type, part.begin, part.end, lost_rows=not fail_on_data_loss
+        )
     finally:
         close_store(store)
 
 
-def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
-    """The frames of ``part`` as Arrow record batches of :data:`ARROW_SCHEMA`.
+def read_batches(url: str, part: JournalRange, fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
+    """The frames of ``part`` as Arrow record batches of :data:`ARROW_SCHEMA`; a lost range raises, or is a
+    row with ``fail_on_data_loss`` False (see the module).
 
     ndjson is split at newlines without a Python object per frame (the frames' bytes stay one buffer, read
     a large chunk at a time); other content types go through :func:`read_partition`.
     """
     if part.content_type != CONTENT_TYPE_NDJSON:
         rows: list[RawFrame] = []
-        for row in read_partition(url, part):
+        for row in read_partition(url, part, fail_on_data_loss):
             rows.append(row)
             if len(rows) == _ROWS_PER_BATCH:
                 yield _rows_batch(rows)
@@ -131,20 +153,32 @@ def read_batches(url: str, part: JournalRange) -> Iterator[pa.RecordBatch]:
         if rows:
             yield _rows_batch(rows)
         return
-    blocks = LineBlocks(part.journal, part.content_type, part.begin, framing_for(part.content_type).max_frame_bytes)
     store = open_store(url, recover=False)
     try:
-        for data in _coalesced(read_range(store, part.journal, part.begin, part.end)):
-            for item in blocks.feed(data):
-                if isinstance(item, RawFrame):
-                    yield _rows_batch([item])
-                    continue
-                base, block = item
-                yield _lines_batch(part, base, block, np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10))
-        for error in blocks.close():
-            yield _rows_batch([error])
+        begin = part.begin
+        while begin < part.end:
+            stopped: list[OffsetOutOfRangeError] = []
+            chunks = read_range(store, part.journal, begin, part.end)
+            yield from _ndjson_batches(part, begin, chunks if fail_on_data_loss else stop_at_lost(chunks, stopped))
+            if not stopped:
+                return
+            yield _rows_batch([lost_row(part.journal, part.content_type, stopped[0])])
+            begin = max(begin + 1, stopped[0].lost_end or part.end)
     finally:
         close_store(store)
+
+
+def _ndjson_batches(part: JournalRange, begin: int, chunks: Iterator[bytes]) -> Iterator[pa.RecordBatch]:
+    blocks = LineBlocks(part.journal, part.content_type, begin, framing_for(part.content_type).max_frame_bytes)
+    for data in _coalesced(chunks):
+        for item in blocks.feed(data):
+            if isinstance(item, RawFrame):
+                yield _rows_batch([item])
+                continue
+            base, block = item
+            yield _lines_batch(part, base, block, np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10))
+    for error in blocks.close():
+        yield _rows_batch([error])
 
 
 def _coalesced(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -211,6 +245,15 @@ def _positive_option(options: dict[str, str], name: str) -> int | None:
     return value
 
 
+def _bool_option(options: dict[str, str], name: str, default: bool) -> bool:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    if text.strip().lower() not in ("true", "false"):
+        raise ConfigError(f"zcluster-journal option {name} must be 'true' or 'false', got {text!r}")
+    return text.strip().lower() == "true"
+
+
 def _ranges_option(options: dict[str, str]) -> bool:
     rows = options.get("rows", "frames")
     if rows not in ("frames", "ranges"):
@@ -230,6 +273,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_bytes = _positive_option(options, "maxBytesPerTrigger")
         self.max_frames = _positive_option(options, "maxFramesPerTrigger")
         self.num_partitions = _positive_option(options, "numPartitions")
+        self.fail_on_data_loss = _bool_option(options, "failOnDataLoss", True)
         if self.max_bytes and self.max_frames:
             raise ConfigError("zcluster-journal takes maxBytesPerTrigger or maxFramesPerTrigger, not both")
         self.target: dict[str, int] | None = None  # availableNow: the ends when the query started
@@ -287,8 +331,11 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             stop = begin
             if budget > 0 and name in types:
-                for frame in read_frames(store, name, types[name], begin, ends[name]):
-                    cost = frame.end - frame.begin if isinstance(limit, ReadMaxBytes) else 1
+                for frame in read_frames(store, name, types[name], begin, ends[name], lost_rows=True):
+                    if isinstance(limit, ReadMaxRows):
+                        cost = 1
+                    else:  # a lost range reads nothing
+                        cost = 0 if (frame.error or "").startswith(LOST_ROW) else frame.end - frame.begin
                     if stop > begin and cost > budget:
                         break
                     stop, budget = frame.end, budget - cost
@@ -311,7 +358,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return iter(
                 [pa.RecordBatch.from_pydict({name: [getattr(r, name) for r in ranges] for name in RANGE_COLUMNS})]
             )
-        return itertools.chain.from_iterable(read_batches(self.url, r) for r in ranges)
+        return itertools.chain.from_iterable(read_batches(self.url, r, self.fail_on_data_loss) for r in ranges)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: journals keep their data (retention is the store's business)."""
