@@ -12,8 +12,8 @@ from typing import Any
 
 from zcluster._keys import SLOTS, KeyLayout
 from zcluster._topology import Topology
-from zcluster.errors import InvalidTupleError
-from zcluster.types import Blob, to_bytes
+from zcluster.errors import ConfigError, InvalidTupleError
+from zcluster.types import Blob, KeyMember, to_bytes
 
 INSERT, DELETE = b"+", b"-"
 """The write script's op argument: the only place a write is spelled as bytes."""
@@ -77,12 +77,36 @@ def listed_keys(keys: Iterable[Blob]) -> list[Blob]:
     return list(keys)
 
 
+def positive(value: object, name: str) -> int:
+    """``value`` if it is a positive int; else :class:`ConfigError` (a ValueError) naming ``name``: the one
+    rule for every size, limit and count option of the library."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
 def check_limit(limit: int, offset: int = 0) -> None:
-    """Validate select paging arguments: ``limit`` > 0 and ``offset`` >= 0."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    """Validate select paging arguments: ``limit`` > 0 and ``offset`` >= 0 (:class:`ConfigError` otherwise)."""
+    positive(limit, "limit")
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        raise ConfigError(f"offset must be a non-negative int, got {offset!r}")
+
+
+def key_members(items: Iterable[Any]) -> list[KeyMember]:
+    """(key, member) pairs as :class:`KeyMember`; anything else is :class:`InvalidTupleError` naming it."""
+    if isinstance(items, str | bytes):
+        raise TypeError("score() takes (key, member) pairs, not a single str or bytes")
+    out = []
+    for i, km in enumerate(items):
+        if type(km) is KeyMember:
+            out.append(km)
+            continue
+        try:
+            key, member = km
+        except (TypeError, ValueError):
+            raise InvalidTupleError(i, km, "expected a (key, member) pair") from None
+        out.append(KeyMember(key, member))
+    return out
 
 
 def score_pairs(raw: list[Any]) -> list[tuple[bytes, float]]:

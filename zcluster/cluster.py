@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any
 
-from zcluster import _encode, _writes
-from zcluster._encode import Encoder, blob, check_limit, listed_keys, score_pairs
-from zcluster._keys import ADD, KeyLayout
-from zcluster._reporting import Reporting
+from zcluster import _encode, _reads, _writes
+from zcluster._encode import Encoder, blob, check_limit, listed_keys, positive, score_pairs
+from zcluster._inspect import Inspection
+from zcluster._keys import KeyLayout
 from zcluster._scripts import fingerprint_script, forget_script, node_write_script, write_script
-from zcluster._topology import FAILOVER_TIMEOUT, ClusterTopology, Routing, Shard, StandaloneTopology, Topology
-from zcluster._transport import SHARD_ERRORS, Transport, in_order, read, read_each
+from zcluster._topology import FAILOVER_TIMEOUT, ClusterTopology, Routing, StandaloneTopology, Topology
+from zcluster._transport import SHARD_ERRORS, Transport, read, read_each
 from zcluster.errors import (
     ConfigError,
     InconsistentDataError,
@@ -42,8 +42,6 @@ from zcluster.types import (
     Presence,
     ReadResult,
     ShardFailure,
-    ShardStats,
-    Write,
     WriteResult,
     from_bytes,
     to_bytes,
@@ -52,7 +50,7 @@ from zcluster.types import (
 __all__ = ["Cluster"]
 
 
-class Cluster(Reporting):
+class Cluster(Inspection):
     """CRDT sorted sets (a last-writer-wins 2P-set) over standalone Redis shards or a Redis Cluster.
 
     Semantics, per logical set K and member m (``docs/architecture.md`` has the full contract):
@@ -102,7 +100,7 @@ class Cluster(Reporting):
         durability: Durability | None = None,
     ) -> None:
         scripts = (write_script(), forget_script(), fingerprint_script(), node_write_script())
-        transport = Transport(topology, scripts, _positive(pipeline_calls, "pipeline_calls"))
+        transport = Transport(topology, scripts, positive(pipeline_calls, "pipeline_calls"))
         self._setup(
             transport, True, max_size, floors, prefix, batch_size, decode, instrumentation, durability=durability
         )
@@ -120,7 +118,7 @@ class Cluster(Reporting):
         durability: Durability | None = None,
     ) -> None:
         if max_size is not None:
-            _positive(max_size, "max_size")
+            positive(max_size, "max_size")
         if durability is not None and not isinstance(durability, Durability):
             raise ConfigError(f"durability must be a zcluster.Durability or None, got {durability!r}")
         if floors is False and max_size is not None:
@@ -130,7 +128,7 @@ class Cluster(Reporting):
         self._layout = KeyLayout(prefix)
         self.max_size = max_size
         self.floors = max_size is not None if floors is None else floors
-        self.batch_size = _positive(batch_size, "batch_size")
+        self.batch_size = positive(batch_size, "batch_size")
         self.decode = decode
         self.instrumentation = instrumentation
         self.durability = durability
@@ -320,44 +318,8 @@ class Cluster(Reporting):
             check_limit(limit)
             key_list = listed_keys(keys)
             encoded = self._encoder.keys(key_list)
-        hi = repr(float(start.score)) if start is not None else "+inf"
-        lo = repr(float(stop.score)) if stop is not None else "-inf"
-        start_m = to_bytes(start.member) if start is not None else b""
-        stop_m = to_bytes(stop.member) if stop is not None else b""
-        adds, transport = self._layout.adds, self._transport
-
-        def wanted(score: float, member: bytes) -> int:
-            """1 keep, 0 skip (at or above start), -1 done (at or below stop)."""
-            if start is not None and (score > start.score or (score == start.score and member >= start_m)):
-                return 0
-            if stop is not None and (score < stop.score or (score == stop.score and member <= stop_m)):
-                return -1
-            return 1
-
-        def page(shard: Shard, kb: bytes) -> list[tuple[bytes, float]]:
-            # Member comparisons happen here, on bytes: Lua compares strings by the server's locale.
-            out: list[tuple[bytes, float]] = []
-            offset, count = 0, limit + 16
-            while True:
-                command = ("ZREVRANGEBYSCORE", adds(kb), hi, lo, "WITHSCORES", "LIMIT", offset, count)
-                reply = transport.commands(shard, [command])[0]
-                if isinstance(reply, BaseException):
-                    raise reply
-                pairs = score_pairs(reply)
-                for member, score in pairs:
-                    verdict = wanted(score, member)
-                    if verdict < 0:
-                        return out
-                    if verdict:
-                        out.append((member, score))
-                        if len(out) == limit:
-                            return out
-                if len(pairs) < count:
-                    return out
-                offset += count
-                count *= 2
-
-        result = read_each(transport, key_list, encoded, page, self._pairs)
+        page = _reads.range_pages(self._transport, self._layout.adds, start, stop, limit)
+        result = read_each(self._transport, key_list, encoded, page, self._pairs)
         return self._finish("select_range", result, len(key_list), started, strict)
 
     def score(
@@ -369,7 +331,7 @@ class Cluster(Reporting):
         """
         started = time.perf_counter()
         with self._reporting("score", started):
-            items = _key_members(key_members)
+            items = _encode.key_members(key_members)
             encoded = self._encoder.keys([km.key for km in items])
             members = [blob(km.member, i, km, "member") for i, km in enumerate(items)]
             layout = self._layout
@@ -421,56 +383,7 @@ class Cluster(Reporting):
         if match is not None and not isinstance(match, str | bytes):
             raise TypeError(f"match must be str or bytes, not {type(match).__name__}")
         pattern = self._layout.scan_pattern(to_bytes(match) if match is not None else None, include_removed)
-        return self._scan(pattern, batch_size, progress)
-
-    def _scan(
-        self, pattern: bytes, batch_size: int, progress: Callable[[str, int], None] | None
-    ) -> Iterator[list[Blob]]:
-        started = time.perf_counter()
-        batch: list[Blob] = []
-        failures: list[ShardFailure] = []
-        found = 0
-        try:
-            for shard in self._transport.topology.masters():
-                seen: set[bytes] = set()
-                cursor = 0
-                while True:
-                    try:
-                        cursor, raw = self._scan_step(shard, cursor, pattern, batch_size)
-                    except SHARD_ERRORS as exc:
-                        failures.append(ShardFailure(shard.name, exc, ()))
-                        break
-                    for kb in raw:
-                        if kb in seen:
-                            continue
-                        seen.add(kb)
-                        batch.append(from_bytes(kb) if self.decode else kb)
-                        if len(batch) >= batch_size:
-                            found += len(batch)
-                            yield batch
-                            batch = []
-                    if progress is not None:
-                        progress(shard.name, len(seen))
-                    if cursor == 0:
-                        break
-            if batch:
-                found += len(batch)
-                yield batch
-        finally:
-            self._report("keys", found, started, shards=[f.shard for f in failures])
-        if failures:
-            raise PartialScanError(failures)
-
-    def _scan_step(self, shard: Shard, cursor: int, pattern: bytes, count: int) -> tuple[int, list[bytes]]:
-        """One SCAN step on ``shard``: the next cursor and the logical keys found (once each)."""
-        cursor, raw = self._transport.node_call(shard, lambda: shard.client.scan(cursor, match=pattern, count=count))
-        logical = self._layout.logical
-        out: dict[bytes, None] = {}
-        for rk in raw:  # bytes: clients never decode
-            parts = logical(to_bytes(rk))
-            if parts is not None:
-                out[parts[0]] = None
-        return int(cursor), list(out)
+        return _reads.scan_keys(self._transport, self._layout, self.decode, self._report, pattern, batch_size, progress)
 
     def scan(
         self,
@@ -494,10 +407,10 @@ class Cluster(Reporting):
             raise TypeError(f"match must be str or bytes, not {type(match).__name__}")
         pattern = self._layout.scan_pattern(to_bytes(match) if match is not None else None, include_removed)
         masters = self._transport.topology.masters()
-        index, cursor = _position(position, len(masters))
+        index, cursor = _reads.scan_position(position, len(masters))
         shard = masters[index]
         try:
-            cursor, raw = self._scan_step(shard, cursor, pattern, batch_size)
+            cursor, raw = _reads.scan_step(self._transport, self._layout, shard, cursor, pattern, batch_size)
         except SHARD_ERRORS as exc:
             raise PartialScanError([ShardFailure(shard.name, exc, ())]) from exc
         keys: list[Blob] = [from_bytes(kb) for kb in raw] if self.decode else list(raw)
@@ -508,112 +421,8 @@ class Cluster(Reporting):
     def next_shard(self, position: str | None) -> str | None:
         """The :meth:`scan` position at the start of the shard after ``position``'s (None: none left)."""
         masters = len(self._transport.topology.masters())
-        index, _ = _position(position, masters)
+        index, _ = _reads.scan_position(position, masters)
         return f"{index + 1}:0" if index + 1 < masters else None
-
-    def records(self, keys: Iterable[Blob], *, strict: bool = True) -> ReadResult[Blob, list[Write]]:
-        """Every record each key holds: its members as :class:`Insert` (K+) and its tombstones as
-        :class:`Delete` (K-), highest score first. A key never written reads as ``[]``.
-
-        Reads each key whole (what a repair or a diff needs); for large sets prefer :meth:`select_range`.
-        """
-        started = time.perf_counter()
-        with self._reporting("records", started):
-            key_list = listed_keys(keys)
-            encoded = self._encoder.keys(key_list)
-            layout = self._layout
-            dec = from_bytes if self.decode else bytes
-
-            def parse(key: Blob, replies: list[Any]) -> list[Write]:
-                out: list[Write] = [Insert(key, s, dec(m)) for m, s in score_pairs(replies[0])]
-                out += [Delete(key, s, dec(m)) for m, s in score_pairs(replies[1])]
-                out.sort(key=lambda w: w.score, reverse=True)
-                return out
-
-            result = read(
-                self._transport,
-                key_list,
-                encoded,
-                lambda kb, _: [
-                    ("ZRANGE", layout.adds(kb), 0, -1, "WITHSCORES"),
-                    ("ZRANGE", layout.removes(kb), 0, -1, "WITHSCORES"),
-                ],
-                parse,
-            )
-        return self._finish("records", result, len(key_list), started, strict)
-
-    def floors_of(self, keys: Iterable[Blob], *, strict: bool = True) -> ReadResult[Blob, float | None]:
-        """Each key's floor (see :meth:`forget` and ``max_size``): writes at or below it are stale for
-        members without a record; None when the key has none."""
-        started = time.perf_counter()
-        with self._reporting("floors", started):
-            key_list = listed_keys(keys)
-            encoded = self._encoder.keys(key_list)
-            layout = self._layout
-            result = read(
-                self._transport,
-                key_list,
-                encoded,
-                lambda kb, _: [("GET", layout.floor(kb))],
-                lambda key, replies: None if replies[0] is None else float(replies[0]),
-            )
-        return self._finish("floors", result, len(key_list), started, strict)
-
-    def fingerprints(
-        self,
-        keys: Iterable[Blob],
-        *,
-        kind: Literal["records", "serialized", "exists"] = "records",
-        strict: bool = True,
-    ) -> ReadResult[Blob, bytes]:
-        """A short digest of every record each key holds, and of its floor (``b""`` for a key holding
-        neither).
-
-        ``kind="records"``: two servers whose fingerprints of a key are equal hold the same records and
-        floor for it (up to SHA-1 collisions); equal records give equal fingerprints on servers that print
-        scores alike (the same major version). ``kind="serialized"`` is about twice as cheap (a SHA-1 of
-        the sets' ``DUMP``): equal still means equal records, but equal records may differ (another
-        internal encoding or server version), so compare ``"records"`` fingerprints before concluding.
-        ``kind="exists"``: only whether each key holds members (``b"+"``), only tombstones (``b"1"``) or
-        nothing (``b""``). All ``b""`` for a key holding nothing. Computed server-side, many keys per
-        call, so comparing replicas moves a few bytes per key.
-        """
-        started = time.perf_counter()
-        with self._reporting("fingerprints", started):
-            key_list = listed_keys(keys)
-            encoded = self._encoder.keys(key_list)
-            groups: dict[int, dict[int, list[int]]] = {}
-            one_slot = self._transport.topology.single_slot_calls
-            slot = self._layout.slot
-            for pos, (shard_idx, kb) in enumerate(encoded):
-                group = slot(kb) if one_slot else 0
-                groups.setdefault(shard_idx, {}).setdefault(group, []).append(pos)
-            commands: dict[int, list[tuple[Any, ...]]] = {}
-            positions: dict[int, list[list[int]]] = {}
-            size, layout, sha = self.batch_size, self._layout, self._fingerprint_sha
-            if kind not in ("records", "serialized", "exists"):
-                raise ValueError(f"kind must be 'records', 'serialized' or 'exists', not {kind!r}")
-            mode = "fingerprint" if kind == "records" else kind
-            floors = self.floors  # without floors a key has no floor to read
-            stride = 3 if floors else 2
-            for shard_idx, by_group in groups.items():
-                for members in by_group.values():
-                    for lo in range(0, len(members), size):
-                        chunk = members[lo : lo + size]
-                        rkeys = [k for p in chunk for k in layout.script_keys(encoded[p][1], floors)]
-                        commands.setdefault(shard_idx, []).append(("EVALSHA", sha, len(rkeys), *rkeys, mode, stride))
-                        positions.setdefault(shard_idx, []).append(chunk)
-            outcome = self._transport.fanout(commands, self._transport.commands)
-            answers: list[Any] = [None] * len(key_list)
-            for shard_idx, res in outcome.items():
-                name = self._transport.topology.shards[shard_idx].name
-                replies = [res] * len(positions[shard_idx]) if isinstance(res, BaseException) else res
-                for chunk, reply in zip(positions[shard_idx], replies, strict=True):
-                    for j, p in enumerate(chunk):
-                        bad = isinstance(reply, BaseException)
-                        answers[p] = ShardFailure(name, reply, (p,)) if bad else to_bytes(reply[j])
-            result: ReadResult[Blob, bytes] = in_order(key_list, answers)
-        return self._finish("fingerprints", result, len(key_list), started, strict)
 
     def forget(self, keys: Iterable[Blob], up_to: float) -> int:
         """Retention: drop every record (inserts and tombstones) of ``keys`` with score <= ``up_to``.
@@ -640,113 +449,14 @@ class Cluster(Reporting):
                 lambda key, replies: int(replies[0]),
             )
         handled = [key in result for key in key_list]
-        failures = _merge_failures(result.errors.values())
+        failures = _reads.merge_failures(result.errors.values())
         self._report("forget", len(key_list), started, sum(handled), [f.shard for f in failures])
         if failures:
             raise PartialWriteError(WriteResult(handled, failures))
         return sum(result.values())
-
-    def stats(self, scan: bool = True) -> list[ShardStats]:
-        """One :class:`ShardStats` per master: Redis keys, this prefix's logical keys (a SCAN of every
-        shard unless ``scan`` is False), memory, whether the write script is loaded, server version.
-
-        A shard that fails is reported in its entry's ``error``, never raised.
-        """
-        write_sha = self._write_sha
-        layout = self._layout
-        pattern = layout.scan_pattern(None, include_removed=True)
-
-        def one(shard: Shard, _: None) -> ShardStats:
-            client = shard.client
-            server, memory = client.info("server"), client.info("memory")
-            keys = removed_only = None
-            if scan:
-                adds: set[bytes] = set()
-                removes: set[bytes] = set()
-                for raw in client.scan_iter(match=pattern, count=1000):
-                    parts = layout.logical(bytes(raw))
-                    if parts is not None:
-                        (adds if parts[1] == ADD else removes).add(parts[0])
-                keys, removed_only = len(adds), len(removes - adds)
-            version = server.get("valkey_version", server.get("redis_version"))
-            return ShardStats(
-                shard=shard.name,
-                dbsize=int(client.dbsize()),
-                keys=keys,
-                removed_only=removed_only,
-                used_memory=int(memory["used_memory"]),
-                used_memory_human=str(memory.get("used_memory_human", "")),
-                script_loaded=bool(client.script_exists(write_sha)[0]),
-                version=f"{server.get('server_name', 'redis')} {version}",
-            )
-
-        topology = self._transport.topology
-        masters = {topology.shards.index(s): None for s in topology.masters()}
-        outcome = self._transport.fanout(masters, one)
-        out = []
-        for idx, res in outcome.items():
-            name = topology.shards[idx].name
-            out.append(
-                ShardStats(name, error=f"{type(res).__name__}: {res}") if isinstance(res, BaseException) else res
-            )
-        return out
-
-    def ping(self) -> dict[str, BaseException | None]:
-        """Each master's name and its PING failure (None when it answered)."""
-        topology = self._transport.topology
-        masters = {topology.shards.index(s): None for s in topology.masters()}
-        outcome = self._transport.fanout(masters, lambda shard, _: shard.client.ping())
-        return {
-            topology.shards[idx].name: res if isinstance(res, BaseException) else None for idx, res in outcome.items()
-        }
-
-    def load_scripts(self) -> None:
-        """Load the scripts on every master now (they are otherwise loaded on first NOSCRIPT)."""
-        for shard in self._transport.topology.masters():
-            self._transport.load_scripts(shard)
 
     # -- plumbing -----------------------------------------------------------------------------------------
 
     def _pairs(self, key: Blob, pairs: list[tuple[bytes, float]]) -> list[KeyScoreMember]:
         dec = from_bytes if self.decode else bytes
         return [KeyScoreMember(key, score, dec(member)) for member, score in pairs]
-
-
-def _positive(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _key_members(items: Iterable[Any]) -> list[KeyMember]:
-    if isinstance(items, str | bytes):
-        raise TypeError("score() takes (key, member) pairs, not a single str or bytes")
-    out = []
-    for i, km in enumerate(items):
-        if type(km) is KeyMember:
-            out.append(km)
-            continue
-        try:
-            key, member = km
-        except (TypeError, ValueError):
-            raise InvalidTupleError(i, km, "expected a (key, member) pair") from None
-        out.append(KeyMember(key, member))
-    return out
-
-
-def _position(position: str | None, masters: int) -> tuple[int, int]:
-    """A :meth:`Cluster.scan` position as (master index, SCAN cursor); ValueError if it is not one."""
-    if position is None:
-        return 0, 0
-    index_text, sep, cursor_text = str(position).partition(":")
-    if sep and index_text.isdigit() and cursor_text.isdigit() and int(index_text) < masters:
-        return int(index_text), int(cursor_text)
-    raise ValueError(f"not a scan position of this cluster ({masters} masters): {position!r}")
-
-
-def _merge_failures(failures: Iterable[ShardFailure]) -> list[ShardFailure]:
-    """One ShardFailure per shard, holding every index its per-item failures named."""
-    merged: dict[str, tuple[BaseException, list[int]]] = {}
-    for f in failures:
-        merged.setdefault(f.shard, (f.error, []))[1].extend(f.indices)
-    return [ShardFailure(shard, error, tuple(sorted(idx))) for shard, (error, idx) in merged.items()]
