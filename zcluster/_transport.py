@@ -58,12 +58,14 @@ class Transport:
         self._pool_lock = threading.Lock()
 
     def close(self) -> None:
-        """Stop the worker threads and close every connection."""
+        """Close every connection, then stop the worker threads: a call still waiting on a reply (a hung
+        server) fails at once instead of holding the close up for its socket timeout."""
+        self.topology.close()
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
-        self.topology.close()
+        self.topology.close()  # what such a call may have reconnected meanwhile
 
     def fanout(self, work: dict[int, T], fn: Callable[[Shard, T], R]) -> dict[int, R | BaseException]:
         """Run ``fn(shard, work)`` for every shard, in parallel threads; shard errors become values."""
