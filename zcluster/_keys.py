@@ -4,7 +4,8 @@ A logical key K under namespace prefix P is stored as three Redis keys that shar
 
     {P K}+   the add set K+ (a sorted set)
     {P K}-   the remove set K- (a sorted set of tombstones)
-    {P K}~   the trim floor (a string; only with a size bound, only once trimming happened)
+    {P K}~   the floor (a string; only with floors, which a size bound implies, once something was
+             trimmed or forgotten: see Cluster.forget)
 
 Redis Cluster hashes the text between the first ``{`` and the first ``}`` after it. P is non-empty and has
 no braces, so that text is ``P`` followed by K up to its first ``}``: never empty, and the same for the
