@@ -32,8 +32,9 @@ if TYPE_CHECKING:
         ShardError,
         ZClusterError,
     )
-    from zcluster.instrumentation import OpEvent
+    from zcluster.instrumentation import Instrumentation, OpEvent
     from zcluster.types import (
+        Blob,
         Cursor,
         Delete,
         Durability,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
         ReadResult,
         ShardFailure,
         ShardStats,
+        Store,
+        Write,
         WriteResult,
     )
 
@@ -51,7 +54,7 @@ _WHERE = {
     "Cluster": "zcluster.cluster",
     "ClusterConfig": "zcluster.config",
     "connect": "zcluster.config",
-    "OpEvent": "zcluster.instrumentation",
+    **dict.fromkeys(["Instrumentation", "OpEvent"], "zcluster.instrumentation"),
     **dict.fromkeys(
         [
             "ConfigError",
@@ -69,6 +72,7 @@ _WHERE = {
     ),
     **dict.fromkeys(
         [
+            "Blob",
             "Cursor",
             "Delete",
             "Durability",
@@ -79,6 +83,8 @@ _WHERE = {
             "ReadResult",
             "ShardFailure",
             "ShardStats",
+            "Store",
+            "Write",
             "WriteResult",
         ],
         "zcluster.types",
@@ -86,6 +92,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "Blob",
     "Cluster",
     "ClusterConfig",
     "ConfigError",
@@ -95,6 +102,7 @@ __all__ = [
     "DurabilityError",
     "InconsistentDataError",
     "Insert",
+    "Instrumentation",
     "InvalidTupleError",
     "KeyMember",
     "KeyScoreMember",
@@ -108,6 +116,8 @@ __all__ = [
     "ShardError",
     "ShardFailure",
     "ShardStats",
+    "Store",
+    "Write",
     "WriteResult",
     "ZClusterError",
     "connect",
