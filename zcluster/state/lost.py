@@ -29,50 +29,10 @@ producer that never acknowledges again leaves it open until it is pruned (``prun
 
 from __future__ import annotations
 
-from zcluster.errors import ConfigError
 from zcluster.message.errors import OffsetOutOfRangeError
-from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore
+from zcluster.state.store import StateStore
 
-__all__ = ["audit_skip", "check_skip", "stays_before"]
-
-
-def check_skip(
-    state: StateStore, journals: object, journal: str, begin: int, end: int
-) -> tuple[JournalCheckpoint, str]:
-    """The checks of :meth:`StateStore.skip_lost`: the stored checkpoint and the journal's identity to bind
-    the moved checkpoint to; :class:`ConfigError` (nothing changed) when the skip is not allowed, and
-    :class:`zcluster.state.JournalMismatchError` when the checkpoint is of another journal of that name."""
-    app = state.app
-    lost_ranges = getattr(journals, "lost_ranges", None)
-    if lost_ranges is None:
-        raise ConfigError(
-            f"application {app}: the journal store {type(journals).__name__} keeps no lost ranges; nothing "
-            f"of journal {journal} can be skipped"
-        )
-    ranges = list(lost_ranges(journal))
-    if not any((r.begin, r.end) == (begin, end) for r in ranges):
-        known = ", ".join(f"{r.begin}..{r.end}" for r in ranges) or "none"
-        raise ConfigError(
-            f"application {app}: bytes {begin}..{end} are not a lost range of journal {journal} (its lost ranges: "
-            f"{known}); only exactly a reported lost range can be skipped. Nothing was changed"
-        )
-    held = state.load_journal(journal)
-    info = getattr(journals, "info", None)
-    current = info(journal).uid if info is not None else ""
-    if held.journal_id and current and held.journal_id != current:
-        raise JournalMismatchError(app, journal, held.offset, None, held.journal_id, current)
-    if held.offset < begin:
-        raise ConfigError(
-            f"application {app}: the checkpoint of journal {journal} is at offset {held.offset}, before the lost "
-            f"range {begin}..{end}: bytes {held.offset}..{begin} are not applied yet. Run the consumer first (it "
-            "applies everything up to the lost range and stops there), then skip it. Nothing was changed"
-        )
-    if held.offset >= end:
-        raise ConfigError(
-            f"application {app}: the checkpoint of journal {journal} is at offset {held.offset}, already past the "
-            f"lost range {begin}..{end}. Nothing was changed"
-        )
-    return held, held.journal_id or current
+__all__ = ["audit_skip", "stays_before"]
 
 
 def audit_skip(

@@ -242,9 +242,7 @@ class StateStore:
         checkpoint must lie at its begin (everything before it applied) or inside it. Anything else raises
         :class:`zcluster.ConfigError` and changes nothing. Producer states are kept as they are. Recorded
         in :meth:`audit` with ``reason``; returns the new checkpoint."""
-        from zcluster.state.lost import check_skip  # the checks live beside the applier's automatic skip
-
-        held, journal_id = check_skip(self, journals, journal, begin, end)
+        held, journal_id = _check_skip(self, journals, journal, begin, end)
         self.record_skip(journal, begin, end, held.offset, reason, by="operator", base=held.base, journal_id=journal_id)
         self.save_journal(journal, end, held.states, journal_id=journal_id, base=held.base)
         return JournalCheckpoint(end, held.states, journal_id, held.base)
@@ -306,3 +304,42 @@ class StateStore:
     def commit_batch(self, query_id: str, batch_id: int) -> bool:
         """Record batch ``batch_id`` of ``query_id`` as committed; False if it (or a later one) already was."""
         return self.cluster.insert([KeyScoreMember(f"{self.app}/progress", float(batch_id), query_id)]).applied[0]
+
+
+def _check_skip(
+    state: StateStore, journals: object, journal: str, begin: int, end: int
+) -> tuple[JournalCheckpoint, str]:
+    """The checks of :meth:`StateStore.skip_lost`: the stored checkpoint and the journal's identity to bind
+    the moved checkpoint to; :class:`ConfigError` (nothing changed) when the skip is not allowed, and
+    :class:`zcluster.state.JournalMismatchError` when the checkpoint is of another journal of that name."""
+    app = state.app
+    lost_ranges = getattr(journals, "lost_ranges", None)
+    if lost_ranges is None:
+        raise ConfigError(
+            f"application {app}: the journal store {type(journals).__name__} keeps no lost ranges; nothing "
+            f"of journal {journal} can be skipped"
+        )
+    ranges = list(lost_ranges(journal))
+    if not any((r.begin, r.end) == (begin, end) for r in ranges):
+        known = ", ".join(f"{r.begin}..{r.end}" for r in ranges) or "none"
+        raise ConfigError(
+            f"application {app}: bytes {begin}..{end} are not a lost range of journal {journal} (its lost ranges: "
+            f"{known}); only exactly a reported lost range can be skipped. Nothing was changed"
+        )
+    held = state.load_journal(journal)
+    info = getattr(journals, "info", None)
+    current = info(journal).uid if info is not None else ""
+    if held.journal_id and current and held.journal_id != current:
+        raise JournalMismatchError(app, journal, held.offset, None, held.journal_id, current)
+    if held.offset < begin:
+        raise ConfigError(
+            f"application {app}: the checkpoint of journal {journal} is at offset {held.offset}, before the lost "
+            f"range {begin}..{end}: bytes {held.offset}..{begin} are not applied yet. Run the consumer first (it "
+            "applies everything up to the lost range and stops there), then skip it. Nothing was changed"
+        )
+    if held.offset >= end:
+        raise ConfigError(
+            f"application {app}: the checkpoint of journal {journal} is at offset {held.offset}, already past the "
+            f"lost range {begin}..{end}. Nothing was changed"
+        )
+    return held, held.journal_id or current
