@@ -34,12 +34,19 @@ def test_each_batchs_figures_reach_the_querys_progress_and_listeners(
     create_journals(store, names)
     traffic = publish(store, Traffic(names), producers=3, messages=150, seed=11)
     prefix = f"sp{uuid.uuid4().hex[:8]}:"
+    from prometheus_client import CollectorRegistry
+
+    from zcluster.metrics import ApplierMetrics
+
+    registry = CollectorRegistry()
+    app = f"q{uuid.uuid4().hex[:8]}"
     sink = ZClusterSink(
         shards.urls,
         timeline_mapper,
-        f"q{uuid.uuid4().hex[:8]}",
+        app,
         journals=f"file://{tmp_path / 'journals'}",
         prefix=prefix,
+        metrics=ApplierMetrics(registry),
     )
     heard: list[Any] = []
     done = threading.Event()
@@ -80,6 +87,11 @@ def test_each_batchs_figures_reach_the_querys_progress_and_listeners(
     assert sum(f["delivered"] for f in observed) == traffic.committed
     assert sum(f["duplicates"] for f in observed) > 0 and sum(f["rollbacks"] for f in observed) > 0
     assert observed[0]["lag_bytes"] > 0 and observed[-1]["lag_bytes"] == 0  # the backlog, read down to nothing
+    # The driver's Prometheus metrics (ApplierMetrics) saw the same batches.
+    assert registry.get_sample_value("zcluster_applier_delivered_total", {"app": app}) == traffic.committed
+    assert registry.get_sample_value("zcluster_applier_batches_total", {"app": app}) == len(sink.history)
+    for journal, lag in batches[-1].lag.items():
+        assert registry.get_sample_value("zcluster_applier_lag_bytes", {"app": app, "journal": journal}) == lag
     listened = [f for f in map(figures, heard) if f is not None]
     assert [f["delivered"] for f in listened] == [f["delivered"] for f in observed]
 
