@@ -34,8 +34,7 @@ def test_each_batchs_figures_reach_the_querys_progress_and_listeners(
     create_journals(store, names)
     traffic = publish(store, Traffic(names), producers=3, messages=150, seed=11)
     prefix = f"sp{uuid.uuid4().hex[:8]}:"
-    from prometheus_client import CollectorRegistry
-
+    CollectorRegistry = pytest.importorskip("prometheus_client").CollectorRegistry
     from zcluster.metrics import ApplierMetrics
 
     registry = CollectorRegistry()
