@@ -5,7 +5,9 @@
 -- "0" declared keys, "1" declared keys with floors (always with a bound), "k" / "K" the same keys in ARGV
 -- instead (see below); then per group: [its keys, in "k"/"K" mode,] the tuple count c, and c pairs of
 -- score (a decimal the client printed exactly) and member, in the caller's order.
--- Returns a string with one character per tuple, in ARGV order: "1" took effect, "0" stale.
+-- Returns a string with one character per tuple, in ARGV order: "1" took effect, "0" stale; a call that
+-- stopped early ends with "|NOTLOCAL ..." (see below) or "|WRONGTYPE ..." (the next tuple's key is of another
+-- kind, see the end of this header) after the verdicts of the tuples it did.
 --
 -- "k"/"K" carry the keys of many slots of one Redis Cluster node in one call; no key is declared, and the
 -- client loads this script with the allow-cross-slot-keys flag for that. Redis refuses a command on a key
@@ -313,16 +315,18 @@ local function apply()
   end
 end
 
-if not inline then
-  apply()
-  return table.concat(out)
-end
 local done, err = pcall(apply)
 if done then return table.concat(out) end
 local text = err
 if type(err) == "table" then text = err.err end
+text = tostring(text)
 -- Redis says "Script attempted to access a non local key", Valkey "Attempted to access a non local key".
-if string.find(tostring(text), "non local key", 1, true) then
+if inline and string.find(text, "non local key", 1, true) then
   return table.concat(out) .. "|NOTLOCAL " .. text
 end
-return redis.error_reply(tostring(text))
+-- A key of another kind (an aggregate's hash where a 2P-set's sorted set belongs): the tuple the script
+-- stopped at changed nothing (see the header); the client refuses it and resends the rest.
+if string.find(text, "WRONGTYPE", 1, true) then
+  return table.concat(out) .. "|WRONGTYPE " .. text
+end
+return redis.error_reply(text)

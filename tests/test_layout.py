@@ -23,7 +23,8 @@ LAYERS = [
     ["zcluster.errors", "zcluster.types", "zcluster.instrumentation", "zcluster._lazy", "zcluster._reporting"],
     ["zcluster.message"],
     ["zcluster._keys", "zcluster._urls", "zcluster._scripts", "zcluster._topology", "zcluster._encode"],
-    ["zcluster._transport", "zcluster._follow", "zcluster._writes"],
+    ["zcluster._transport", "zcluster._follow", "zcluster._writes", "zcluster._reads"],
+    ["zcluster._inspect", "zcluster._aggregates"],
     ["zcluster.cluster", "zcluster.metrics"],
     ["zcluster.config"],
     ["zcluster.farm"],
@@ -153,6 +154,77 @@ def test_modules_over_400_lines_say_why() -> None:
     assert long == []
 
 
+def test_at_most_two_modules_pass_500_lines_and_none_700() -> None:
+    sizes = {m: _source(m).read_text().count("\n") for m in _modules()}
+    over = sorted(m for m, n in sizes.items() if n > 500)
+    assert len(over) <= 2, over
+    assert [m for m in over if sizes[m] > 700] == []
+
+
+def _runtime_imports(module: str) -> set[str]:
+    """The zcluster modules ``module`` imports outside ``if TYPE_CHECKING:`` blocks (lazy tables excluded)."""
+    tree = ast.parse(_source(module).read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for child in node.body for n in ast.walk(child)}
+    known = set(_modules())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("zcluster") and not node.level:
+            out |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known}
+            if node.module in known:
+                out.add(node.module)
+    return out - {module, "zcluster"}
+
+
+def test_no_import_circles_between_modules() -> None:
+    graph = {m: {t for t in _runtime_imports(m) if not m.startswith(t + ".")} for m in _modules()}
+    circles = []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    circles.append(" -> ".join([*path, nxt]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert circles == []
+
+
+def _package(module: str) -> str:
+    return module if _source(module).name == "__init__.py" else module.rpartition(".")[0]
+
+
+def test_nothing_imports_a_private_name_of_another_package() -> None:
+    """A private module of a subpackage (``zcluster/farm/_merge.py``) or a private name defined in a module
+    is used only inside its own package; the core's private modules (``zcluster._*``) are the internals the
+    layers share."""
+    bad = []
+    for module in _modules():
+        tree = ast.parse(_source(module).read_text())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("zcluster.")):
+                continue
+            target = node.module
+            owner = (
+                target
+                if target in set(_modules()) and _source(target).name == "__init__.py"
+                else target.rpartition(".")[0]
+            )
+            private_module = any(part.startswith("_") for part in target.split(".")[2:])
+            names = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if (private_module or names) and owner != "zcluster" and not _package(module).startswith(owner):
+                bad.append(f"{module}: from {target} import {', '.join(a.name for a in node.names)}")
+    assert bad == []
+
+
 @pytest.mark.parametrize(
     "package", ["zcluster", "zcluster.journal", "zcluster.message", "zcluster.state", "zcluster.farm"]
 )
@@ -190,4 +262,3 @@ def test_the_state_layer_loads_no_farm() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-

@@ -52,6 +52,11 @@ def forget_script() -> Script:
     return load("forget")
 
 
+def incr_script() -> Script:
+    """The fenced increments script behind :meth:`zcluster.Cluster.increment`."""
+    return load("incr")
+
+
 def fingerprint_script() -> Script:
     """The read-only script behind :meth:`zcluster.Cluster.fingerprints`."""
     return load("fingerprint")

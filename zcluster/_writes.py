@@ -20,7 +20,7 @@ from zcluster._encode import DELETE, INSERT, Encoder
 from zcluster._scripts import Script
 from zcluster._topology import Shard, StandaloneTopology
 from zcluster._transport import SharedCommands, Transport
-from zcluster.errors import InvalidTupleError, ShardError
+from zcluster.errors import InvalidTupleError, ShardError, WriteRefusedError
 from zcluster.types import Delete, Durability, Insert, ShardFailure, WriteResult
 
 Ops = list[tuple[bytes, Sequence[Any], list[int] | None]]
@@ -131,9 +131,10 @@ class WritePlan:
         """Send ``prepared`` (the packed ``ops``) and read the replies into a WriteResult (reported)."""
         applied = [False] * n
         failures: list[ShardFailure] = []
+        refused: dict[int, str] = {}
         try:
             outcome = self.transport.fanout(prepared.commands, self.writer)
-            resend = self._collect(prepared, outcome, applied, failures, can_resend=True)
+            resend = self._collect(prepared, outcome, applied, failures, can_resend=True, refused=refused)
             if resend:
                 # Tuples a node call did not get to (a key the node does not serve: a stale slot map or a
                 # slot mid-migration; or a server without the node script): a slot per call, where MOVED
@@ -144,10 +145,12 @@ class WritePlan:
                     failures.append(ShardFailure("routing", exc, tuple(sorted(resend))))
                 else:
                     outcome = self.transport.fanout(again.commands, self.writer)
-                    self._collect(again, outcome, applied, failures, can_resend=False)
+                    self._collect(again, outcome, applied, failures, can_resend=False, refused=refused)
         except BaseException as exc:
             self.report(name, n, started, error=exc)
             raise
+        if refused:
+            failures.append(refusal(refused, ops, n, applied, failures))
         result = WriteResult(applied, failures)
         self.report(name, n, started, result.applied_count, [f.shard for f in failures])
         return result
@@ -159,9 +162,10 @@ class WritePlan:
         applied: list[bool],
         failures: list[ShardFailure],
         can_resend: bool,
+        refused: dict[int, str],
     ) -> set[int]:
-        """Fold one round of replies into ``applied`` and ``failures``; with ``can_resend``, returns the
-        indices of the tuples node calls did not get to, to resend one slot per call instead of failing."""
+        """Fold one round of replies into ``applied``, ``failures`` and ``refused`` (index -> why); with
+        ``can_resend``, returns the indices of the tuples calls did not get to, to resend one slot per call."""
         resend: set[int] = set()
         for shard_idx, res in outcome.items():
             shard = self.transport.topology.shards[shard_idx].name
@@ -180,7 +184,16 @@ class WritePlan:
                     first_error = first_error or reply
                     continue
                 cut = reply.find(b"|")
-                if cut >= 0:  # a node call stopped at a key its node does not serve (see lua/write.lua)
+                if cut >= 0 and reply.startswith(b"|WRONGTYPE", cut):  # a key of another kind (an aggregate)
+                    refused[indices[cut]] = "its key is an aggregate (sums or counters) key, not a 2P-set"
+                    rest = indices[cut + 1 :]
+                    if can_resend:
+                        resend.update(rest)
+                    else:
+                        bad.extend(rest)
+                        first_error = first_error or ResponseError("not sent: its call stopped at a refused write")
+                    indices, reply = indices[:cut], reply[:cut]
+                elif cut >= 0:  # a node call stopped at a key its node does not serve (see lua/write.lua)
                     rest = indices[cut:]
                     if can_resend:
                         resend.update(rest)
@@ -197,6 +210,37 @@ class WritePlan:
 
 class _Planned(Protocol):
     _plan: WritePlan
+
+
+REFUSED = "refused"
+"""The ``shard`` of the :class:`ShardFailure` that lists the writes a server refused for good (its error is a
+:class:`WriteRefusedError`): not a shard's failure, and resending them cannot help."""
+
+
+def refusal(
+    refused: dict[int, str], ops: Ops, n: int, applied: list[bool], failures: list[ShardFailure]
+) -> ShardFailure:
+    """The failure listing ``refused`` (index -> why), its error naming the first of them."""
+    first = min(refused)
+    value = next(
+        (
+            items[j]
+            for _, items, indices in ops
+            for j in range(len(items))
+            if (j if indices is None else indices[j]) == first
+        ),
+        None,
+    )
+    error = WriteRefusedError(first, value, refused[first], dict(refused), WriteResult(list(applied), list(failures)))
+    return ShardFailure(REFUSED, error, tuple(sorted(refused)))
+
+
+def refused_error(result: WriteResult) -> WriteRefusedError | None:
+    """The :class:`WriteRefusedError` of ``result``, if the servers refused some of its writes."""
+    for f in result.failures:
+        if f.shard == REFUSED and isinstance(f.error, WriteRefusedError):
+            return f.error
+    return None
 
 
 def plan_of(cluster: _Planned) -> WritePlan:

@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from zcluster import _encode, _reads, _writes
+from zcluster._aggregates import Aggregates, IncrementPlan
 from zcluster._encode import Encoder, blob, check_limit, listed_keys, positive, score_pairs
 from zcluster._inspect import Inspection
 from zcluster._keys import KeyLayout
-from zcluster._scripts import fingerprint_script, forget_script, node_write_script, write_script
+from zcluster._scripts import fingerprint_script, forget_script, incr_script, node_write_script, write_script
 from zcluster._topology import FAILOVER_TIMEOUT, ClusterTopology, Routing, StandaloneTopology, Topology
 from zcluster._transport import SHARD_ERRORS, Transport, read, read_each
 from zcluster.errors import (
@@ -50,7 +51,7 @@ from zcluster.types import (
 __all__ = ["Cluster"]
 
 
-class Cluster(Inspection):
+class Cluster(Inspection, Aggregates):
     """CRDT sorted sets (a last-writer-wins 2P-set) over standalone Redis shards or a Redis Cluster.
 
     Semantics, per logical set K and member m (``docs/architecture.md`` has the full contract):
@@ -99,7 +100,7 @@ class Cluster(Inspection):
         instrumentation: Instrumentation = nop,
         durability: Durability | None = None,
     ) -> None:
-        scripts = (write_script(), forget_script(), fingerprint_script(), node_write_script())
+        scripts = (write_script(), forget_script(), fingerprint_script(), node_write_script(), incr_script())
         transport = Transport(topology, scripts, positive(pipeline_calls, "pipeline_calls"))
         self._setup(
             transport, True, max_size, floors, prefix, batch_size, decode, instrumentation, durability=durability
@@ -133,8 +134,9 @@ class Cluster(Inspection):
         self.instrumentation = instrumentation
         self.durability = durability
         self._encoder = Encoder(self._layout, transport.topology, self.floors, batch_size)
-        write, forget, fingerprint, node = transport.scripts
+        write, forget, fingerprint, node, incr = transport.scripts
         self._plan = _writes.WritePlan(transport, self._encoder, write, node, max_size, durability, self._report)
+        self._increments = IncrementPlan(transport, self._encoder, incr, durability)
         self._write_sha, self._forget_sha, self._fingerprint_sha = write.sha, forget.sha, fingerprint.sha
 
     # -- construction -------------------------------------------------------------------------------------
@@ -271,6 +273,8 @@ class Cluster(Inspection):
 
     def _write(self, name: str, ops: _writes.Ops, n: int, raise_on_error: bool) -> WriteResult:
         result = self._plan.write(name, ops, n)
+        if raise_on_error and (refused := _writes.refused_error(result)) is not None:
+            raise refused
         return result.raise_for_failures() if raise_on_error else result
 
     # -- reads --------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ drawing is true::
     ├── RedirectLoopError            a Redis Cluster kept redirecting one command (a shard's failure)
     ├── DurabilityError              replicas or the AOF did not confirm a shard's writes in time
     ├── InconsistentDataError        the server holds what the 2P-set layout forbids (a foreign write)
+    ├── WriteRefusedError            (ValueError) a write to a key of another kind, or an overflowing total
     ├── ReplicaLate                  (TimeoutError) zcluster.farm._replicas: a farm call returned without it
     ├── ReplicaBusy                  (TimeoutError) zcluster.farm._replicas: not called, its late calls pile up
     ├── MessageError                 zcluster.message.errors: the message layer's root
@@ -188,6 +189,19 @@ class DurabilityError(ZClusterError):
 
 class InconsistentDataError(ZClusterError):
     """The servers hold what the 2P-set layout forbids (a member both in K+ and K-): a foreign write."""
+
+
+class WriteRefusedError(ZClusterError, ValueError):
+    """The server refused write ``index`` of a call for good (resending cannot help): a write to a key of
+    another kind (an :class:`zcluster.Incr` to a 2P-set key, an Insert to a sums key, a Count to a sums
+    key, ...), or an increment whose total would overflow (counters) or stop being a number (sums). Nothing
+    of that write was applied. ``refused`` lists every refused index of the call with its reason; ``result``
+    (a :class:`zcluster.WriteResult`) says what the rest of the call did."""
+
+    def __init__(self, index: int, value: object, reason: str, refused: dict[int, str], result: WriteResult) -> None:
+        self.index, self.value, self.reason, self.refused, self.result = index, value, reason, refused, result
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        super().__init__(f"write #{index} {_short(value)} refused: {reason}{more}; nothing of it was applied")
 
 
 class ServerNotFound(ZClusterError):

@@ -51,6 +51,35 @@ Write = Insert | Delete
 where an :class:`Insert` is accepted)."""
 
 
+class Incr(NamedTuple):
+    """Add ``delta`` to ``member``'s total in the sums key ``key`` (a leaderboard, a sum per member): the
+    totals are the scores of a sorted set, so :meth:`zcluster.Cluster.select` reads them highest first.
+
+    Totals are doubles: sums of integers are exact while every total stays within 2**53 in magnitude; past
+    that, and for fractional deltas, each addition rounds as IEEE-754 addition does (a replay never adds
+    twice, so the rounding is the same on every replica and every run). A total that would stop being a
+    number (infinity minus infinity) is refused. Applied once per position: see
+    :meth:`zcluster.Cluster.increment`."""
+
+    key: Blob
+    member: Blob
+    delta: float
+
+
+class Count(NamedTuple):
+    """Add the integer ``delta`` to counter ``field`` of the counters key ``key`` (exact int64 totals, kept
+    in a hash). A total that would leave the int64 range is refused, never wrapped. Applied once per
+    position: see :meth:`zcluster.Cluster.increment`."""
+
+    key: Blob
+    field: Blob
+    delta: int
+
+
+Increment = Incr | Count
+"""An aggregate write: not idempotent by itself, applied exactly once by its fence (source, position)."""
+
+
 class KeyMember(NamedTuple):
     """A member of a logical set, as asked about by :meth:`zcluster.Cluster.score`."""
 

@@ -1,0 +1,91 @@
+-- zcluster fenced increments: sums (a sorted set of totals) and exact counters (a hash of int64 totals),
+-- each applied once per (key, source, position) however often it is sent.
+--
+-- KEYS, per group: K+ (the totals) and K- (the key's fences: a hash, source -> the position of the last
+-- increment applied from that source). A key whose K- is a hash is an aggregate key; a 2P-set key has a
+-- sorted set (or nothing) there, and the 2P-set write script reads K- before it writes, so each kind refuses
+-- the other's writes (WRONGTYPE) before touching anything.
+-- ARGV[1] = "s" (sums: K+ is a sorted set, member -> total, deltas are doubles) or "c" (counters: K+ is a
+-- hash, field -> total, deltas are integers); ARGV[2] = seconds to live set on both keys when this call
+-- creates them ("0": none); then per group: the source, the increment count n, and n quintuples:
+-- position (three non-negative integers c, m, j below 2^53, compared in that order), member, delta.
+-- Within a group positions must increase (the client sends a source's increments of a key in order).
+--
+-- Returns one character per increment, in ARGV order: "1" applied, "0" at or below the source's fence
+-- (applied before: a resend, a replay, a zombie), "k" the key is of another kind (nothing of its group
+-- applied), "o" the total would overflow (counters) or stop being a number (sums): not applied, and
+-- "s" after an "o" of its group: not sent to the server's totals, so that no later increment of a source
+-- is ever applied before an earlier one. The fence always ends at the last increment applied.
+local sums = ARGV[1] == "s"
+local ttl = tonumber(ARGV[2])
+local out = {}
+
+local function fence_of(fences, source)
+  local f = redis.call("HGET", fences, source)
+  if not f then return -1, -1, -1 end
+  local c, m, j = string.match(f, "^(%d+):(%d+):(%d+)$")
+  return tonumber(c), tonumber(m), tonumber(j)
+end
+
+-- The kind of a key: "new", "mine" (an aggregate of this call's kind) or "other".
+local function kind(totals, fences)
+  local t = redis.call("TYPE", fences)["ok"]
+  local want = "hash"
+  if sums then want = "zset" end
+  if t == "none" then
+    if redis.call("EXISTS", totals) == 1 then return "other" end
+    return "new"
+  end
+  if t ~= "hash" then return "other" end
+  local tt = redis.call("TYPE", totals)["ok"]
+  if tt ~= "none" and tt ~= want then return "other" end
+  return "mine"
+end
+
+local pos, g = 3, 0
+while pos <= #ARGV do
+  local totals, fences = KEYS[2 * g + 1], KEYS[2 * g + 2]
+  local source, n = ARGV[pos], tonumber(ARGV[pos + 1])
+  local first, last = pos + 2, pos + 1 + 5 * n
+  local k = kind(totals, fences)
+  if k == "other" then
+    for _ = 1, n do out[#out + 1] = "k" end
+  else
+    local fc, fm, fj = fence_of(fences, source)
+    local moved, failed = false, false
+    for i = first, last, 5 do
+      if failed then
+        out[#out + 1] = "s"
+      else
+        local c, m, j = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+        if c < fc or (c == fc and (m < fm or (m == fm and j <= fj))) then
+          out[#out + 1] = "0"
+        else
+          local r
+          if sums then
+            r = redis.pcall("ZINCRBY", totals, ARGV[i + 4], ARGV[i + 3])
+          else
+            r = redis.pcall("HINCRBY", totals, ARGV[i + 3], ARGV[i + 4])
+          end
+          if type(r) == "table" and r.err then
+            out[#out + 1] = "o"
+            failed = true
+          else
+            out[#out + 1] = "1"
+            fc, fm, fj, moved = c, m, j, true
+          end
+        end
+      end
+    end
+    if moved then
+      redis.call("HSET", fences, source, string.format("%d:%d:%d", fc, fm, fj))
+      if k == "new" and ttl > 0 then
+        redis.call("EXPIRE", totals, ttl)
+        redis.call("EXPIRE", fences, ttl)
+      end
+    end
+  end
+  pos = last + 1
+  g = g + 1
+end
+return table.concat(out)

@@ -1,0 +1,287 @@
+"""Fenced increments (:class:`zcluster.Incr`, :class:`zcluster.Count`): validated, packed into calls of
+``lua/incr.lua`` per shard (per slot on a Redis Cluster), sent in rounds, their verdicts read back.
+
+Exactly once, per (key, source): the script applies an increment only if its position is above the key's
+fence for that source and moves the fence in the same call, so a resend, a replay or a zombie changes
+nothing. Positions are (c, m, j) triples. Two rules keep the fence from skipping anything:
+
+* a call's increments of one key keep the caller's order, and a key's increments beyond ``batch_size``
+  go in later rounds, each sent only once the one before it was confirmed;
+* a key whose call failed (or whose total was refused) gets none of its later increments sent in this
+  call: they are reported unconfirmed, so the caller resends them, in order, after the failed ones.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from zcluster._encode import Encoder, blob, listed_keys, positive
+from zcluster._reporting import Reporting
+from zcluster._scripts import Script
+from zcluster._transport import Transport, read
+from zcluster._writes import refusal, refused_error
+from zcluster.errors import ConfigError, InvalidTupleError
+from zcluster.types import Blob, Count, Durability, Incr, ReadResult, ShardFailure, WriteResult, from_bytes
+
+Position = int | tuple[int, int] | tuple[int, int, int]
+"""Where an increment comes from in its source: an offset, (offset, offset) or a full (c, m, j) triple."""
+
+MAX_POSITION = 1 << 53  # positions travel as Lua numbers (doubles)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+_REASONS = {
+    ord("k"): "its key is of another kind (a 2P-set, or the other kind of aggregate)",
+    ord("o"): "its total would leave the int64 range (counters) or stop being a number (sums)",
+    ord("s"): "an earlier increment of its key and source in the call was refused",
+}
+
+
+def triples(items: Sequence[tuple[Position, Any]]) -> list[tuple[int, int, int]]:
+    """Each item's position as a (c, m, j) triple: a shorter position gets j = its index among the
+    consecutive items with that same position. Positions must not decrease (InvalidTupleError)."""
+    out: list[tuple[int, int, int]] = []
+    last: tuple[int, int, int] = (-1, -1, -1)
+    run_of: tuple[int, int] | None = None
+    j = 0
+    for i, (position, item) in enumerate(items):
+        parts = (position,) if isinstance(position, int) else tuple(position)
+        if not 1 <= len(parts) <= 3 or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p < MAX_POSITION for p in parts
+        ):
+            raise InvalidTupleError(i, item, f"position {position!r} must be 1 to 3 ints in [0, 2**53)")
+        if len(parts) == 3:
+            triple = (parts[0], parts[1], parts[2])
+            run_of = None
+        else:
+            head = (parts[0], parts[1] if len(parts) == 2 else 0)
+            j = j + 1 if head == run_of else 0
+            run_of = head
+            triple = (head[0], head[1], j)
+        if triple < last:
+            raise InvalidTupleError(i, item, f"position {triple} is below the one before it ({last})")
+        last = triple
+        out.append(triple)
+    return out
+
+
+class _Call:
+    """One script call: its kind, the caller's indices in ARGV order, KEYS, ARGV and the keys it holds.
+    A key's chunk is never split across calls."""
+
+    __slots__ = ("argv", "group", "indices", "kind", "owners", "rkeys")
+
+    def __init__(self, kind: bytes, group: int) -> None:
+        self.kind, self.group = kind, group  # group: the slot on a Redis Cluster (one slot per call), else -1
+        self.indices: list[int] = []
+        self.rkeys: list[bytes] = []
+        self.argv: list[Any] = []
+        self.owners: list[tuple[bytes, bytes]] = []
+
+
+Entry = tuple[int, tuple[int, int, int], bytes, str]  # caller index, position, member or field, delta text
+
+
+class IncrementPlan:
+    """Sends one Cluster's increments (its layout, routing, batch size, durability)."""
+
+    def __init__(self, transport: Transport, encoder: Encoder, script: Script, durability: Durability | None) -> None:
+        self.transport, self.encoder, self.sha, self.durability = transport, encoder, script.sha, durability
+
+    def send(
+        self, source: bytes, items: Sequence[tuple[Position, Any]], ttl: int
+    ) -> tuple[list[bool], list[ShardFailure], dict[int, str]]:
+        """Apply ``items`` ((position, Incr or Count) pairs) for ``source``: which were applied, the failures
+        (unconfirmed: resend them), and the refused ones (index -> why; resending cannot help)."""
+        keys = _keyed(items, triples(items))
+        applied = [False] * len(items)
+        failures: list[ShardFailure] = []
+        refused: dict[int, str] = {}
+        size = self.encoder.batch_size
+        # Each key's increments in chunks of `size`; chunk r of every key goes in round r.
+        chunks = {k: [entries[lo : lo + size] for lo in range(0, len(entries), size)] for k, entries in keys.items()}
+        stopped: dict[tuple[bytes, bytes], ShardFailure | None] = {}  # None: refused; else why it was not sent
+        for rnd in range(max((len(c) for c in chunks.values()), default=0)):
+            calls: dict[int, list[_Call]] = {}
+            filling: dict[tuple[int, int, bytes], _Call] = {}
+            for owner, parts in chunks.items():
+                if rnd >= len(parts):
+                    continue
+                entry = parts[rnd]
+                if owner in stopped:  # an earlier increment of the key is unconfirmed or refused: not sent
+                    why = stopped[owner]
+                    if why is None:
+                        refused.update((e[0], _REASONS[ord("s")]) for e in entry)
+                    else:
+                        failures.append(ShardFailure(why.shard, why.error, tuple(e[0] for e in entry)))
+                    continue
+                call = self._call_for(calls, filling, owner, len(entry))
+                call.indices.extend(e[0] for e in entry)
+                call.rkeys.extend(self.encoder.layout.script_keys(owner[1], False))
+                call.argv.extend((source, len(entry)))
+                for _, (c, m, j), member, delta in entry:
+                    call.argv.extend((c, m, j, member, delta))
+                call.owners.append(owner)
+            outcome = self.transport.fanout(
+                {
+                    s: [("EVALSHA", self.sha, len(c.rkeys), *c.rkeys, c.kind, ttl, *c.argv) for c in cs]
+                    for s, cs in calls.items()
+                },
+                lambda shard, commands: self.transport.writes(shard, commands, self.durability),
+            )
+            for shard_idx, res in outcome.items():
+                name = self.transport.topology.shards[shard_idx].name
+                for k, call in enumerate(calls[shard_idx]):
+                    reply = res if isinstance(res, BaseException) else res[k]
+                    if isinstance(reply, BaseException):
+                        failure = ShardFailure(name, reply, tuple(call.indices))
+                        failures.append(failure)
+                        stopped.update(dict.fromkeys(call.owners, failure))
+                        continue
+                    for i, verdict in zip(call.indices, reply, strict=True):
+                        if verdict == 49:  # "1"
+                            applied[i] = True
+                        elif verdict != 48:  # not "0" (at or below the fence: applied before)
+                            refused[i] = _REASONS[verdict]
+                    for owner in call.owners:
+                        if any(e[0] in refused for e in chunks[owner][rnd]):
+                            stopped[owner] = None
+        return applied, failures, refused
+
+    def _call_for(
+        self,
+        calls: dict[int, list[_Call]],
+        filling: dict[tuple[int, int, bytes], _Call],
+        owner: tuple[bytes, bytes],
+        count: int,
+    ) -> _Call:
+        """The call of ``owner``'s shard (and slot, on a Redis Cluster) and kind with room for ``count`` more."""
+        kind, kb = owner
+        layout, topo = self.encoder.layout, self.encoder.topology
+        slot = layout.slot(kb)
+        shard = topo.shard_of(kb, slot)
+        at = (shard, slot if topo.single_slot_calls else -1, kind)
+        call = filling.get(at)
+        if call is None or len(call.indices) + count > self.encoder.batch_size:
+            call = filling[at] = _Call(kind, at[1])
+            calls.setdefault(shard, []).append(call)
+        return call
+
+
+def _keyed(
+    items: Sequence[tuple[Position, Any]], positions: list[tuple[int, int, int]]
+) -> dict[tuple[bytes, bytes], list[Entry]]:
+    """Validate every increment and group them by (kind, key), in the caller's order."""
+    keys: dict[tuple[bytes, bytes], list[Entry]] = {}
+    for i, ((_, item), position) in enumerate(zip(items, positions, strict=True)):
+        if isinstance(item, Incr):
+            kind, delta = b"s", _sum_delta(i, item)
+        elif isinstance(item, Count):
+            kind, delta = b"c", _count_delta(i, item)
+        else:
+            raise InvalidTupleError(i, item, "expected an Incr or a Count")
+        kb = blob(item.key, i, item, "key")
+        if not kb:
+            raise InvalidTupleError(i, item, "key must not be empty")
+        member = blob(item[1], i, item, "member" if kind == b"s" else "field")
+        keys.setdefault((kind, kb), []).append((i, position, member, delta))
+    return keys
+
+
+def _sum_delta(i: int, item: Incr) -> str:
+    d = item.delta
+    if isinstance(d, bool) or not isinstance(d, int | float):
+        raise InvalidTupleError(i, item, f"delta must be int or float, not {type(d).__name__}")
+    if isinstance(d, float) and not math.isfinite(d):
+        raise InvalidTupleError(i, item, f"delta must be a finite number, got {d!r}")
+    f = float(d)
+    if f != d:
+        raise InvalidTupleError(i, item, f"integer delta {d} is not exact as a double (|x| > 2**53)")
+    return repr(f)
+
+
+def _count_delta(i: int, item: Count) -> str:
+    d = item.delta
+    if isinstance(d, bool) or not isinstance(d, int):
+        raise InvalidTupleError(i, item, f"a Count's delta must be an int, not {type(d).__name__}")
+    if not INT64[0] <= d <= INT64[1]:
+        raise InvalidTupleError(i, item, f"delta {d} is outside the int64 range")
+    return str(d)
+
+
+class Aggregates(Reporting):
+    """The aggregate part of :class:`zcluster.Cluster`'s API: fenced increments and counter reads. A mixin:
+    the Cluster holds the connections and the layout."""
+
+    _increments: IncrementPlan
+    _transport: Transport
+    _encoder: Encoder
+    decode: bool
+
+    def increment(
+        self,
+        source: str,
+        items: Iterable[tuple[Position, Incr | Count]],
+        *,
+        ttl: int | None = None,
+        raise_on_error: bool = True,
+    ) -> WriteResult:
+        """Apply ``items``, (position, :class:`Incr` or :class:`Count`) pairs from ``source``, each at most once.
+
+        ``source`` names the stream the increments come from (a journal, a Kafka topic-partition, any
+        sequence the caller owns; up to 1 KB, no ``|``); a position is where an increment sits in it: an
+        offset, an (offset, offset) pair, or a full (c, m, j) triple of non-negative ints below 2**53. Shorter
+        positions get j = the index among the consecutive items with that same position, so keep a
+        position's increments in one call, in a fixed order. Positions must not decrease within a call.
+
+        Guarantees: per (key, source) the server keeps the position of the last increment applied (the
+        key's fence) and applies an increment only above it, in the same script call; so sending the same
+        items again (a retry, a replayed batch, a zombie) changes nothing, and ``applied[i]`` is False for
+        an increment found at or below the fence. Within a call a key's increments go in order, and once
+        one of them is unconfirmed (its shard failed) or refused, none after it is sent: resend the
+        unconfirmed ones, in order, before anything later of that source. Increments of different sources
+        never fence each other. ``ttl`` (seconds) is set on a key when this call creates it, not refreshed
+        (per-hour or per-day keys expire on their own; a replay after a key expired counts again).
+
+        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item or a decreasing position;
+        :class:`WriteRefusedError` for a key of another kind or a total that would overflow (nothing of that
+        increment applied; the error's ``result`` says what the rest did); :class:`PartialWriteError` for a
+        failed shard (resending is safe). With ``raise_on_error=False`` both are in the result's ``failures``.
+        """
+        started = time.perf_counter()
+        items = items if isinstance(items, list | tuple) else list(items)
+        with self._reporting("increment", started):
+            src = blob(source, 0, source, "source")
+            if not src or len(src) > 1024 or b"|" in src:
+                raise ConfigError(f"source {source!r} must be 1 to 1024 bytes without '|'")
+            if ttl is not None:
+                positive(ttl, "ttl")
+            applied, failures, refused = self._increments.send(src, items, ttl or 0)
+        if refused:
+            failures.append(refusal(refused, [(b"", [item for _, item in items], None)], len(items), applied, failures))
+        result = WriteResult(applied, failures)
+        self._report("increment", len(items), started, result.applied_count, [f.shard for f in failures])
+        if raise_on_error:
+            if (error := refused_error(result)) is not None:
+                raise error
+            result.raise_for_failures()
+        return result
+
+    def counters(self, keys: Iterable[Blob], *, strict: bool = True) -> ReadResult[Blob, dict[Blob, int]]:
+        """Every counter of each counters key (:class:`Count`), field -> total; ``{}`` for a key never
+        incremented. Sums keys (:class:`Incr`) are read with :meth:`select` (totals highest first) and
+        :meth:`score`'s presence of a member."""
+        started = time.perf_counter()
+        with self._reporting("counters", started):
+            key_list = listed_keys(keys)
+            encoded = self._encoder.keys(key_list)
+            adds, dec = self._encoder.layout.adds, from_bytes if self.decode else bytes
+            result = read(
+                self._transport,
+                key_list,
+                encoded,
+                lambda kb, _: [("HGETALL", adds(kb))],
+                lambda key, replies: {dec(f): int(v) for f, v in replies[0].items()},
+            )
+        return self._finish("counters", result, len(key_list), started, strict)
