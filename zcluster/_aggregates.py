@@ -22,7 +22,7 @@ from zcluster._encode import Encoder, blob, listed_keys, positive
 from zcluster._reporting import Reporting
 from zcluster._scripts import Script
 from zcluster._transport import Transport, read
-from zcluster._writes import refusal, refused_error
+from zcluster._writes import refusal
 from zcluster.errors import ConfigError, InvalidTupleError
 from zcluster.types import Blob, Count, Durability, Incr, ReadResult, ShardFailure, WriteResult, from_bytes
 
@@ -263,8 +263,8 @@ class Aggregates(Reporting):
         result = WriteResult(applied, failures)
         self._report("increment", len(items), started, result.applied_count, [f.shard for f in failures])
         if raise_on_error:
-            if (error := refused_error(result)) is not None:
-                raise error
+            if result.refused is not None:
+                raise result.refused
             result.raise_for_failures()
         return result
 

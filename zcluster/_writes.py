@@ -235,14 +235,6 @@ def refusal(
     return ShardFailure(REFUSED, error, tuple(sorted(refused)))
 
 
-def refused_error(result: WriteResult) -> WriteRefusedError | None:
-    """The :class:`WriteRefusedError` of ``result``, if the servers refused some of its writes."""
-    for f in result.failures:
-        if f.shard == REFUSED and isinstance(f.error, WriteRefusedError):
-            return f.error
-    return None
-
-
 def plan_of(cluster: _Planned) -> WritePlan:
     """The write plan of a :class:`zcluster.Cluster` (what a Farm prepares and sends its replicas' writes
     through)."""

@@ -273,8 +273,8 @@ class Cluster(Inspection, Aggregates):
 
     def _write(self, name: str, ops: _writes.Ops, n: int, raise_on_error: bool) -> WriteResult:
         result = self._plan.write(name, ops, n)
-        if raise_on_error and (refused := _writes.refused_error(result)) is not None:
-            raise refused
+        if raise_on_error and result.refused is not None:
+            raise result.refused
         return result.raise_for_failures() if raise_on_error else result
 
     # -- reads --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from zcluster.errors import ConfigError, PartialWriteError
+from zcluster.errors import ConfigError, PartialWriteError, WriteRefusedError
 
 Blob = str | bytes
 K = TypeVar("K")
@@ -193,6 +193,15 @@ class WriteResult:
     def failed_indices(self) -> list[int]:
         return sorted({i for f in self.failures for i in f.indices})
 
+    @property
+    def refused(self) -> WriteRefusedError | None:
+        """The error naming the writes the servers refused for good (a key of another kind, an overflowing
+        total; see :class:`zcluster.WriteRefusedError`), or None. They are in ``failures`` too."""
+        for f in self.failures:
+            if isinstance(f.error, WriteRefusedError):
+                return f.error
+        return None
+
     def raise_for_failures(self) -> WriteResult:
         """Raise :class:`PartialWriteError` if any shard failed; otherwise return self."""
         if self.failures:
@@ -312,6 +321,15 @@ class Store(Protocol):
     ) -> WriteResult: ...
 
     def apply(self, writes: Iterable[Insert | Delete], *, raise_on_error: bool = True) -> WriteResult: ...
+
+    def increment(
+        self,
+        source: str,
+        items: Iterable[tuple[int | tuple[int, int] | tuple[int, int, int], Incr | Count]],
+        *,
+        ttl: int | None = None,
+        raise_on_error: bool = True,
+    ) -> WriteResult: ...
 
     def select(
         self, keys: Iterable[Blob], offset: int = 0, limit: int = 10, *, strict: bool = True

@@ -47,7 +47,7 @@ from zcluster.state.batch import BatchStats, MapperError, WriteBuffer
 from zcluster.state.lost import audit_skip, stays_before
 from zcluster.state.retry import retrying
 from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore
-from zcluster.types import Delete, Insert, KeyScoreMember, Store
+from zcluster.types import Count, Delete, Incr, Insert, KeyScoreMember, Store
 
 __all__ = ["Applier", "Mapper"]
 
@@ -69,9 +69,11 @@ with contextlib.suppress(ImportError):  # orjson (the spark extra) parses a fram
     from orjson import loads as _loads
 
 
-Mapper = Callable[[Any], Iterable[Insert | Delete | KeyScoreMember]]
-"""Turns one committed message into writes; must be deterministic (a replay must write the same tuples).
-A :class:`KeyScoreMember` or plain (key, score, member) tuple is an insert."""
+Mapper = Callable[[Any], Iterable[Insert | Delete | Incr | Count | KeyScoreMember]]
+"""Turns one committed message into writes; must be deterministic (a replay must write the same tuples, in
+the same order: an increment's fence position counts the message's increments). A :class:`KeyScoreMember`
+or plain (key, score, member) tuple is an insert; :class:`zcluster.Incr` and :class:`zcluster.Count` are
+applied exactly once, fenced by the message's delivery position in its journal."""
 
 
 class FrameLike(Protocol):
@@ -210,7 +212,9 @@ class Applier:
     ) -> int:
         """Apply, then save the checkpoint; returns its offset. At a lost range: see the module."""
         seq = Sequencer(states=checkpoint.states, buffer=self.ring)
-        writes = WriteBuffer(self.cluster, self.flush, self.retries, stats)
+        writes = WriteBuffer(
+            self.cluster, self.flush, self.retries, stats, source=f"{self.app}/{journal}", base=checkpoint.base
+        )
         content_type = ""
         fast: Callable[[Any], Any] | None = None  # decode of one-line JSON frames, when the framing allows
         read_through = done = checkpoint.offset
@@ -271,10 +275,10 @@ class Applier:
                             n_acks += 1
                             continue
                         n_delivered += 1
-                        add(mapper(journal, out), journal, out.begin)
+                        add(mapper(journal, out), journal, out.begin, env.begin)  # delivered by env
                 elif outcome is _OUTSIDE_COMMIT:  # the commonest case: a message committed by itself
                     n_delivered += 1
-                    add(mapper(journal, env), journal, env.begin)
+                    add(mapper(journal, env), journal, env.begin, env.begin)
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
         finally:
             stats.frames += n_frames

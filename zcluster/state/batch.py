@@ -8,13 +8,13 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from zcluster.errors import InvalidTupleError, PartialWriteError, ZClusterError
 from zcluster.state.retry import backoff
-from zcluster.types import Delete, Insert, Store, Write
+from zcluster.types import Count, Delete, Incr, Increment, Insert, Store, Write, WriteResult
 
 __all__ = ["BatchStats", "MapperError", "WriteBuffer"]
 
@@ -49,6 +49,7 @@ class BatchStats:
     lost_bytes: int = 0
     inserts: int = 0
     deletes: int = 0
+    increments: int = 0
     applied: int = 0
     seconds: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -78,55 +79,89 @@ _COUNTERS = frozenset(f.name for f in fields(BatchStats) if f.type == "int" and 
 
 
 class WriteBuffer:
-    """Buffers writes and sends them in batches of ``size``; unconfirmed tuples are resent (idempotent)
-    up to ``retries`` times, then :class:`PartialWriteError` propagates. A write the cluster refuses as
-    invalid (:class:`zcluster.InvalidTupleError`, e.g. a NaN score) raises :class:`MapperError` naming the
-    journal and offset of the message it came from; nothing of that flush was sent."""
+    """Buffers writes and sends them in batches of ``size``; unconfirmed tuples are resent (idempotent, or
+    fenced) up to ``retries`` times, then :class:`PartialWriteError` propagates.
 
-    def __init__(self, cluster: Store, size: int, retries: int, stats: BatchStats) -> None:
+    Increments (:class:`zcluster.Incr`, :class:`zcluster.Count`) need a ``source`` (the applier's
+    ``<app>/<journal>``): each is fenced at its delivery position (``base`` + the offset of the envelope that
+    committed its message, the message's own offset, its index among the message's increments), which grows
+    in delivery order and is the same on every replay, so a replayed or resent increment counts once. A
+    flush sends a key's increments in order and stops that key at the first unconfirmed one; a flush that
+    still has unconfirmed ones after the retries raises, so nothing later of the journal is sent before them.
+
+    A write the cluster refuses (:class:`zcluster.InvalidTupleError` before sending, e.g. a NaN score;
+    :class:`zcluster.WriteRefusedError` from the server, e.g. an Incr to a 2P-set key or an overflowing
+    counter) raises :class:`MapperError` naming the journal and offset of the message it came from."""
+
+    def __init__(
+        self, cluster: Store, size: int, retries: int, stats: BatchStats, source: str = "", base: int = 0
+    ) -> None:
         self.cluster, self.size, self.retries, self.stats = cluster, size, retries, stats
+        self.source, self.base = source, base
         self.writes: list[Write] = []
-        # Where each message's writes start in `writes`: (index, journal, offset), one entry per add() of a journal.
-        self.origins: list[tuple[int, str, int]] = []
+        self.increments: list[tuple[tuple[int, int, int], Increment]] = []
+        # Where each message's writes start: (index in writes, index in increments, journal, offset).
+        self.origins: list[tuple[int, int, str, int]] = []
 
-    def add(self, writes: Iterable[Any], journal: str = "", offset: int = -1) -> None:
-        """Queue ``writes`` (Insert, Delete, or an insert as KeyScoreMember / 3-tuple); ``journal`` and
-        ``offset`` name their origin for a :class:`MapperError` on anything else."""
-        out = self.writes
+    def add(self, writes: Iterable[Any], journal: str = "", offset: int = -1, commit: int = -1) -> None:
+        """Queue ``writes`` of the message at ``offset`` of ``journal``, delivered by the envelope at
+        ``commit``: Insert, Delete (an insert also as KeyScoreMember / 3-tuple), Incr or Count; anything else
+        is a :class:`MapperError` naming the origin."""
+        out, incs = self.writes, self.increments
         if journal:
-            self.origins.append((len(out), journal, offset))
+            self.origins.append((len(out), len(incs), journal, offset))
+        j = 0
         for w in writes:
             kind = type(w)
             if kind is Insert or kind is Delete or isinstance(w, Insert | Delete):  # exact types are cheap
                 out.append(w)
+            elif isinstance(w, Incr | Count):
+                if not self.source or commit < 0:
+                    raise MapperError(
+                        f"mapper returned {w!r} for {_where(journal, offset)}: increments need a fenced source "
+                        "(the exactly-once applier gives one; a writer of plain rows cannot)"
+                    )
+                incs.append(((self.base + commit, offset, j), w))
+                j += 1
             elif isinstance(w, tuple) and len(w) == 3:
                 out.append(Insert(*w))
             else:
                 raise MapperError(
-                    f"mapper returned {w!r} for {_where(journal, offset)}: expected Insert, Delete or KeyScoreMember"
+                    f"mapper returned {w!r} for {_where(journal, offset)}: expected Insert, Delete, Incr, Count "
+                    "or KeyScoreMember"
                 )
-        if len(out) >= self.size:
+        if len(out) + len(incs) >= self.size:
             self.flush()
 
     def flush(self) -> None:
         pending, self.writes = self.writes, []
+        increments, self.increments = self.increments, []
         origins, self.origins = self.origins, []
-        if not pending:
-            return
-        inserts = sum(1 for w in pending if type(w) is Insert)
-        self.stats.inserts += inserts
-        self.stats.deletes += len(pending) - inserts
+        if pending:
+            inserts = sum(1 for w in pending if type(w) is Insert)
+            self.stats.inserts += inserts
+            self.stats.deletes += len(pending) - inserts
+            self._send(pending, lambda batch: self.cluster.apply(batch, raise_on_error=False), origins, 0)
+        if increments:
+            self.stats.increments += len(increments)
+            self._send(
+                increments, lambda batch: self.cluster.increment(self.source, batch, raise_on_error=False), origins, 1
+            )
+
+    def _send(self, pending: list[Any], send: Callable[[list[Any]], WriteResult], origins: list[Any], at: int) -> None:
+        """Send ``pending`` with ``send``, resending the unconfirmed ones (in order); ``at``: which index of
+        an origin entry counts ``pending`` (0: writes, 1: increments)."""
+        first = True
         for attempt in range(self.retries + 1):
             try:
-                result = self.cluster.apply(pending, raise_on_error=False)
+                result = send(pending)
             except InvalidTupleError as exc:
-                at = bisect.bisect_right(origins, (exc.index, "\uffff")) - 1
-                if attempt or at < 0:  # a resend holds a subset (its indices are others); no origin: the writer's
-                    raise
-                _, journal, offset = origins[at]
-                raise MapperError(
-                    f"mapper returned an invalid write for {_where(journal, offset)}: {exc.value!r}: {exc.reason}"
-                ) from exc
+                raise self._located(exc, exc.index, exc.value, exc.reason, origins, at, first) from exc
+            refused = result.refused
+            if refused is not None:
+                raise self._located(
+                    refused, refused.index, refused.value, refused.reason, origins, at, first
+                ) from refused
             self.stats.applied += result.applied_count
             if result.ok:
                 return
@@ -138,7 +173,21 @@ class WriteBuffer:
                 "; ".join(str(f) for f in result.failures),
             )
             pending = [pending[i] for i in result.failed_indices]
+            first = False
             time.sleep(backoff(attempt))
+
+    @staticmethod
+    def _located(
+        exc: Exception, index: int, value: Any, reason: str, origins: list[Any], at: int, first: bool
+    ) -> Exception:
+        """A :class:`MapperError` naming the message write ``index`` came from (the error itself where that is
+        unknown: a resend holds a subset, whose indices are others; no origin: the writer's rows)."""
+        starts = [o[at] for o in origins]
+        k = bisect.bisect_right(starts, index) - 1
+        if not first or k < 0:
+            return exc
+        _, _, journal, offset = origins[k]
+        return MapperError(f"mapper returned a refused write for {_where(journal, offset)}: {value!r}: {reason}")
 
 
 def _where(journal: str, offset: int) -> str:

@@ -1,0 +1,182 @@
+"""Fenced increments against real servers, in both topologies: applied once per (key, source, position),
+kinds of keys refuse each other's writes, overflow and bad input are clear errors with nothing applied."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zcluster import Cluster, ConfigError, Count, Delete, Incr, Insert, InvalidTupleError, WriteRefusedError
+from zcluster._keys import KeyLayout
+from zcluster.testing import LocalRedisCluster
+
+
+def totals(c: Cluster, key: str) -> dict[str, float]:
+    return {str(e.member): e.score for e in c.select([key], limit=1000)[key]}
+
+
+def test_each_position_counts_once_whatever_is_sent_again(any_cluster: Cluster) -> None:
+    c = any_cluster
+    items = [(1, Incr("lb", "alice", 5)), (1, Incr("lb", "bob", 3)), (2, Incr("lb", "alice", 2.5))]
+    assert c.increment("j1", items).applied == [True, True, True]
+    assert c.increment("j1", items).applied == [False, False, False]  # a replay: fenced
+    assert c.increment("j1", items[1:]).applied == [False, False]  # a resend of part of it
+    assert totals(c, "lb") == {"alice": 7.5, "bob": 3.0}
+    assert c.increment("j2", items[:1]).applied == [True]  # another source has its own fence
+    assert totals(c, "lb")["alice"] == 12.5
+    assert c.increment("j1", [(3, Incr("lb", "carol", 1)), (3, Incr("lb", "carol", 1))]).applied == [True, True]
+    assert totals(c, "lb")["carol"] == 2.0  # two increments of one position: j tells them apart
+    # select reads a leaderboard: highest first, ties by member descending
+    c.increment("j1", [(4, Incr("lb", "dave", 3))])
+    assert [e.member for e in c.select(["lb"], limit=10)["lb"]] == ["alice", "dave", "bob", "carol"]
+
+
+def test_counters_are_exact_int64_and_refuse_overflow(any_cluster: Cluster) -> None:
+    c = any_cluster
+    big = 2**62
+    assert c.increment("s", [(1, Count("views", "a", big)), (2, Count("views", "a", big - 1))]).ok
+    assert c.counters(["views", "none"]) == {"views": {"a": 2**63 - 1}, "none": {}}
+    with pytest.raises(WriteRefusedError, match="int64") as info:
+        c.increment("s", [(3, Count("views", "a", 1)), (4, Count("views", "b", 7)), (5, Count("other", "a", 1))])
+    assert sorted(info.value.refused) == [0, 1]  # the key stops at its refused increment; other keys go on
+    assert info.value.result.applied == [False, False, True]
+    assert c.counters(["views", "other"]) == {"views": {"a": 2**63 - 1}, "other": {"a": 1}}
+    assert c.increment("s", [(4, Count("views", "b", 7))]).applied == [True]  # the fence stayed at 2
+    assert c.counters(["views"])["views"] == {"a": 2**63 - 1, "b": 7}
+
+
+def test_kinds_of_keys_refuse_each_others_writes_and_change_nothing(any_cluster: Cluster) -> None:
+    c = any_cluster
+    c.insert([("set", 1.0, "m")])
+    c.increment("j", [(1, Incr("sums", "m", 2)), (1, Count("counts", "f", 3))])
+    refused = [
+        (lambda: c.increment("j", [(2, Incr("set", "m", 1))]), "another kind"),
+        (lambda: c.increment("j", [(2, Count("sums", "m", 1))]), "another kind"),
+        (lambda: c.increment("j", [(2, Incr("counts", "f", 1))]), "another kind"),
+        (lambda: c.apply([Insert("sums", 9.0, "m")]), "aggregate"),
+        (lambda: c.apply([Delete("sums", 9.0, "m")]), "aggregate"),
+        (lambda: c.apply([Insert("counts", 9.0, "f")]), "aggregate"),
+        (lambda: c.delete([("counts", 9.0, "f")]), "aggregate"),
+    ]
+    for call, why in refused:
+        with pytest.raises(WriteRefusedError, match=why) as info:
+            call()
+        assert info.value.index == 0
+    assert c.select(["set"])["set"][0].score == 1.0
+    assert totals(c, "sums") == {"m": 2.0} and c.counters(["counts"])["counts"] == {"f": 3}
+    # the rest of a call goes on: only the refused write is left out
+    with pytest.raises(WriteRefusedError) as info:
+        c.apply([Insert("a", 1.0, "x"), Insert("sums", 1.0, "m"), Insert("b", 1.0, "y")])
+    assert info.value.index == 1
+    assert c.select(["a", "b"]) == {"a": [("a", 1.0, "x")], "b": [("b", 1.0, "y")]}
+    result = c.apply([Insert("sums", 1.0, "m")], raise_on_error=False)
+    assert result.refused is not None and not result.ok
+
+
+def test_bad_increments_are_clear_errors_and_nothing_is_sent(any_cluster: Cluster) -> None:
+    c = any_cluster
+    bad = [
+        [(1, Incr("k", "m", float("nan")))],
+        [(1, Incr("k", "m", float("inf")))],
+        [(1, Incr("k", "m", "3"))],  # type: ignore[arg-type]
+        [(1, Incr("k", "m", True))],
+        [(1, Incr("k", "m", 2**60 + 1))],  # not exact as a double
+        [(1, Count("k", "f", 1.5))],  # type: ignore[arg-type]
+        [(1, Count("k", "f", 2**63))],
+        [(1, Incr("", "m", 1))],
+        [(-1, Incr("k", "m", 1))],
+        [(2**53, Incr("k", "m", 1))],
+        [(5, Incr("k", "m", 1)), (4, Incr("k", "m", 1))],  # positions go backwards
+        [(1, Insert("k", 1.0, "m"))],  # type: ignore[list-item]
+    ]
+    for items in bad:
+        with pytest.raises(InvalidTupleError):
+            c.increment("j", items)
+    with pytest.raises(ConfigError, match="source"):
+        c.increment("a|b", [(1, Incr("k", "m", 1))])
+    assert c.select(["k"]) == {"k": []} and c.counters(["k"]) == {"k": {}}
+
+
+def test_a_ttl_is_set_when_the_key_is_created_and_not_refreshed(shards: object, prefix: str) -> None:
+    with Cluster.from_urls(shards.urls, prefix=prefix) as c:  # type: ignore[attr-defined]
+        c.increment("j", [(1, Incr("hour:1", "m", 1))], ttl=100)
+        ttls = [s.client.ttl(f"{{{prefix}hour:1}}+") for s in c._transport.topology.shards]
+        assert max(ttls) in range(90, 101)
+        for s in c._transport.topology.shards:
+            s.client.expire(f"{{{prefix}hour:1}}+", 1000)
+        c.increment("j", [(2, Incr("hour:1", "m", 1))], ttl=100)
+        assert max(s.client.ttl(f"{{{prefix}hour:1}}+") for s in c._transport.topology.shards) > 900
+
+
+def test_many_increments_of_one_key_go_in_order_across_calls(any_cluster: Cluster) -> None:
+    c = any_cluster.view(any_cluster.prefix, batch_size=3)  # 20 increments of a key: 7 rounds
+    items = [(i, Incr("hot", f"m{i % 4}", 1)) for i in range(20)] + [(20 + i, Count("c", "f", 1)) for i in range(5)]
+    assert all(c.increment("src", items).applied)
+    assert not any(c.increment("src", items).applied)
+    assert totals(c, "hot") == {f"m{k}": 5.0 for k in range(4)} and c.counters(["c"])["c"] == {"f": 5}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 60))
+def test_replays_and_resends_in_any_split_count_each_position_once(shards: object, seed: int, n: int) -> None:
+    """A stream of increments sent as random overlapping windows (retries, replays, zombies from older
+    positions): the totals are those of sending each once."""
+    rng = random.Random(seed)
+    items = [
+        (i // 2, Incr(f"k{rng.randrange(3)}", f"m{rng.randrange(4)}", rng.choice([1, 2, -1, 0.5]))) for i in range(n)
+    ]
+    expected: dict[str, dict[str, float]] = {}
+    for _, inc in items:
+        expected.setdefault(inc.key, {}).setdefault(inc.member, 0.0)
+        expected[inc.key][inc.member] += inc.delta
+    prefix = f"prop{seed}-{n}:"
+    with Cluster.from_urls(shards.urls, prefix=prefix, batch_size=rng.choice([1, 2, 8, 256])) as c:  # type: ignore[attr-defined]
+        frontier = 0  # everything before it was sent: a window may start anywhere up to it, never past it
+        for _ in range(rng.randint(1, 5)):
+            lo = rng.randrange(frontier + 1) if frontier < n else rng.randrange(n)
+            hi = rng.randrange(lo, n) + 1
+            while lo > 0 and items[lo][0] == items[lo - 1][0]:
+                lo -= 1  # a window starts at a position's first increment (j counts from there)
+            c.increment("src", items[lo:hi])
+            frontier = max(frontier, hi)
+        c.increment("src", items)  # whatever came before, everything once
+        got = {k: totals(c, k) for k in expected}
+    assert got == expected
+
+
+@pytest.mark.cluster
+def test_increments_during_a_slot_migration_count_once() -> None:
+    """MOVED, ASK and TRYAGAIN (a key's totals and fences moved apart mid-migration) while a writer increments
+    keys of the migrating slot; then the whole stream again: every round counted once."""
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
+        keys = [f"{{hot}}:{i}" for i in range(30)]
+        slot = KeyLayout(c.prefix).slot(keys[0].encode())
+        dst = (rc.slot_owner(slot) + 1) % 3
+        rounds: list[list[tuple[int, Incr]]] = []
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def writer() -> None:
+            try:
+                while not stop.is_set() and len(rounds) < 2000:
+                    n = len(rounds)
+                    items = [(n, Incr(k, "m", 1)) for k in keys]
+                    c.increment("w", items)
+                    rounds.append(items)
+            except BaseException as exc:  # reported below, never swallowed
+                errors.append(exc)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        moved = rc.migrate_slot(slot, dst, batch=5, pause=0.05)
+        stop.set()
+        t.join(60)
+        assert not errors, errors
+        assert moved == 2 * len(keys) and rc.slot_owner(slot) == dst  # totals and fences moved
+        assert len(rounds) > 1, "the writer made progress during the migration"
+        c.increment("w", [item for items in rounds for item in items])  # a replay of everything
+        assert all(totals(c, k) == {"m": float(len(rounds))} for k in keys)
