@@ -15,7 +15,9 @@
 -- (applied before: a resend, a replay, a zombie), "k" the key is of another kind (nothing of its group
 -- applied), "o" the total would overflow (counters) or stop being a number (sums): not applied, and
 -- "s" after an "o" of its group: not sent to the server's totals, so that no later increment of a source
--- is ever applied before an earlier one. The fence always ends at the last increment applied.
+-- is ever applied before an earlier one. The fence always ends at the last increment applied. Any other
+-- error of a total's command (NOREPLICAS, OOM: refused at a script's first write, so before anything was
+-- written) fails the whole call, which the client resends.
 local sums = ARGV[1] == "s"
 local ttl = tonumber(ARGV[2])
 local out = {}
@@ -68,6 +70,12 @@ while pos <= #ARGV do
             r = redis.pcall("HINCRBY", totals, ARGV[i + 3], ARGV[i + 4])
           end
           if type(r) == "table" and r.err then
+            if not (string.find(r.err, "overflow", 1, true) or string.find(r.err, "not a number", 1, true)) then
+              -- Not this increment's fault (NOREPLICAS, OOM: Redis refuses a script's first write, so
+              -- nothing of the call was written): the call fails and is resent whole.
+              if moved then redis.call("HSET", fences, source, string.format("%d:%d:%d", fc, fm, fj)) end
+              return redis.error_reply(r.err)
+            end
             out[#out + 1] = "o"
             failed = true
           else

@@ -37,7 +37,7 @@ CT = CONTENT_TYPE_NDJSON
 
 
 def _frame(producer: bytes, clock: int, flags: int, ident: str) -> bytes:
-    doc = {"UUID": format_uuid(build_uuid(producer, clock << 4, flags)), "id": ident}
+    doc = {"UUID": format_uuid(build_uuid(producer, clock, flags)), "id": ident}
     return (json.dumps(doc) + "\n").encode()
 
 
