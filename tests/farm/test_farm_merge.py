@@ -9,11 +9,22 @@ import math
 import pytest
 from farm_helpers import farm_of, held, pairs, put
 
-from zcluster import Delete, Insert, KeyMember
-from zcluster.farm import NoRepair, SendAllReadAll
-from zcluster.farm.merge import as_write, differs, winner
+from zcluster import Delete, Insert, KeyMember, KeyScoreMember
+from zcluster.farm import KeyDiff, NoRepair, SendAllReadAll
+from zcluster.farm._merge import (
+    Answer,
+    as_write,
+    by_member,
+    diff_key,
+    differs,
+    merge_records,
+    merge_scores,
+    merge_windows,
+    settle,
+    winner,
+)
 from zcluster.testing import LocalShards
-from zcluster.types import NOT_PRESENT, Presence
+from zcluster.types import NOT_PRESENT, Presence, ReadResult, ShardFailure
 
 INS = {s: Presence(True, True, float(s)) for s in range(10)}
 DEL = {s: Presence(True, False, float(s)) for s in range(10)}
@@ -98,6 +109,129 @@ def test_nothing_known_is_no_winner_and_differs_only_for_answering_replicas() ->
     assert math.isnan(NOT_PRESENT.score)
 
 
+# -- the merges of answers, each alone ---------------------------------------------------------------------------
+
+NAMES = ["r0", "r1", "r2"]
+
+
+def answer(values: dict[object, object], errors: dict[object, str] | None = None) -> ReadResult[object, object]:
+    """A replica's read answer: ``values``, and the items its shard (named by the string) failed."""
+    out: ReadResult[object, object] = ReadResult()
+    out.update(values)
+    out.errors.update((k, ShardFailure(shard, OSError(shard), ())) for k, shard in (errors or {}).items())
+    return out
+
+
+def test_settle_gives_the_winner_and_a_fix_for_each_replica_holding_another_record() -> None:
+    best, fixes = settle("k", "m", {0: INS[3], 1: DEL[3], 2: None, 3: NOT_PRESENT})
+    assert best == DEL[3]
+    assert fixes == [(0, Delete("k", 3.0, "m")), (3, Delete("k", 3.0, "m"))]  # not r2: it did not answer
+    assert settle("k", "m", {0: NOT_PRESENT, 1: None}) == (None, [])
+
+
+def test_by_member_groups_records_by_stored_bytes_in_order_of_first_appearance() -> None:
+    got = by_member({2: [("b", INS[1]), ("a", INS[2])], 0: [(b"a", DEL[5])]})
+    assert list(got) == [b"b", b"a"]
+    assert got[b"a"] == ("a", {2: INS[2], 0: DEL[5]}) and got[b"b"] == ("b", {2: INS[1]})
+    # a member listed twice by one replica (K+ and K-, a foreign write) keeps the record that ranks higher
+    assert by_member({0: [("m", INS[4]), ("m", DEL[4]), ("m", INS[2])]})[b"m"][1] == {0: DEL[4]}
+
+
+def test_merge_scores_takes_winners_fixes_and_the_first_failure_of_unanswered_items() -> None:
+    km, lone, lost = KeyMember("k", "m"), KeyMember("k", "n"), KeyMember("k", "x")
+    answers: list[Answer] = [
+        answer({km: INS[2], lone: NOT_PRESENT}, {lost: "h:1"}),
+        answer({km: DEL[2], lone: NOT_PRESENT}, {lost: "h:2"}),
+        TimeoutError("late"),
+    ]
+    result, fixes = merge_scores([km, lone, lost], answers, NAMES)
+    assert dict(result) == {km: DEL[2], lone: NOT_PRESENT}  # no replica holds n: absent, no fix
+    assert fixes == [(0, Delete("k", 2.0, "m"))]  # r2 did not answer: no fix for it
+    assert result.errors[lost].shard == "r0/h:1"
+
+
+def windows(entries: dict[str, list[tuple[str, float]]]) -> ReadResult[object, object]:
+    return answer({k: [KeyScoreMember(k, s, m) for m, s in es] for k, es in entries.items()})
+
+
+def test_merge_windows_agreeing_windows_are_the_answer_without_lookups() -> None:
+    same = windows({"k": [("b", 2.0), ("a", 1.0)]})
+
+    def look_up(lookups: dict[int, list[KeyMember]]) -> dict[int, Answer]:
+        assert not any(lookups.values())
+        return {}
+
+    def ask(keys: list[object], window: int) -> list[Answer]:
+        raise AssertionError("the first round was given")
+
+    result, fixes = merge_windows(["k"], NAMES, 1, ask, look_up, answers=[same, same, same])
+    assert [(e.member, e.score) for e in result["k"]] == [("b", 2.0)] and fixes == []
+
+
+def test_merge_windows_looks_up_tombstones_and_widens_until_the_page_is_exact() -> None:
+    # r0: a4 b3 c2 d1; r1: a4 c2 d1 and a tombstone of b at 3 (hidden from its window); r2 never answers
+    held = [
+        {"a": INS[4], "b": INS[3], "c": INS[2], "d": INS[1]},
+        {"a": INS[4], "b": DEL[3], "c": INS[2], "d": INS[1]},
+    ]
+    asked: list[int] = []
+
+    def window_of(i: int, size: int) -> list[tuple[str, float]]:
+        shown = sorted(((m, p.score) for m, p in held[i].items() if p.inserted), key=lambda e: -e[1])
+        return shown[:size]
+
+    def ask(keys: list[object], window: int) -> list[Answer]:
+        asked.append(window)
+        return [windows({"k": window_of(0, window)}), windows({"k": window_of(1, window)}), OSError("down")]
+
+    def look_up(lookups: dict[int, list[KeyMember]]) -> dict[int, Answer]:
+        return {i: answer({km: held[i].get(str(km.member), NOT_PRESENT) for km in kms}) for i, kms in lookups.items()}
+
+    result, fixes = merge_windows(["k"], NAMES, 3, ask, look_up)
+    assert [(e.member, e.score) for e in result["k"]] == [("a", 4.0), ("c", 2.0), ("d", 1.0)]
+    assert asked == [3, 6]  # window 3 holds only a and c exactly (b lost to r1's tombstone): doubled once
+    assert fixes == [(0, Delete("k", 3.0, "b"))]
+
+
+def test_merge_windows_leaves_out_a_key_whose_lookup_failed() -> None:
+    def ask(keys: list[object], window: int) -> list[Answer]:
+        return [windows({"k": [("a", 1.0)]}), windows({"k": [("b", 1.0)]}), windows({"k": []})]
+
+    def look_up(lookups: dict[int, list[KeyMember]]) -> dict[int, Answer]:
+        return {i: OSError("lost") if i == 1 else answer(dict.fromkeys(kms, NOT_PRESENT)) for i, kms in lookups.items()}
+
+    result, fixes = merge_windows(["k"], NAMES, 2, ask, look_up)
+    assert "k" not in result and result.errors["k"].shard == "r1/*" and fixes == []
+
+
+def test_merge_windows_within_leaves_out_winners_outside_the_range() -> None:
+    def ask(keys: list[object], window: int) -> list[Answer]:
+        return [windows({"k": [("a", 5.0)]}), windows({"k": [("b", 1.0)]}), windows({"k": []})]
+
+    def look_up(lookups: dict[int, list[KeyMember]]) -> dict[int, Answer]:
+        records = {"a": INS[9], "b": NOT_PRESENT}  # r1 and r2 hold a at 9: outside a range below 6
+        return {
+            i: answer({km: records[str(km.member)] if i else NOT_PRESENT for km in kms}) for i, kms in lookups.items()
+        }
+
+    result, fixes = merge_windows(["k"], NAMES, 2, ask, look_up, within=lambda score, _: score < 6)
+    assert [(e.member, e.score) for e in result["k"]] == [("b", 1.0)]
+    assert (0, Insert("k", 9.0, "a")) in fixes
+
+
+def test_merge_records_and_diff_key() -> None:
+    held = {0: [Insert("k", 2.0, "a"), Delete("k", 1.0, "b")], 2: [Insert("k", 1.0, "b")]}
+    merged = {str(m.member): m for m in merge_records("k", held)}
+    assert merged["a"].held == {0: INS[2], 2: NOT_PRESENT} and merged["a"].fixes == [(2, Insert("k", 2.0, "a"))]
+    assert merged["b"].best == DEL[1] and merged["b"].differing(3) == [False, False, True]
+    records = [answer({"k": held[0]}), answer({}, {"k": "h:7"}), answer({"k": held[2]})]
+    d = diff_key("k", records, NAMES)
+    assert isinstance(d, KeyDiff) and not d.agree
+    assert [str(m.member) for m in d.members] == ["a", "b"]  # merged select order
+    assert d.failures["r1"].shard == "r1/h:7"
+    assert diff_key("k", [answer({"k": held[0]}), answer({"k": held[0]})], NAMES).agree
+
+
 # -- through real reads ---------------------------------------------------------------------------------------
 
 
@@ -167,3 +301,19 @@ def test_without_repair_the_merge_still_answers_by_the_rules(trio: LocalShards, 
             assert pairs(farm.select(["k"])["k"]) == [("y", 4.0), ("x", 2.0)]
         assert farm.repairs.done == 0 and farm.repairs.dropped == farm.repairs.requested > 0
         assert held(farm.clusters[2], ["k"])["k"] == {("y", True, 4.0)}
+
+
+def test_diff_repair_now_stats_and_shards_through_a_farm(trio: LocalShards, prefix: str) -> None:
+    with farm_of(trio.urls, prefix) as farm:
+        put(farm.clusters[0], [Insert("k", 2.0, "m")])
+        put(farm.clusters[1], [Delete("k", 1.0, "m")])
+        (d,) = farm.diff(["k"])
+        assert not d.agree and d.failures == {}
+        (m,) = d.members
+        assert m.best == INS[2] and m.differing(3) == [False, True, True]
+        assert farm.repair_now(m.fixes) == (2, 0) and farm.repairs.done == 2
+        assert all(x.agree for x in farm.diff(["k"]))
+        names = [f"replica{i}/{shard}" for i, c in enumerate(farm.clusters) for shard in c.shards]
+        assert farm.shards == names
+        stats = farm.stats(scan=False)
+        assert [s.shard for s in stats] == names and all(s.error is None for s in stats)

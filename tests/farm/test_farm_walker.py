@@ -121,10 +121,9 @@ def test_memory_is_bounded_by_one_batch_whatever_the_divergence(trio: LocalShard
         # every key diverges: replica0 holds two members, replica2 a tombstone, replica1 nothing
         put(farm.clusters[0], [Insert(k, 1.0, m) for k in keys for m in ("a", "b")])
         put(farm.clusters[2], [Delete(k, 2.0, "b") for k in keys])
-        repairer = farm._shared.repairer
         writes: list[tuple[int, int]] = []  # (keys, records) of each repair write
         read_whole: list[int] = []
-        repair_now, records = repairer.repair_now, farm.records
+        repair_now, records = farm.repair_now, farm.records
 
         def watched_repairs(repairs: Any) -> tuple[int, int]:
             writes.append((len({r[-1].key for r in repairs}), len(repairs)))
@@ -135,7 +134,7 @@ def test_memory_is_bounded_by_one_batch_whatever_the_divergence(trio: LocalShard
             read_whole.append(len(ks))
             return records(ks)
 
-        repairer.repair_now = watched_repairs  # type: ignore[method-assign]
+        farm.repair_now = watched_repairs  # type: ignore[method-assign]
         farm.records = watched_records  # type: ignore[method-assign]
         report = Walker(farm, batch_size=batch).run()
         assert report.position is None and report.failures == []

@@ -11,31 +11,26 @@ the current step finishes (its repairs included) and the position to resume from
 Exit statuses: 0 when the walk ended (complete, or stopped at ``--max-keys``) with no failure, 1 when a
 replica shard could not be scanned or read or a repair could not be written, 130 on Ctrl-C.
 
-``diff`` reads each key whole on every replica (:meth:`zcluster.farm.Farm.records`, no repair) and
-compares every member's records with the merged one (the 2P-set rule: the highest score wins, a delete
-wins a tie). Exit statuses: 0 when the replicas agree on every key, 3 when some records differ, 1 when a
-replica failed (its error is shown; that takes precedence over 3).
+``diff`` compares each key's records on every replica (:meth:`zcluster.farm.Farm.diff`: read whole, no
+repair) with the merged one (the walker's merge: the highest score wins, a delete wins a tie). Exit
+statuses: 0 when the replicas agree on every key, 3 when some records differ, 1 when a replica failed (its
+error is shown; that takes precedence over 3).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import click
-import redis
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
 from zcluster.cli.output import console, emit_json, human, human_score, json_blob, json_score, print_table
-from zcluster.errors import ShardError
-from zcluster.farm.farm import Farm
-from zcluster.farm.merge import differs, order, presence_of, rank, winner
-from zcluster.farm.walker import Walker, WalkReport, parse_position
-from zcluster.types import NOT_PRESENT, Blob, Presence, ReadResult, ShardFailure, Write, to_bytes
+from zcluster.farm import Farm, KeyDiff, Merged, Walker, WalkReport
+from zcluster.types import Presence, ShardFailure
 
 __all__ = ["diff", "walk"]
 
@@ -43,18 +38,15 @@ __all__ = ["diff", "walk"]
 DIFFER = 3
 #: Exit status of ``walk`` stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
-#: A replica's failure, not a bug: as :meth:`Farm._each_safe` tells them apart.
-_REPLICA_ERRORS = (ShardError, redis.RedisError, OSError)
 
 
 # -- walk ---------------------------------------------------------------------------------------------------
 
 
-def _check_position(farm: Farm, position: str) -> None:
+def _check_position(walker: Walker, position: str) -> None:
     """A usage error (exit 2) unless ``position`` is a walk position of this farm (and its topology)."""
     try:
-        replica, _, cluster_position = parse_position(position, len(farm.clusters))
-        farm.clusters[replica].next_shard(cluster_position)  # validates the scan position within the replica
+        walker.check_position(position)
     except ValueError as exc:
         raise click.BadParameter(
             f"{exc}; use a position printed by an earlier walk of the same replicas", param_hint="'--resume'"
@@ -99,9 +91,9 @@ def walk(settings: Settings, rate: float | None, batch_size: int, resume: str | 
     replica shard could not be scanned or read, or a repair could not be written; 0 otherwise.
     """
     farm = settings.farm(minimum=2)
-    if resume is not None:
-        _check_position(farm, resume)
     walker = Walker(farm, rate=rate, batch_size=batch_size)
+    if resume is not None:
+        _check_position(walker, resume)
     stop = threading.Event()
     outcome: dict[str, Any] = {}
     err = console(stderr=True)
@@ -218,65 +210,9 @@ def _summary(settings: Settings, farm: Farm, report: WalkReport, interrupted: bo
 # -- diff ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Member:
-    """One member of a key: each replica's record (None: that replica failed) and the merged one."""
-
-    member: Blob
-    held: list[Presence | None]
-    merged: Presence
-
-    @property
-    def differing(self) -> list[bool]:
-        return [differs(h, self.merged) for h in self.held]
-
-
-def _records(farm: Farm, keys: list[str]) -> list[ReadResult[Blob, list[Write]] | BaseException]:
-    """Every replica's records of ``keys``; a replica that cannot be read at all is its exception."""
-    try:
-        return list(farm.records(keys))
-    except _REPLICA_ERRORS:
-        pass
-    out: list[ReadResult[Blob, list[Write]] | BaseException] = []
-    for cluster in farm.clusters:  # one by one, to tell which replica failed
-        try:
-            out.append(cluster.records(keys, strict=False))
-        except _REPLICA_ERRORS as exc:
-            out.append(exc)
-    return out
-
-
-def _compare(
-    farm: Farm, key: str, answers: Sequence[ReadResult[Blob, list[Write]] | BaseException]
-) -> tuple[list[_Member], dict[str, str]]:
-    """The members of ``key`` (merged-select order) and the failure of each replica that did not answer."""
-    errors: dict[str, str] = {}
-    held: dict[int, dict[bytes, tuple[Blob, Presence]]] = {}
-    for i, answer in enumerate(answers):
-        name = farm.names[i]
-        if isinstance(answer, BaseException):
-            errors[name] = f"{name}: {type(answer).__name__}: {answer}"
-        elif key in answer.errors:
-            f = answer.errors[key]
-            errors[name] = f"shard {name}/{f.shard}: {type(f.error).__name__}: {f.error}"
-        else:
-            records: dict[bytes, tuple[Blob, Presence]] = {}
-            for w in answer.get(key, []):
-                p, raw = presence_of(w), to_bytes(w.member)
-                if raw not in records or rank(p) > rank(records[raw][1]):
-                    records[raw] = (w.member, p)
-            held[i] = records
-    members: dict[bytes, Blob] = {raw: m for records in held.values() for raw, (m, _) in records.items()}
-    out = []
-    for raw, member in members.items():
-        have: list[Presence | None] = [
-            (held[i][raw][1] if raw in held[i] else NOT_PRESENT) if i in held else None for i in range(len(answers))
-        ]
-        merged = winner(have)
-        assert merged is not None  # some replica that answered holds the member
-        out.append(_Member(member, have, merged))
-    out.sort(key=lambda m: order(m.merged.score, m.member), reverse=True)
-    return out, errors
+def _errors(d: KeyDiff) -> dict[str, str]:
+    """The failure of each replica that could not read the key, by replica name."""
+    return {name: f"shard {f.shard}: {type(f.error).__name__}: {f.error}" for name, f in d.failures.items()}
 
 
 def _state(p: Presence | None) -> dict[str, Any] | None:
@@ -309,59 +245,64 @@ def diff(settings: Settings, keys: tuple[str, ...], differing: bool) -> None:
     not be read (its error is shown; this takes precedence over 3).
     """
     farm = settings.farm(minimum=2)
-    key_list = list(keys)
-    answers = _records(farm, key_list)
-    compared = [(key, *_compare(farm, key, answers)) for key in key_list]
-    differ = any(any(any(m.differing) for m in members) for _, members, _ in compared)
+    n = len(farm.clusters)
+    compared = farm.diff(list(keys))
+    differ = not all(d.agree for d in compared)
     if settings.json:
         emit_json(
             {
                 "replicas": [{"name": name, "where": where} for name, where in settings.replica_names()],
                 "agree": not differ,
-                "failed": any(errors for _, _, errors in compared),
+                "failed": any(d.failures for d in compared),
                 "keys": [
                     {
-                        "key": json_blob(key),
-                        "agree": not any(any(m.differing) for m in members),
-                        "differing": sum(1 for m in members if any(m.differing)),
+                        "key": json_blob(d.key),
+                        "agree": d.agree,
+                        "differing": sum(1 for m in d.members if m.fixes),
                         "members": [
                             {
                                 "member": json_blob(m.member),
-                                "merged": _state(m.merged),
+                                "merged": _state(m.best),
                                 "replicas": {
-                                    name: None if h is None else {**(_state(h) or {}), "differs": d}
-                                    for name, h, d in zip(farm.names, m.held, m.differing, strict=True)
+                                    name: None if h is None else {**(_state(h) or {}), "differs": flag}
+                                    for name, h, flag in zip(farm.names, _held(m, n), m.differing(n), strict=True)
                                 },
                             }
-                            for m in members
-                            if not differing or any(m.differing)
+                            for m in d.members
+                            if not differing or m.fixes
                         ],
-                        "errors": {name: settings.redact(text) for name, text in errors.items()},
+                        "errors": {name: settings.redact(text) for name, text in _errors(d).items()},
                     }
-                    for key, members, errors in compared
+                    for d in compared
                 ],
             }
         )
     else:
-        for key, members, errors in compared:
-            _print_key(farm, key, members, errors, differing)
+        for d in compared:
+            _print_key(farm, d, differing)
         if differ:
             click.echo("* differs from the merged record: a read or `zcluster walk` repairs it")
-    fail_if(settings, (f"{human(key)}: {text}" for key, _, errors in compared for text in errors.values()))
+    fail_if(settings, (f"{human(d.key)}: {text}" for d in compared for text in _errors(d).values()))
     if differ:
         raise click.exceptions.Exit(DIFFER)
 
 
-def _print_key(farm: Farm, key: str, members: list[_Member], errors: dict[str, str], differing: bool) -> None:
-    n = sum(1 for m in members if any(m.differing))
-    failed = f" ({', '.join(errors)} failed)" if errors else ""
+def _held(m: Merged, replicas: int) -> list[Presence | None]:
+    """Each replica's record of ``m`` (None: that replica failed)."""
+    return [m.held.get(i) for i in range(replicas)]
+
+
+def _print_key(farm: Farm, d: KeyDiff, differing: bool) -> None:
+    key, members, n = d.key, d.members, len(farm.clusters)
+    differ = sum(1 for m in members if m.fixes)
+    failed = f" ({', '.join(d.failures)} failed)" if d.failures else ""
     if not members:
         click.echo(f"{human(key)}: no records on any replica{failed}")
         return
-    verdict = f"replicas differ on {n} of {len(members)} member(s)" if n else "replicas agree"
-    shown = [m for m in members if not differing or any(m.differing)]
+    verdict = f"replicas differ on {differ} of {len(members)} member(s)" if differ else "replicas agree"
+    shown = [m for m in members if not differing or m.fixes]
     if not shown:
         click.echo(f"{human(key)}: {verdict}{failed}")
         return
-    rows = [[Text(human(m.member)), *map(_cell, m.held, m.differing), _cell(m.merged, False)] for m in shown]
+    rows = [[Text(human(m.member)), *map(_cell, _held(m, n), m.differing(n)), _cell(m.best, False)] for m in shown]
     print_table(f"{human(key)}: {verdict}{failed}", ["member", *farm.names, "merged"], rows)

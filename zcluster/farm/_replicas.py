@@ -14,8 +14,13 @@ threads and connections, and calls stop waiting for it.
 Daemon threads, not a ``ThreadPoolExecutor``: the interpreter joins a pool's threads at exit, so a call
 hung on a stopped server kept a Ctrl-C'd process alive for the whole socket timeout.
 
-Also here: the one rule for what replicas must share (:func:`check_same_layout`), used by
-:class:`zcluster.farm.Farm` and :class:`zcluster.farm.FarmConfig` alike.
+What is a replica's failure and what a bug: :data:`zcluster._transport.SHARD_ERRORS`, the cluster's own
+rule for a shard (ReplicaLate and ReplicaBusy are TimeoutErrors, so OSErrors): :meth:`Replicas.each` makes
+those a replica's outcome and raises anything else.
+
+Also here: what a late call leaves behind (:func:`late_write`, :func:`late_read`), and the one rule for
+what replicas must share (:func:`check_same_layout`), used by :class:`zcluster.farm.Farm` and
+:class:`zcluster.farm.FarmConfig` alike.
 """
 
 from __future__ import annotations
@@ -26,15 +31,16 @@ import math
 import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from zcluster.errors import ConfigError, ShardError, ZClusterError
-from zcluster.farm.repair import Repair
-from zcluster.types import Blob, Delete, Insert, ReadResult, ShardFailure, Write, WriteResult, to_bytes
+from zcluster._transport import SHARD_ERRORS
+from zcluster.errors import ConfigError, ZClusterError
+from zcluster.farm._merge import shard_name
+from zcluster.farm._repair import Repair
+from zcluster.types import Blob, Delete, Insert, ReadResult, Write, WriteResult, to_bytes
 
 if TYPE_CHECKING:
     from zcluster.farm.farm import Farm
@@ -172,10 +178,11 @@ class _Call:
 
 
 class Replicas:
-    """The worker threads and the late calls of a farm's ``count`` replicas (shared with its views)."""
+    """The worker threads and the late calls of a farm's replicas, named ``names`` (shared with its views)."""
 
-    def __init__(self, count: int, straggler_wait: float) -> None:
-        self.count = count
+    def __init__(self, names: Sequence[str], straggler_wait: float) -> None:
+        self.names = list(names)
+        self.count = count = len(self.names)
         self.straggler_wait = check_straggler_wait(straggler_wait)
         self.workers = Workers(WORKERS + MAX_LATE * count, "zcluster-farm")
         self.closed = False
@@ -220,6 +227,24 @@ class Replicas:
         return True
 
     # -- calls ---------------------------------------------------------------------------------------------
+
+    def each(
+        self,
+        fn: Callable[[int], T],
+        indices: Sequence[int] | None = None,
+        *,
+        enough: Callable[[Sequence[T | BaseException | None]], bool] | None = None,
+        late: Callable[[int, T | BaseException], None] | None = None,
+    ) -> list[T | BaseException]:
+        """``fn(i)`` for every replica index ``i`` of ``indices`` (default: all), in parallel, outcomes in
+        that order (see :meth:`gather` for ``enough`` and ``late``). A replica's failure (``SHARD_ERRORS``,
+        see the module) becomes its outcome; anything else (a bug, bad input) propagates."""
+        chosen = range(self.count) if indices is None else indices
+        outcomes = self.gather([(i, self.names[i], functools.partial(fn, i)) for i in chosen], enough, late)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, SHARD_ERRORS):
+                raise outcome
+        return outcomes
 
     def gather(
         self,
@@ -307,28 +332,7 @@ class Replicas:
         self.workers.close()
 
 
-# -- what the farm's calls count as enough, and what their late calls leave behind ----------------------------
-
-
-def quorum_reached(n: int, quorum: int, outcomes: Sequence[Any]) -> bool:
-    """Whether the replicas' write results so far (None: not answered yet) confirm each of ``n`` tuples
-    ``quorum`` times."""
-    answered = [o for o in outcomes if isinstance(o, WriteResult)]
-    short = Counter(i for o in answered for i in o.failed_indices)
-    return len(answered) - max(short.values(), default=0) >= quorum
-
-
-def answered_by(items: Sequence[Any], need: int, outcomes: Sequence[Any]) -> bool:
-    """Whether every item has an answer from ``need`` replicas (a read quorum) among ``outcomes``."""
-    answered = [o for o in outcomes if isinstance(o, ReadResult)]
-    if sum(1 for o in answered if not o.errors) >= need:
-        return True
-    return len(answered) >= need and all(sum(1 for o in answered if item in o) >= need for item in items)
-
-
-def whole_failure(error: BaseException, n: int) -> WriteResult:
-    """The write result of a replica whose whole call failed (or was late, or skipped): shard ``*``."""
-    return WriteResult([False] * n, [ShardFailure("*", error, tuple(range(n)))])
+# -- what the farm's late calls leave behind ------------------------------------------------------------------
 
 
 def writes_at(ops: list[Any], indices: Iterable[int]) -> list[Write]:
@@ -350,15 +354,15 @@ def late_write(farm: Farm, ops: list[Any], n: int, started: float, replica: int,
     name = farm.names[replica]
     if isinstance(outcome, WriteResult):
         failed, error, applied = outcome.failed_indices, None, outcome.applied_count
-        shards = tuple(f"{name}/{f.shard}" for f in outcome.failures)
+        shards = tuple(shard_name(name, f.shard) for f in outcome.failures)
     else:
-        failed, error, applied, shards = list(range(n)), outcome, 0, (f"{name}/*",)
+        failed, error, applied, shards = list(range(n)), outcome, 0, (shard_name(name, "*"),)
     farm._report("farm.late", n, started, applied, shards, error)
     if not failed:
         return
     shared = farm._shared
     shared.replicas.count_failed()
-    if error is not None and not isinstance(error, ShardError | OSError):
+    if error is not None and not isinstance(error, SHARD_ERRORS):
         log.error("a late write on %s raised", name, exc_info=error)
     repairs = [Repair(name, farm.clusters[replica], w) for w in writes_at(ops, failed)]
     if shared.replicas.closed:
@@ -374,10 +378,10 @@ def late_read(farm: Farm, n: int, started: float, replica: int, outcome: Any) ->
     merged, so this read repairs none of its differences: the next read or the walker finds them."""
     name = farm.names[replica]
     if isinstance(outcome, ReadResult):
-        shards: tuple[str, ...] = tuple(sorted({f"{name}/{f.shard}" for f in outcome.errors.values()}))
+        shards: tuple[str, ...] = tuple(sorted({shard_name(name, f.shard) for f in outcome.errors.values()}))
         error = None
     else:
-        shards, error = (f"{name}/*",), outcome
+        shards, error = (shard_name(name, "*"),), outcome
     if shards:
         farm._shared.replicas.count_failed()
     farm._report("farm.late", n, started, 0, shards, error)

@@ -9,11 +9,11 @@ from typing import Any
 
 from zcluster.config import ClusterConfig, Where, shared
 from zcluster.errors import ConfigError
+from zcluster.farm._quorum import parse_quorum
+from zcluster.farm._repair import RepairStrategy, repair_strategy
 from zcluster.farm._replicas import DEFAULT_STRAGGLER_WAIT, check_same_layout, check_straggler_wait, layout_of
 from zcluster.farm.farm import Farm
-from zcluster.farm.quorum import parse_quorum
 from zcluster.farm.reads import ReadStrategy, read_strategy
-from zcluster.farm.repair import RepairStrategy, repair_strategy
 
 __all__ = ["FarmConfig"]
 

@@ -1,7 +1,7 @@
 """Read strategies: which replicas a read asks, which answer it returns, and how it finds repairs.
 
 The strategies are roshi's, with its flaws fixed: the merge has no bias toward adds (a member's winner
-is decided with the tombstones of every replica that answered, see :mod:`zcluster.farm.merge`), and a
+is decided with the tombstones of every replica that answered, see :mod:`zcluster.farm._merge`), and a
 rate limit refills.
 """
 

@@ -1,20 +1,20 @@
 """The walker: a resumable sweep of every replica's keyspace that repairs what reads never touch.
 
-A sweep visits each replica in turn (SCAN, no blocking). A key found on replica ``j`` is skipped when an
-earlier replica whose own sweep completed holds it: that sweep already visited it. So every key held by
-any replica is visited about once, and a farm whose replicas agree costs one fingerprint per key per
-replica in the first sweep and one existence check per earlier replica in the later ones.
+The sweep (:mod:`zcluster.farm._sweep`) visits each replica in turn and skips the keys an earlier replica
+whose own sweep completed holds, so every key held by any replica is visited about once, and a farm whose
+replicas agree costs one fingerprint per key per replica in the first sweep and one existence check per
+earlier replica in the later ones.
 
 For each visited key the replicas' fingerprints (:meth:`zcluster.Cluster.fingerprints`, computed
 server-side) are compared; only keys that differ are read whole, merged by the 2P-set rules and repaired
 (the winning record of every member is written onto every replica that lacks it, tombstones included).
 Memory is bounded by one batch of keys, whatever the divergence: repairs are written batch by batch, not
-queued.
+queued. The walker uses only the public :class:`~zcluster.farm.Farm` (``per_replica``, ``records``,
+``repair_now``) and :class:`zcluster.Cluster` methods.
 """
 
 from __future__ import annotations
 
-import functools
 import queue
 import threading
 import time
@@ -22,129 +22,14 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from zcluster.errors import PartialScanError, PartialWriteError
-from zcluster.farm.farm import Farm, _failed, _named
-from zcluster.farm.merge import as_write, differs, presence_of, winner
-from zcluster.farm.repair import Repair, TokenBucket
-from zcluster.types import NOT_PRESENT, Blob, Presence, ReadResult, ShardFailure, to_bytes
+from zcluster.errors import PartialWriteError
+from zcluster.farm._merge import Fix, merge_records, named
+from zcluster.farm._repair import TokenBucket
+from zcluster.farm._sweep import SweepStep, parse_position, sweep
+from zcluster.farm.farm import Farm
+from zcluster.types import Blob, ShardFailure, Write
 
-__all__ = ["SweepStep", "WalkReport", "Walker", "parse_position", "sweep"]
-
-
-@dataclass(frozen=True)
-class SweepStep:
-    """Keys of ``replica`` not held by an earlier completed replica; ``position`` resumes after them.
-    ``known`` holds the fingerprints already known for them (replica index -> answer)."""
-
-    replica: int
-    keys: list[Blob]
-    position: str | None
-    known: dict[int, ReadResult[Blob, bytes]]
-
-
-def _reads(
-    farm: Farm, fn: Callable[[Farm, list[Blob], int], ReadResult[Blob, Any]], keys: list[Blob], replicas: list[int]
-) -> list[ReadResult[Blob, Any]]:
-    """``fn`` on ``replicas`` in parallel; a replica whose call raised answers with every key failed."""
-    answers = farm._each_safe(functools.partial(fn, farm, keys), replicas)
-    return [_failed(keys, a) if isinstance(a, BaseException) else a for a in answers]
-
-
-def _fingerprints(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, bytes]:
-    return farm.clusters[replica].fingerprints(keys, strict=False)
-
-
-def _serialized(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, bytes]:
-    return farm.clusters[replica].fingerprints(keys, kind="serialized", strict=False)
-
-
-def _exists(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, bytes]:
-    return farm.clusters[replica].fingerprints(keys, kind="exists", strict=False)
-
-
-def _floors(farm: Farm, keys: list[Blob], replica: int) -> ReadResult[Blob, float | None]:
-    return farm.clusters[replica].floors_of(keys, strict=False)
-
-
-def _holds(answer: bytes, include_removed: bool) -> bool:
-    """Whether a key is one a sweep reports (it has members; or, ``include_removed``, any record)."""
-    return answer == b"+" or (include_removed and answer == b"1")
-
-
-def parse_position(position: str | None, replicas: int) -> tuple[int, list[bool], str | None]:
-    """A walk position as (replica index, which earlier sweeps completed, that replica's scan position);
-    ValueError naming it when it is not a position of a farm of ``replicas``."""
-    if position is None:
-        return 0, [], None
-    try:
-        j_text, clean_text, cluster_pos = position.split("/", 2)
-        j = int(j_text)
-        clean = [c == "1" for c in clean_text]
-        ok = 0 <= j < replicas and len(clean) == j + 1 and set(clean_text) <= {"0", "1"}
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"not a walk position of this farm ({replicas} replicas): {position!r}")
-    return j, clean, cluster_pos or None
-
-
-def _format_position(j: int, clean: list[bool], cluster_pos: str | None) -> str:
-    return f"{j}/{''.join('1' if c else '0' for c in clean)}/{cluster_pos or ''}"
-
-
-def sweep(
-    farm: Farm,
-    *,
-    batch_size: int = 1000,
-    include_removed: bool = True,
-    match: Blob | None = None,
-    position: str | None = None,
-    failures: list[ShardFailure] | None = None,
-) -> Iterator[SweepStep]:
-    """Every key held by any replica, in steps (see the module). ``position`` (a step's) resumes a sweep.
-
-    A replica shard that cannot be scanned is skipped and that replica's sweep counts as incomplete (its
-    keys are then not used to skip later replicas' keys). Its failures are appended to ``failures`` as
-    they happen when it is given; otherwise :class:`PartialScanError` is raised at the end, after every
-    step.
-    """
-    replicas = len(farm.clusters)
-    j, clean, cluster_pos = parse_position(position, replicas)
-    if not clean:
-        clean = [True]
-    errors: list[ShardFailure] = []
-    while j < replicas:
-        cluster = farm.clusters[j]
-        try:
-            keys, nxt = cluster.scan(cluster_pos, batch_size, include_removed=include_removed, match=match)
-        except PartialScanError as exc:
-            # Reported at once: a walk stopped before the sweep's end must still say what it could not scan.
-            (errors if failures is None else failures).extend(_named(farm.names[j], f) for f in exc.failures)
-            clean[j] = False
-            keys, nxt = [], cluster.next_shard(cluster_pos)
-        earlier = [i for i in range(j) if clean[i]]
-        known: dict[int, ReadResult[Blob, bytes]] = {}
-        if keys and earlier:
-            answers = _reads(farm, _exists, keys, earlier)
-            held = {k for ans in answers for k, has in ans.items() if _holds(has, include_removed)}
-            keys = [k for k in keys if k not in held]
-            # The keys left are held by none of these replicas: their fingerprint is b"" there.
-            for i, ans in zip(earlier, answers, strict=True):
-                fps: ReadResult[Blob, bytes] = ReadResult()
-                fps.update((k, b"") for k in keys if k in ans)
-                fps.errors.update((k, ans.errors[k]) for k in keys if k in ans.errors)
-                known[i] = fps
-        if nxt is None:
-            after = _format_position(j + 1, [*clean, True], None) if j + 1 < replicas else None
-        else:
-            after = _format_position(j, clean, nxt)
-        yield SweepStep(j, keys, after, known)
-        if nxt is None:
-            j += 1
-            clean.append(True)
-        cluster_pos = nxt
-    if errors:
-        raise PartialScanError(errors)
+__all__ = ["WalkReport", "Walker"]
 
 
 @dataclass
@@ -220,6 +105,12 @@ class Walker:
         report.seconds = time.perf_counter() - started
         return report
 
+    def check_position(self, position: str) -> None:
+        """ValueError naming ``position`` unless a walk of this farm could have reported it (a replica of
+        this farm, and a scan position within that replica's shards)."""
+        replica, _, cluster_position = parse_position(position, len(self.farm.clusters))
+        self.farm.clusters[replica].next_shard(cluster_position)
+
     def _compare(self, step: SweepStep, report: WalkReport) -> None:
         farm, keys = self.farm, step.keys
         if not keys:
@@ -227,26 +118,28 @@ class Walker:
         report.keys += len(keys)
         missing = [i for i in range(len(farm.clusters)) if i not in step.known]
         # Cheap serialized fingerprints first; the keys they cannot settle get record fingerprints.
-        fresh = _reads(farm, _serialized, keys, missing)
+        fresh = farm.per_replica(lambda c: c.fingerprints(keys, kind="serialized", strict=False), keys, missing)
         quick = {**step.known, **dict(zip(missing, fresh, strict=True))}
         suspects = [key for key in keys if len({ans[key] for ans in quick.values() if key in ans}) > 1]
         exact = (
-            dict(enumerate(_reads(farm, _fingerprints, suspects, list(range(len(farm.clusters)))))) if suspects else {}
+            dict(enumerate(farm.per_replica(lambda c: c.fingerprints(suspects, strict=False), suspects)))
+            if suspects
+            else {}
         )
         diverged = [key for key in suspects if len({ans[key] for ans in exact.values() if key in ans}) > 1]
         for key in keys:
-            failed = [_named(farm.names[i], ans.errors[key]) for i, ans in quick.items() if key in ans.errors]
+            failed = [named(farm.names[i], ans.errors[key]) for i, ans in quick.items() if key in ans.errors]
             report.failures += failed[:1]
         if not diverged:
             return
         report.diverged += len(diverged)
-        repairs = self._repairs(diverged, report)
-        if repairs:
-            done, unwritten = farm._shared.repairer.repair_now(repairs)
+        fixes = self._repairs(diverged, report)
+        if fixes:
+            done, unwritten = farm.repair_now(fixes)
             report.repaired += done
             report.repair_failures += unwritten
 
-    def _repairs(self, keys: list[Blob], report: WalkReport) -> list[Repair]:
+    def _repairs(self, keys: list[Blob], report: WalkReport) -> list[Fix]:
         """The records to write for ``keys``, after raising every replica's floor to the highest one.
 
         A floor (``forget``, or trimming with ``max_size``) is replicated like a record: a replica below
@@ -256,14 +149,14 @@ class Walker:
         """
         farm = self.farm
         held = farm.records(keys)
-        floors = _reads(farm, _floors, keys, list(range(len(farm.clusters))))
+        floors = farm.per_replica(lambda c: c.floors_of(keys, strict=False), keys)
         forgets: dict[tuple[int, float], list[Blob]] = {}
-        repairs: list[Repair] = []
+        fixes: list[Fix] = []
         for key in keys:
             answered = [i for i, res in enumerate(held) if key in res and key in floors[i]]
             known = [f for i in answered if (f := floors[i][key]) is not None]
             top = max(known) if known else None
-            per: dict[bytes, tuple[Any, dict[int, Presence]]] = {}
+            kept: dict[int, list[Write]] = {}
             for i in answered:
                 records = held[i][key]
                 if top is not None and farm.clusters[i].floors:
@@ -271,25 +164,16 @@ class Walker:
                     below = mine is None or mine < top
                     if below or any(w.score <= top for w in records):
                         forgets.setdefault((i, top), []).append(key)
-                for w in records:
-                    if top is None or w.score > top:
-                        per.setdefault(to_bytes(w.member), (w.member, {}))[1][i] = presence_of(w)
-            for member, have in per.values():
-                best = winner([have.get(i, NOT_PRESENT) for i in answered])
-                if best is None:
-                    continue
-                repairs += [
-                    Repair(farm.names[i], farm.clusters[i], as_write(key, member, best))
-                    for i in answered
-                    if differs(have.get(i, NOT_PRESENT), best)
-                ]
+                kept[i] = [w for w in records if top is None or w.score > top]
+            for merged in merge_records(key, kept):
+                fixes += merged.fixes
         for (i, top), forgotten in forgets.items():
             try:
                 farm.clusters[i].forget(forgotten, top)
                 report.floors_raised += len(forgotten)
             except PartialWriteError as exc:
-                report.failures += [_named(farm.names[i], f) for f in exc.result.failures]
-        return repairs
+                report.failures += [named(farm.names[i], f) for f in exc.result.failures]
+        return fixes
 
 
 def _prefetched(steps: Iterator[SweepStep], depth: int = 2) -> Generator[SweepStep, None, None]:

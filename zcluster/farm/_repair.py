@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError
+from zcluster.farm._merge import shard_name
 from zcluster.instrumentation import Instrumentation, OpEvent
 from zcluster.types import Write
 
@@ -222,7 +223,7 @@ class Repairer:
                 bad = len(result.failed_indices)
                 done += len(writes) - bad
                 failed += bad
-                failed_names += [f"{replica}/{f.shard}" for f in result.failures]
+                failed_names += [shard_name(replica, f.shard) for f in result.failures]
         finally:  # a write that raised (a bug) leaves the rest failed, each repair counted once
             failed = len(repairs) - done
             self._count(done=done, failed=failed)
