@@ -221,6 +221,15 @@ class Farm(Reporting):
         items = tuples if isinstance(tuples, list | tuple) else list(tuples)
         return self._write("delete", _writes.deletes(items), len(items), raise_on_error)
 
+    def increment(
+        self, source: str, items: Iterable[Any], *, ttl: int | None = None, raise_on_error: bool = True
+    ) -> Any:
+        """Not on a farm yet (a replica that missed increments could not be repaired to the exact totals
+        without each source's contribution per replica): raises :class:`ConfigError`."""
+        raise ConfigError(
+            "increments (Incr, Count) are not supported on a farm yet: keep aggregate keys on one Cluster"
+        )
+
     def apply(self, writes: Iterable[Insert | Delete], *, raise_on_error: bool = True) -> FarmWriteResult:
         """:meth:`Cluster.apply` on every replica; same contract as :meth:`insert`."""
         items = writes if isinstance(writes, list | tuple) else list(writes)
