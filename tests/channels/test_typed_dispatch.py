@@ -9,17 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from zcluster.channels import (
-    Channels,
-    Context,
-    Dispatcher,
-    KindRegistry,
-    NoHandlerError,
-    TypedReader,
-    UndecodableMessageError,
-    UnknownKindError,
-    WorkerPool,
-)
+from zcluster import NoHandlerError, UndecodableMessageError, UnknownKindError
+from zcluster.channels import Channels, Context, Dispatcher, KindRegistry, TypedReader, WorkerPool
 from zcluster.journal import JournalStore
 from zcluster.message import JsonMessage, ReadUncommittedIter
 

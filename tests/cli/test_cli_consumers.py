@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from cli_helpers import doc, fails, ok, rows, run
 
-from zcluster import Cluster, Insert
+from zcluster import Cluster, Insert, PollError
 from zcluster.journal import FileJournals
 from zcluster.journal.filefmt import fragment_name
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
-from zcluster.state import Consumer, PollError, StateStore
+from zcluster.state import Consumer, StateStore
 from zcluster.testing import LocalShards
 
 

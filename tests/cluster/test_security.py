@@ -8,9 +8,9 @@ from urllib.parse import quote
 import pytest
 import redis
 
-from zcluster import Cluster, KeyScoreMember, PartialWriteError
+from zcluster import Cluster, KeyScoreMember, PartialWriteError, TlsUnsupported
 from zcluster._urls import client_from_url
-from zcluster.testing import LocalShards, TlsUnsupported, free_port
+from zcluster.testing import LocalShards, free_port
 
 
 def test_tls_urls_work_against_a_real_tls_server() -> None:

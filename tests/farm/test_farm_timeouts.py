@@ -21,8 +21,8 @@ import pytest
 import redis
 from farm_helpers import Events, held, pairs
 
-from zcluster import Cluster, ClusterConfig, ConfigError, Insert, KeyMember, KeyScoreMember
-from zcluster.farm import Farm, FarmConfig, ReplicaBusy, ReplicaLate, SendAllReadAll, Walker
+from zcluster import Cluster, ClusterConfig, ConfigError, Insert, KeyMember, KeyScoreMember, ReplicaBusy, ReplicaLate
+from zcluster.farm import Farm, FarmConfig, SendAllReadAll, Walker
 from zcluster.testing import LocalShards
 
 KSM = KeyScoreMember

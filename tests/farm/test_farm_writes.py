@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from farm_helpers import all_keys, farm_of, held, pairs
 
-from zcluster import Delete, Insert, KeyMember, KeyScoreMember, PartialWriteError
-from zcluster.farm import QuorumError, RepairAll, SendAllReadAll, Walker
+from zcluster import Delete, Insert, KeyMember, KeyScoreMember, PartialWriteError, QuorumError
+from zcluster.farm import RepairAll, SendAllReadAll, Walker
 from zcluster.testing import LocalShards
 
 KSM = KeyScoreMember

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from journal_helpers import ndjson, read_all, run_proc, start_proc
 
-from zcluster.journal import FileJournals, JournalExistsError
+from zcluster.journal import FileJournals
 from zcluster.journal.filefmt import OPEN_NAME
-from zcluster.message import JournalNotFoundError, OffsetOutOfRangeError
+from zcluster.message import JournalExistsError, JournalNotFoundError, OffsetOutOfRangeError
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import threading
 import pytest
 from journal_helpers import ndjson, read_all, run_proc
 
-from zcluster.journal import JournalExistsError, RedisJournals
-from zcluster.message import JournalNotFoundError, OffsetOutOfRangeError
+from zcluster.journal import RedisJournals
+from zcluster.message import JournalExistsError, JournalNotFoundError, OffsetOutOfRangeError
 
 
 def test_create_list_info_destroy(rj: RedisJournals) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from zcluster import Cluster, KeyScoreMember
+from zcluster import Cluster, KeyScoreMember, MapperError
 from zcluster.journal.files import FileJournals
 from zcluster.journal.frames import read_frames
 from zcluster.journal.publishing import AsyncPublisher
@@ -21,7 +21,7 @@ from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
-from zcluster.spark import MapperError, ZClusterSink, run_available_now
+from zcluster.spark import ZClusterSink, run_available_now
 from zcluster.state import Consumer, StateStore
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 

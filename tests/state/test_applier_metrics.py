@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry
 
-from zcluster import Cluster
+from zcluster import Cluster, PollError
 from zcluster.journal import FileJournals
 from zcluster.journal.filefmt import fragment_name
 from zcluster.metrics import ApplierMetrics
-from zcluster.state import BatchStats, Consumer, PollError
+from zcluster.state import BatchStats, Consumer
 from zcluster.testing import LocalShards
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 

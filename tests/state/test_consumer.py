@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from zcluster import Cluster, Insert
+from zcluster import Cluster, Insert, MapperError, PollError
 from zcluster.journal.files import FileJournals
 from zcluster.journal.frames import RawFrame
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
-from zcluster.state import Applier, BatchStats, Consumer, MapperError, PollError, StateStore
+from zcluster.state import Applier, BatchStats, Consumer, StateStore
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 _names = itertools.count()

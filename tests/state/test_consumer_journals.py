@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from zcluster import Cluster, Insert
+from zcluster import Cluster, Insert, JournalMismatchError, MapperError, PollError
 from zcluster.journal import FileJournals, RedisJournals
 from zcluster.journal.filefmt import META_NAME
 from zcluster.journal.store import JournalStore
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
-from zcluster.state import Consumer, JournalMismatchError, MapperError, PollError, StateStore
+from zcluster.state import Consumer, StateStore
 from zcluster.testing import LocalShards
 
 _ids = itertools.count()

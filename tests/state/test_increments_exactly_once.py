@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_poll_boundaries import CT, History, cuts_of, make_history, write_journal
 
-from zcluster import Cluster, Count, Incr, Insert
+from zcluster import Cluster, Count, Incr, Insert, MapperError, PollError
 from zcluster.journal import FileJournals
 from zcluster.message import Flags, build_uuid, format_uuid
-from zcluster.state import Applier, BatchStats, Consumer, MapperError, PollError
+from zcluster.state import Applier, BatchStats, Consumer
 from zcluster.testing import LocalShards
 
 _ids = itertools.count()

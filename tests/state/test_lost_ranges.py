@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from zcluster import Cluster, ConfigError, Insert
+from zcluster import Cluster, ConfigError, Insert, PollError
 from zcluster.journal import FileJournals
 from zcluster.journal.filefmt import fragment_name
 from zcluster.journal.frames import read_frames
 from zcluster.message import Flags, OffsetOutOfRangeError, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
-from zcluster.state import Applier, BatchStats, Consumer, PollError, StateStore, progress
+from zcluster.state import Applier, BatchStats, Consumer, StateStore, progress
 from zcluster.testing import LocalShards
 
 CT = CONTENT_TYPE_NDJSON

@@ -8,8 +8,9 @@ import time
 import pytest
 import redis
 
+from zcluster import TlsUnsupported
 from zcluster.errors import ZClusterError
-from zcluster.testing import LocalRedisCluster, LocalServer, LocalShards, TlsUnsupported
+from zcluster.testing import LocalRedisCluster, LocalServer, LocalShards
 
 
 def _aof_written(server: LocalServer, timeout: float = 10.0) -> None:

@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 
+from zcluster import ServerNotFound, TlsUnsupported
 from zcluster.testing import (
     ENV_BINARY,
     LocalServer,
     LocalShards,
-    ServerNotFound,
     TlsFiles,
-    TlsUnsupported,
     find_server_binary,
     free_port,
     server_version,

@@ -21,15 +21,13 @@ from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.channels.channels import TOPIC_LABEL, ChannelInfo, Channels
-    from zcluster.channels.dispatch import Context, Dispatcher, Handler, NoHandlerError
+    from zcluster.channels.dispatch import Context, Dispatcher, Handler
     from zcluster.channels.typed import (
         Category,
         Kind,
         KindRegistry,
         TypedMessage,
         TypedReader,
-        UndecodableMessageError,
-        UnknownKindError,
     )
     from zcluster.channels.workers import WorkerPool
 
@@ -43,8 +41,6 @@ _WHERE = {
             "KindRegistry",
             "TypedMessage",
             "TypedReader",
-            "UndecodableMessageError",
-            "UnknownKindError",
         ],
         "zcluster.channels.typed",
     ),
@@ -61,11 +57,8 @@ __all__ = [
     "Handler",
     "Kind",
     "KindRegistry",
-    "NoHandlerError",
     "TypedMessage",
     "TypedReader",
-    "UndecodableMessageError",
-    "UnknownKindError",
     "WorkerPool",
 ]
 

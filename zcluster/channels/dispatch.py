@@ -17,14 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zcluster.channels.typed import Category, Kind, KindRegistry, TypedMessage, check
-from zcluster.errors import ZClusterError
+from zcluster.errors import NoHandlerError
 from zcluster.message.envelope import Envelope
 
-__all__ = ["Context", "Dispatcher", "Handler", "NoHandlerError"]
-
-
-class NoHandlerError(ZClusterError, LookupError):
-    """A command kind has no handler subscribed (commands must be handled)."""
+__all__ = ["Context", "Dispatcher", "Handler"]
 
 
 @dataclass

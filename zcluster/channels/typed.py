@@ -22,7 +22,7 @@ import enum
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zcluster.errors import ZClusterError
+from zcluster.errors import UndecodableMessageError, UnknownKindError
 from zcluster.message.envelope import Envelope
 from zcluster.message.uuid import ZERO_UUID, format_uuid, parse_uuid
 
@@ -32,8 +32,6 @@ __all__ = [
     "KindRegistry",
     "TypedMessage",
     "TypedReader",
-    "UndecodableMessageError",
-    "UnknownKindError",
     "check",
 ]
 
@@ -53,19 +51,6 @@ class Kind:
 
     def __str__(self) -> str:
         return f"{self.group}/{self.name}"
-
-
-class UndecodableMessageError(ZClusterError, ValueError):
-    """A message could not be turned into its registered type; `envelope` is the message as read."""
-
-    def __init__(self, envelope: Envelope, reason: str) -> None:
-        super().__init__(f"{reason} (journal {envelope.journal!r}, bytes {envelope.begin}..{envelope.end})")
-        self.envelope = envelope
-        self.reason = reason
-
-
-class UnknownKindError(UndecodableMessageError):
-    """The message's (group, kind) is not registered."""
 
 
 class TypedMessage:

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from types import FrameType
 
 from zcluster.channels.channels import Channels
-from zcluster.channels.dispatch import Dispatcher, NoHandlerError
-from zcluster.channels.typed import UndecodableMessageError
+from zcluster.channels.dispatch import Dispatcher
+from zcluster.errors import NoHandlerError, UndecodableMessageError
 from zcluster.message.envelope import Envelope
 from zcluster.message.errors import FramingError
 

@@ -16,7 +16,7 @@ import click
 
 from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
 from zcluster.cli.output import emit_json, parse_json_blob, parse_score
-from zcluster.farm.farm import FarmWriteResult
+from zcluster.farm import FarmWriteResult
 from zcluster.types import KeyScoreMember, ShardFailure, WriteResult
 
 __all__ = ["delete", "insert", "read_file", "triples"]

@@ -19,7 +19,7 @@ from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.farm._merge import KeyDiff, Merged
-    from zcluster.farm._quorum import parse_quorum
+    from zcluster.farm._quorum import FarmWriteResult, parse_quorum
     from zcluster.farm._repair import (
         NonBlockingRepair,
         NoRepair,
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
         RepairCounts,
         RepairStrategy,
     )
-    from zcluster.farm._replicas import LateCounts, ReplicaBusy, ReplicaLate
+    from zcluster.farm._replicas import LateCounts
     from zcluster.farm.config import FarmConfig
-    from zcluster.farm.farm import Farm, FarmWriteResult, QuorumError
+    from zcluster.farm.farm import Farm
     from zcluster.farm.reads import (
         ReadStrategy,
         SendAllReadAll,
@@ -42,10 +42,10 @@ if TYPE_CHECKING:
 
 _WHERE = {
     **dict.fromkeys(["KeyDiff", "Merged"], "zcluster.farm._merge"),
-    **dict.fromkeys(["LateCounts", "ReplicaBusy", "ReplicaLate"], "zcluster.farm._replicas"),
+    "LateCounts": "zcluster.farm._replicas",
     "FarmConfig": "zcluster.farm.config",
     "Farm": "zcluster.farm.farm",
-    **dict.fromkeys(["FarmWriteResult", "QuorumError", "parse_quorum"], "zcluster.farm._quorum"),
+    **dict.fromkeys(["FarmWriteResult", "parse_quorum"], "zcluster.farm._quorum"),
     **dict.fromkeys(
         ["ReadStrategy", "SendAllReadAll", "SendAllReadFirstLinger", "SendOneReadOne", "SendVarReadFirstLinger"],
         "zcluster.farm.reads",
@@ -66,14 +66,11 @@ __all__ = [
     "Merged",
     "NoRepair",
     "NonBlockingRepair",
-    "QuorumError",
     "RateLimitedRepair",
     "ReadStrategy",
     "RepairAll",
     "RepairCounts",
     "RepairStrategy",
-    "ReplicaBusy",
-    "ReplicaLate",
     "SendAllReadAll",
     "SendAllReadFirstLinger",
     "SendOneReadOne",

@@ -18,12 +18,11 @@ from typing import Any
 
 from zcluster import _writes
 from zcluster.cluster import Cluster
-from zcluster.errors import ConfigError, PartialWriteError, ShardError
+from zcluster.errors import ConfigError, ReplicaLate, ShardError
 from zcluster.farm._merge import named
-from zcluster.farm._replicas import ReplicaLate
 from zcluster.types import ReadResult, ShardFailure, WriteResult
 
-__all__ = ["FarmWriteResult", "QuorumError", "parse_quorum"]
+__all__ = ["FarmWriteResult", "parse_quorum"]
 
 
 @dataclass
@@ -47,16 +46,6 @@ class FarmWriteResult(WriteResult):
     quorum: int = 1
     replica_failures: dict[str, list[ShardFailure]] = field(default_factory=dict)
     late: list[str] = field(default_factory=list)
-
-
-class QuorumError(PartialWriteError):
-    """Fewer replicas than the write quorum confirmed some tuples; ``result`` (a :class:`FarmWriteResult`)
-    says which, and names the replicas that failed. Resending the failed tuples is safe."""
-
-    def __init__(self, result: FarmWriteResult) -> None:
-        super().__init__(result)
-        below = len(result.failed_indices)  # distinct tuples
-        self.args = (f"{below} tuple(s) confirmed by fewer than {result.quorum} replica(s): {self.args[0]}",)
 
 
 def parse_quorum(quorum: str | int, replicas: int) -> int:

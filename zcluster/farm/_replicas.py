@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from zcluster._transport import SHARD_ERRORS
-from zcluster.errors import ConfigError, ZClusterError
+from zcluster.errors import ConfigError, ReplicaBusy, ReplicaLate
 from zcluster.farm._merge import shard_name
 from zcluster.farm._repair import Repair
 from zcluster.types import Blob, Delete, Insert, ReadResult, Write, WriteResult, to_bytes
@@ -58,16 +58,6 @@ POLL = 0.1
 WORKERS = 16
 
 Layout = tuple[bytes, int | None, bool]
-
-
-class ReplicaLate(ZClusterError, TimeoutError):
-    """A replica had not answered when the farm call had what it needed and ``straggler_wait`` passed; its
-    call goes on in the background (a write's tuples it then fails are handed to read-repair)."""
-
-
-class ReplicaBusy(ZClusterError, TimeoutError):
-    """A replica was not called: :data:`MAX_LATE` of its earlier calls were still running past their farm
-    calls (a hung or very slow replica). The farm counts it out, as a replica that failed."""
 
 
 @dataclass

@@ -26,10 +26,11 @@ from typing import Any
 
 from zcluster._transport import SHARD_ERRORS
 from zcluster.cluster import Cluster
+from zcluster.errors import ReplicaBusy, ReplicaLate
 from zcluster.farm._merge import Answer, Fix, failed, in_order, named
 from zcluster.farm._quorum import answered_by
 from zcluster.farm._repair import Repairer
-from zcluster.farm._replicas import POLL, ReplicaBusy, ReplicaLate, Replicas, Workers
+from zcluster.farm._replicas import POLL, Replicas, Workers
 from zcluster.instrumentation import OpEvent
 from zcluster.types import Blob, KeyScoreMember, ReadResult, ShardFailure
 

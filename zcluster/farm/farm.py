@@ -28,12 +28,12 @@ from zcluster import _writes
 from zcluster._encode import check_limit, listed_keys
 from zcluster._reporting import Reporting
 from zcluster.cluster import Cluster
-from zcluster.errors import ConfigError, InvalidTupleError, PartialWriteError
+from zcluster.errors import ConfigError, InvalidTupleError, PartialWriteError, QuorumError, ReplicaBusy
 from zcluster.farm import _merge, _quorum, _replicas, _strategies
 from zcluster.farm._merge import Answer, Fix, KeyDiff
-from zcluster.farm._quorum import FarmWriteResult, QuorumError
+from zcluster.farm._quorum import FarmWriteResult
 from zcluster.farm._repair import Repair, RepairCounts, Repairer, RepairStrategy, TokenBucket, repair_strategy
-from zcluster.farm._replicas import DEFAULT_STRAGGLER_WAIT, LateCounts, ReplicaBusy
+from zcluster.farm._replicas import DEFAULT_STRAGGLER_WAIT, LateCounts
 from zcluster.farm._strategies import Shared
 from zcluster.farm._sweep import sweep
 from zcluster.farm.reads import ReadStrategy, SendAllReadAll, SendOneReadOne, SendVarReadFirstLinger, read_strategy
@@ -53,7 +53,7 @@ from zcluster.types import (
     WriteResult,
 )
 
-__all__ = ["Farm", "FarmWriteResult", "QuorumError"]
+__all__ = ["Farm"]
 
 K = TypeVar("K")
 V = TypeVar("V")

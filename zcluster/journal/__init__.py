@@ -23,7 +23,7 @@ from zcluster import _lazy
 if TYPE_CHECKING:
     from zcluster.journal.files import FileJournals, RecoveryReport
     from zcluster.journal.publishing import AsyncPublisher
-    from zcluster.journal.store import JournalExistsError, JournalInfo, JournalStore
+    from zcluster.journal.store import JournalInfo, JournalStore
     from zcluster.journal.streams import ClaimResult, RedisJournals, StreamEntry
     from zcluster.journal.urls import open_store
 
@@ -31,7 +31,6 @@ _WHERE = {
     "AsyncPublisher": "zcluster.journal.publishing",
     "ClaimResult": "zcluster.journal.streams",
     "FileJournals": "zcluster.journal.files",
-    "JournalExistsError": "zcluster.journal.store",
     "JournalInfo": "zcluster.journal.store",
     "JournalStore": "zcluster.journal.store",
     "RecoveryReport": "zcluster.journal.files",
@@ -44,7 +43,6 @@ __all__ = [
     "AsyncPublisher",
     "ClaimResult",
     "FileJournals",
-    "JournalExistsError",
     "JournalInfo",
     "JournalStore",
     "RecoveryReport",

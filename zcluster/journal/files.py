@@ -54,14 +54,13 @@ from typing import Any
 from zcluster.journal.filefmt import META_NAME, POSITIONS_DIR, TMP_PREFIX
 from zcluster.journal.fragments import JournalDir, LostRange, RecoveryReport, ScanCursor, fsync_dir, write_all
 from zcluster.journal.store import (
-    JournalExistsError,
     JournalInfo,
     append_results,
     validate_group,
     validate_journal_name,
     validate_labels,
 )
-from zcluster.message.errors import JournalNotFoundError, OffsetOutOfRangeError
+from zcluster.message.errors import JournalExistsError, JournalNotFoundError, OffsetOutOfRangeError
 from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector, parse_selector
 

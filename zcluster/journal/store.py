@@ -16,13 +16,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from zcluster.message.errors import JournalError
 from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector
 
 __all__ = [
     "CONTENT_TYPE_LABEL",
-    "JournalExistsError",
     "JournalInfo",
     "JournalStore",
     "append_results",
@@ -50,10 +48,6 @@ def close_store(store: object) -> None:
 def append_results(begin: int, items: Sequence[bytes]) -> builtins.list[AppendResult]:
     """The byte ranges of `items` appended contiguously from offset `begin`."""
     return list(map(_new_result, itertools.pairwise(itertools.accumulate(map(len, items), initial=begin))))
-
-
-class JournalExistsError(JournalError, ValueError):
-    """A journal of that name already exists (or its name collides with an existing journal's path)."""
 
 
 @dataclass(frozen=True)

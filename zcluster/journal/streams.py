@@ -34,14 +34,13 @@ from redis.cluster import RedisCluster
 
 from zcluster.errors import ConfigError
 from zcluster.journal.store import (
-    JournalExistsError,
     JournalInfo,
     append_results,
     validate_group,
     validate_journal_name,
     validate_labels,
 )
-from zcluster.message.errors import JournalError, JournalNotFoundError, OffsetOutOfRangeError
+from zcluster.message.errors import JournalError, JournalExistsError, JournalNotFoundError, OffsetOutOfRangeError
 from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector, parse_selector
 

@@ -16,6 +16,7 @@ __all__ = [
     "EmptyPartitionsError",
     "FramingError",
     "JournalError",
+    "JournalExistsError",
     "JournalNotFoundError",
     "MessageError",
     "OffsetOutOfRangeError",
@@ -86,6 +87,10 @@ class JournalError(MessageError):
 
 class JournalNotFoundError(JournalError, LookupError):
     """The named journal does not exist."""
+
+
+class JournalExistsError(JournalError, ValueError):
+    """A journal of that name already exists (or its name collides with an existing journal's path)."""
 
 
 class OffsetOutOfRangeError(JournalError, ValueError):

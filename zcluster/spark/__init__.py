@@ -17,25 +17,32 @@ from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.config import ClusterConfig
+    from zcluster.farm.config import FarmConfig
     from zcluster.spark.session import local_session, register, run_available_now
     from zcluster.spark.sink import ZClusterSink
-    from zcluster.state.batch import BatchStats, MapperError
-    from zcluster.types import Delete, Insert
+    from zcluster.state.applier import Mapper
+    from zcluster.state.batch import BatchStats
+    from zcluster.types import Count, Delete, Incr, Insert
 
 _WHERE = {
     "ClusterConfig": "zcluster.config",
     **dict.fromkeys(["local_session", "register", "run_available_now"], "zcluster.spark.session"),
     "ZClusterSink": "zcluster.spark.sink",
-    **dict.fromkeys(["BatchStats", "MapperError"], "zcluster.state.batch"),
-    **dict.fromkeys(["Delete", "Insert"], "zcluster.types"),
+    "FarmConfig": "zcluster.farm.config",
+    "Mapper": "zcluster.state.applier",
+    "BatchStats": "zcluster.state.batch",
+    **dict.fromkeys(["Count", "Delete", "Incr", "Insert"], "zcluster.types"),
 }
 
 __all__ = [
     "BatchStats",
     "ClusterConfig",
+    "Count",
     "Delete",
+    "FarmConfig",
+    "Incr",
     "Insert",
-    "MapperError",
+    "Mapper",
     "ZClusterSink",
     "local_session",
     "register",

@@ -21,24 +21,21 @@ from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.state.applier import Applier, Mapper
-    from zcluster.state.batch import BatchStats, MapperError
+    from zcluster.state.batch import BatchStats
     from zcluster.state.clocks import clock_to_score, score_to_clock
-    from zcluster.state.consumer import Consumer, JournalFailure, PollError
+    from zcluster.state.consumer import Consumer, JournalFailure
     from zcluster.state.dedup import DedupStore
     from zcluster.state.monitor import JournalProgress, SkippedRange, applications, checkpointed_journals, progress
-    from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore, TimedCheckpoint
+    from zcluster.state.store import JournalCheckpoint, StateStore, TimedCheckpoint
 
 _WHERE = {
     "Applier": "zcluster.state.applier",
     "BatchStats": "zcluster.state.batch",
     "Mapper": "zcluster.state.applier",
-    "MapperError": "zcluster.state.batch",
     "Consumer": "zcluster.state.consumer",
     "JournalFailure": "zcluster.state.consumer",
-    "PollError": "zcluster.state.consumer",
     "DedupStore": "zcluster.state.dedup",
     "JournalCheckpoint": "zcluster.state.store",
-    "JournalMismatchError": "zcluster.state.store",
     "StateStore": "zcluster.state.store",
     "TimedCheckpoint": "zcluster.state.store",
     "JournalProgress": "zcluster.state.monitor",
@@ -57,11 +54,8 @@ __all__ = [
     "DedupStore",
     "JournalCheckpoint",
     "JournalFailure",
-    "JournalMismatchError",
     "JournalProgress",
     "Mapper",
-    "MapperError",
-    "PollError",
     "SkippedRange",
     "StateStore",
     "TimedCheckpoint",

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from zcluster.errors import ConfigError
+from zcluster.errors import ConfigError, JournalMismatchError, MapperError
 from zcluster.journal.frames import LOST_ROW, lost_error, read_range_frames
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
@@ -43,10 +43,10 @@ from zcluster.message.framing import FramingError, JsonFraming, framing_for
 from zcluster.message.journals import JournalReader, JournalSpec
 from zcluster.message.readers import ReadUncommittedIter
 from zcluster.message.sequencer import QueueOutcome, Sequencer
-from zcluster.state.batch import BatchStats, MapperError, WriteBuffer
+from zcluster.state.batch import BatchStats, WriteBuffer
 from zcluster.state.lost import audit_skip, stays_before
 from zcluster.state.retry import retrying
-from zcluster.state.store import JournalCheckpoint, JournalMismatchError, StateStore
+from zcluster.state.store import JournalCheckpoint, StateStore
 from zcluster.types import Count, Delete, Incr, Insert, KeyScoreMember, Store
 
 __all__ = ["Applier", "Mapper"]

@@ -12,19 +12,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from zcluster.errors import InvalidTupleError, PartialWriteError, ZClusterError
+from zcluster.errors import InvalidTupleError, MapperError, PartialWriteError
 from zcluster.state.retry import backoff
 from zcluster.types import Count, Delete, Incr, Increment, Insert, Store, Write, WriteResult
 
-__all__ = ["BatchStats", "MapperError", "WriteBuffer"]
+__all__ = ["BatchStats", "WriteBuffer"]
 
 log = logging.getLogger("zcluster.state")
-
-
-class MapperError(ZClusterError):
-    """The mapper raised or returned something that is not a write; names the journal, offset and message
-    kind. Nothing of that journal's batch was checkpointed, so it is read again (the writes that were
-    already sent are idempotent)."""
 
 
 @dataclass

@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from zcluster.errors import ZClusterError
+from zcluster.errors import PollError
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.state.applier import Applier, Mapper
 from zcluster.state.batch import BatchStats
 from zcluster.types import Store
 
-__all__ = ["Consumer", "JournalFailure", "PollError"]
+__all__ = ["Consumer", "JournalFailure"]
 
 log = logging.getLogger("zcluster.state")
 
@@ -39,26 +39,6 @@ class JournalFailure(NamedTuple):
     journal: str
     offset: int | None
     error: Exception
-
-
-class PollError(ZClusterError, ExceptionGroup):
-    """Some journals of a poll failed; every other journal was applied. ``failures`` names each failed
-    journal, the checkpoint offset it stays at and its error (also this group's exceptions); ``stats``
-    is what the poll did."""
-
-    failures: list[JournalFailure]
-    stats: BatchStats
-
-    def __new__(cls, failures: list[JournalFailure], stats: BatchStats) -> PollError:
-        where = ", ".join(f"{f.journal} at offset {f.offset}" for f in failures)
-        self = super().__new__(
-            cls, f"{len(failures)} journal(s) failed and keep their checkpoints: {where}", [f.error for f in failures]
-        )
-        self.failures, self.stats = failures, stats
-        return self
-
-    def __init__(self, failures: list[JournalFailure], stats: BatchStats) -> None:
-        super().__init__(self.message, self.exceptions)
 
 
 class Consumer:

