@@ -180,10 +180,8 @@ class Settings:
             self.repair_failed.update(event.failed_shards)
 
     def _shard_names(self) -> list[str]:
-        if self._farm is not None:
-            farm = self._farm
-            return [f"{n}/{s}" for n, c in zip(farm.names, farm.clusters, strict=True) for s in c.shards]
-        return self._cluster.shards if self._cluster is not None else []
+        store: Cluster | Farm | None = self._farm if self._farm is not None else self._cluster
+        return store.shards if store is not None else []
 
     def failing_shards(self, message: str) -> str:
         """`` (failing shard(s): host:port, ...)`` when ``message`` names no shard: found by PING."""

@@ -9,7 +9,6 @@ import click
 
 from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
 from zcluster.cli.output import emit_json, human, print_table
-from zcluster.cluster import Cluster
 
 __all__ = ["info"]
 
@@ -24,14 +23,7 @@ def info(settings: Settings, no_scan: bool) -> None:
     On a farm, the shards of every replica, named replica/host:port.
     """
     store = settings.store()
-    if isinstance(store, Cluster):
-        found = store.stats(scan=not no_scan)
-    else:
-        found = [
-            dataclasses.replace(s, shard=f"{name}/{s.shard}")
-            for name, cluster in zip(store.names, store.clusters, strict=True)
-            for s in cluster.stats(scan=not no_scan)
-        ]
+    found = store.stats(scan=not no_scan)  # a farm names its shards replica/host:port
     stats = [s if s.error is None else dataclasses.replace(s, error=settings.redact(s.error)) for s in found]
     if settings.json:
         emit_json(

@@ -38,7 +38,7 @@ class FarmWriteResult(WriteResult):
     below the quorum (so :attr:`ok` means "every tuple reached the quorum"); ``replica_failures`` has
     every failure of every replica, the ones a quorum covered included (the walker repairs those).
     ``late`` names the replicas the write returned without (see ``straggler_wait`` in :class:`Farm`):
-    their tuples are in ``replica_failures`` with a :class:`~zcluster.farm.ReplicaLate` error, and their
+    their tuples are in ``replica_failures`` with a :class:`~zcluster.ReplicaLate` error, and their
     calls go on in the background; tuples such a call then fails are handed to read-repair.
     """
 

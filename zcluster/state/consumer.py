@@ -89,7 +89,7 @@ class Consumer:
     def poll(self) -> BatchStats:
         """Apply everything the journals hold now; returns what was done.
 
-        A journal that fails (what the applier raises: :class:`zcluster.state.MapperError`,
+        A journal that fails (what the applier raises: :class:`zcluster.MapperError`,
         :class:`zcluster.state.JournalMismatchError`, :class:`zcluster.ShardError`, a lost range's
         :class:`zcluster.message.OffsetOutOfRangeError`, ...) keeps its previous checkpoint and the next poll
         continues from there; the other journals are applied all the same, then :class:`PollError` is
