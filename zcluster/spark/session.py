@@ -19,13 +19,15 @@ def register(spark: Any) -> None:
 def local_session(master: str = "local[2]", app: str = "zcluster", *, connect: bool = False, **conf: str) -> Any:
     """``SparkSession`` on this machine, quiet and small, with zcluster's data sources registered.
 
-    Python workers run this interpreter (so they see the same packages); the UI is off; shuffles use
+    Python workers run this interpreter (``PYSPARK_PYTHON``, unless set; so they see the same packages: a real
+    cluster's workers need one that has zcluster, see the README); the UI is off; shuffles use
     as many partitions as there are cores. Unless ``SPARK_HOME`` is set, a pip-installed pyspark's Python
     processes import it from this interpreter's own packages (see :func:`_bytecode_spark_home`): about
     0.8 s less for each one Spark starts, and a streaming query from a Python data source starts one
     (when this call starts the process's JVM: a JVM already running keeps the environment it had).
     ``connect=True`` starts a local Spark Connect server instead
     (``SparkSession.builder.remote(master)``; needs the ``connect`` extra) and returns its client session.
+    Spark binds to loopback only (``SPARK_LOCAL_IP``, and the Connect server's address), unless told otherwise.
     """
     import warnings
 
@@ -45,6 +47,7 @@ def local_session(master: str = "local[2]", app: str = "zcluster", *, connect: b
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         "spark.driver.memory": "1g",
+        **({"spark.connect.grpc.binding.address": "127.0.0.1"} if connect else {}),  # loopback, as SPARK_LOCAL_IP
         **conf,
     }
     builder = builder.appName(app)

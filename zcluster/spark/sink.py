@@ -35,6 +35,7 @@ from zcluster.journal.frames import RawFrame
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.spark.observe import METRICS_NAME, TASK_SCHEMA, add_rows, observed, task_batch
+from zcluster.spark.shipping import explain_missing_module, ship_by_value
 from zcluster.spark.source import RANGE_COLUMNS
 from zcluster.state.applier import Applier, Mapper
 from zcluster.state.batch import BatchStats
@@ -202,7 +203,11 @@ class ZClusterSink:
     rollbacks, replays, lost ranges skipped, the lag per journal...), on classic Spark and Connect alike
     (see :mod:`zcluster.spark.observe`). ``writeStream.foreachBatch(sink)`` alone works the same without them.
 
-    ``history`` holds a :class:`BatchStats` per batch handled by this driver process.
+    ``history`` holds a :class:`BatchStats` per batch handled by this driver process. ``shipped`` names the
+    modules of the mapper (and decode) that are not installed here (e.g. the job's own ``jobs.py``), which the
+    sink has cloudpickle send by value with the mapper, so that executors and a Spark Connect server need not
+    import them (:func:`zcluster.spark.shipping.ship_by_value` says what is and is not shipped). Installed
+    packages the mapper uses, zcluster among them, must be installed into the workers' Python.
     Errors: a mapper failure raises :class:`zcluster.state.MapperError` (journal, offset, kind) and fails
     the batch; shard failures are retried ``retries`` times (writes, checkpoints and progress alike, with
     backoff up to 5 s), then fail the batch. A failed batch is not recorded as committed, and Spark runs
@@ -244,6 +249,7 @@ class ZClusterSink:
         )
         self.metrics = metrics
         self.history: list[BatchStats] = []
+        self.shipped = ship_by_value(mapper, decode)  # the mapper's own modules, pickled with it
 
     def __call__(self, df: Any, batch_id: int) -> None:
         started = time.perf_counter()
@@ -263,7 +269,12 @@ class ZClusterSink:
             else:
                 _check_columns(df.columns, self.job.journals)
                 tasks = df.mapInArrow(self.job.run, STATS_SCHEMA)
-            add_rows(stats, tasks.collect())
+            try:
+                rows = tasks.collect()
+            except Exception as exc:
+                explain_missing_module(exc, self.shipped)  # a worker that cannot import a module: what to do
+                raise
+            add_rows(stats, rows)
             if query_id is not None:
                 retrying(lambda: state.commit_batch(query_id, batch_id), retries, "record batch progress")
         stats.seconds = time.perf_counter() - started
