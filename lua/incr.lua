@@ -22,26 +22,19 @@ local sums = ARGV[1] == "s"
 local ttl = tonumber(ARGV[2])
 local out = {}
 
-local function fence_of(fences, source)
-  local f = redis.call("HGET", fences, source)
-  if not f then return -1, -1, -1 end
-  local c, m, j = string.match(f, "^(%d+):(%d+):(%d+)$")
-  return tonumber(c), tonumber(m), tonumber(j)
-end
-
--- The kind of a key: "new", "mine" (an aggregate of this call's kind) or "other".
-local function kind(totals, fences)
-  local t = redis.call("TYPE", fences)["ok"]
-  local want = "hash"
-  if sums then want = "zset" end
-  if t == "none" then
+-- The key's kind ("new", "mine" or "other": not an aggregate of this call's kind, as far as K- tells) and
+-- the source's fence. A 2P-set's K- is a sorted set (HGET answers WRONGTYPE) or absent (then K+ tells);
+-- the kind of an aggregate key (sums or counters) is checked by the first total's command (WRONGTYPE).
+local function fence_of(totals, fences, source)
+  local f = redis.pcall("HGET", fences, source)
+  if type(f) == "table" and f.err then return "other" end
+  if not f then
+    if redis.call("EXISTS", fences) == 1 then return "mine", -1, -1, -1 end  -- another source's aggregate
     if redis.call("EXISTS", totals) == 1 then return "other" end
-    return "new"
+    return "new", -1, -1, -1
   end
-  if t ~= "hash" then return "other" end
-  local tt = redis.call("TYPE", totals)["ok"]
-  if tt ~= "none" and tt ~= want then return "other" end
-  return "mine"
+  local c, m, j = string.match(f, "^(%d+):(%d+):(%d+)$")
+  return "mine", tonumber(c), tonumber(m), tonumber(j)
 end
 
 local pos, g = 3, 0
@@ -49,11 +42,10 @@ while pos <= #ARGV do
   local totals, fences = KEYS[2 * g + 1], KEYS[2 * g + 2]
   local source, n = ARGV[pos], tonumber(ARGV[pos + 1])
   local first, last = pos + 2, pos + 1 + 5 * n
-  local k = kind(totals, fences)
+  local k, fc, fm, fj = fence_of(totals, fences, source)
   if k == "other" then
     for _ = 1, n do out[#out + 1] = "k" end
   else
-    local fc, fm, fj = fence_of(fences, source)
     local moved, failed = false, false
     for i = first, last, 5 do
       if failed then
@@ -69,7 +61,12 @@ while pos <= #ARGV do
           else
             r = redis.pcall("HINCRBY", totals, ARGV[i + 3], ARGV[i + 4])
           end
-          if type(r) == "table" and r.err then
+          if type(r) == "table" and r.err and string.find(r.err, "WRONGTYPE", 1, true) then
+            -- The other kind of aggregate (the group's first total command: nothing of it was applied).
+            for _ = #out - (i - first) / 5 + 1, #out do out[_] = "k" end
+            for _ = i, last, 5 do out[#out + 1] = "k" end
+            break
+          elseif type(r) == "table" and r.err then
             if not (string.find(r.err, "overflow", 1, true) or string.find(r.err, "not a number", 1, true)) then
               -- Not this increment's fault (NOREPLICAS, OOM: Redis refuses a script's first write, so
               -- nothing of the call was written): the call fails and is resent whole.

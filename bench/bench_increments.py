@@ -1,0 +1,157 @@
+"""Exactly-once increments against what a user writes by hand, side by side in one run.
+
+On one local ``redis-server`` (:class:`zcluster.testing.LocalShards`), the same increments (``--n``, each a
+member of a key gaining a delta) at two shapes, hot keys (``--hot`` keys: a leaderboard per few keys) and
+spread keys (``--spread`` keys), every method from FLUSHALL, methods interleaved, medians of ``--repeat``:
+
+  (a) ``Cluster.increment`` with positions (fenced: exactly once), calls of 10,000 increments (a poll's
+      flush), one source;
+  (b) redis-py pipelined ``ZINCRBY`` (pipelines of 1,000): at-least-once, what a hand-written writer does.
+
+Goal: (a)/(b) >= 0.7 at both shapes. Memory: ``used_memory`` per distinct member after (a) against after
+(b) (the fences are one small hash per key per source), goal <= 1.3. Results go to
+``bench/results/increments[-quick].json`` and ``.png``.
+
+    python bench/bench_increments.py            # 500k increments, 2k hot and 100k spread keys, 5 repetitions
+    python bench/bench_increments.py --quick    # 100k increments, 3 repetitions
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from bench_cluster import machine_info, med, timed
+
+from zcluster import Cluster, Incr
+from zcluster.testing import LocalShards
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CALL = 10_000
+PIPELINE = 1_000
+
+
+def make(n: int, keys: int, members: int, seed: int) -> list[Incr]:
+    rng = random.Random(seed)
+    return [Incr(f"lb:{rng.randrange(keys)}", f"u{rng.randrange(members)}", float(rng.randint(1, 5))) for _ in range(n)]
+
+
+def library(cluster: Cluster, incs: list[Incr]) -> None:
+    for lo in range(0, len(incs), CALL):
+        cluster.increment("bench/journal", [(lo + i, inc) for i, inc in enumerate(incs[lo : lo + CALL])])
+
+
+def by_hand(client: redis.Redis, incs: list[Incr]) -> None:
+    for lo in range(0, len(incs), PIPELINE):
+        pipe = client.pipeline(transaction=False)
+        for inc in incs[lo : lo + PIPELINE]:
+            pipe.zincrby(inc.key, inc.delta, inc.member)
+        pipe.execute()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--n", type=int, default=None)
+    ap.add_argument("--hot", type=int, default=2_000)
+    ap.add_argument("--spread", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+    n = args.n or (100_000 if args.quick else 500_000)
+    repeat = args.repeat or (3 if args.quick else 5)
+    shapes = {"hot": (args.hot, 50), "spread": (args.spread, 4)}
+    report: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "n": n, "shapes": {}}
+    with LocalShards(1) as shards, Cluster.from_urls(shards.urls, prefix="b:") as cluster:
+        client = redis.Redis.from_url(shards.urls[0])
+        for name, (keys, members) in shapes.items():
+            incs = make(n, keys, members, seed=len(name))
+            runs: dict[str, list[float]] = {"a": [], "b": []}
+            memory: dict[str, list[float]] = {"a": [], "b": []}
+            for r in range(repeat):
+                order = ["a", "b"] if r % 2 == 0 else ["b", "a"]
+                for method in order:
+                    client.flushall()
+                    base = float(client.info("memory")["used_memory"])
+                    seconds = timed(library, cluster, incs) if method == "a" else timed(by_hand, client, incs)
+                    members_held = sum(
+                        client.zcard(k) for k in client.scan_iter(count=10_000) if client.type(k) == b"zset"
+                    )
+                    memory[method].append((float(client.info("memory")["used_memory"]) - base) / max(1, members_held))
+                    runs[method].append(n / seconds)
+            # a correctness check of the last run of (a): totals equal a hand count
+            client.flushall()
+            library(cluster, incs)
+            library(cluster, incs)  # a replay: fenced
+            want: dict[tuple[str, str], float] = {}
+            for inc in incs:
+                want[(inc.key, str(inc.member))] = want.get((inc.key, str(inc.member)), 0.0) + inc.delta
+            sample = random.Random(1).sample(sorted(want), 200)
+            got = {k: float(client.zscore(f"{{b:{k[0]}}}+", k[1]) or 0.0) for k in sample}
+            assert got == {k: want[k] for k in sample}, "totals differ from the hand count"
+            shape = {
+                "keys": keys,
+                "members_per_key": members,
+                "a_per_s": runs["a"],
+                "b_per_s": runs["b"],
+                "a_over_b": med(runs["a"]) / med(runs["b"]),
+                "paired": [x / y for x, y in zip(runs["a"], runs["b"], strict=True)],
+                "bytes_per_member_a": med(memory["a"]),
+                "bytes_per_member_b": med(memory["b"]),
+                "memory_a_over_b": med(memory["a"]) / med(memory["b"]),
+            }
+            report["shapes"][name] = shape
+            print(
+                f"{name:>6} ({keys:,} keys): increment {med(runs['a']):>10,.0f}/s  ZINCRBY {med(runs['b']):>10,.0f}/s"
+                f"  ratio {shape['a_over_b']:.2f} (goal >= 0.7 {'met' if shape['a_over_b'] >= 0.7 else 'MISSED'};"
+                f" paired {min(shape['paired']):.2f}..{max(shape['paired']):.2f})"
+                f"  memory/member {shape['bytes_per_member_a']:.1f} vs {shape['bytes_per_member_b']:.1f} B"
+                f" = {shape['memory_a_over_b']:.2f}"
+                f" (goal <= 1.3 {'met' if shape['memory_a_over_b'] <= 1.3 else 'MISSED'})"
+            )
+        report["machine"] = machine_info(shards.binary)
+    stem = "increments-quick" if args.quick else "increments"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    if not args.no_plot:
+        plot(RESULTS / f"{stem}.png", report)
+    return 0
+
+
+def plot(path: Path, report: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    names = list(report["shapes"])
+    rates = [[med(report["shapes"][s][f"{m}_per_s"]) for s in names] for m in ("a", "b")]
+    xs = range(len(names))
+    axes[0].bar([x - 0.2 for x in xs], rates[0], 0.4, label="Cluster.increment (exactly once)")
+    axes[0].bar([x + 0.2 for x in xs], rates[1], 0.4, label="pipelined ZINCRBY (at least once)")
+    axes[0].set_xticks(list(xs), [f"{s} ({report['shapes'][s]['keys']:,} keys)" for s in names])
+    axes[0].set_ylabel("increments/s (median)")
+    axes[0].legend(fontsize=8)
+    mem = [[report["shapes"][s][f"bytes_per_member_{m}"] for s in names] for m in ("a", "b")]
+    axes[1].bar([x - 0.2 for x in xs], mem[0], 0.4, label="with fences")
+    axes[1].bar([x + 0.2 for x in xs], mem[1], 0.4, label="plain sorted sets")
+    axes[1].set_xticks(list(xs), names)
+    axes[1].set_ylabel("bytes per member")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"{report['n']:,} increments, 1 shard, {report['date'][:10]}")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    code = main()
+    print(f"done in {time.perf_counter() - start:.0f} s")
+    raise SystemExit(code)
