@@ -13,7 +13,7 @@ import pytest
 from cli_helpers import doc, fails, ok, rows, run
 from rich.console import Console
 
-from zcluster import Cluster, Cursor, KeyMember, KeyScoreMember
+from zcluster import Cluster, Count, Cursor, Incr, KeyMember, KeyScoreMember
 from zcluster.cli.output import console as plain_console
 from zcluster.testing import LocalRedisCluster, LocalShards, free_port
 
@@ -326,3 +326,16 @@ def test_password_never_printed(secured: LocalShards, prefix: str) -> None:
         assert "wr0ng" not in result.output and "s3cret" not in result.output
     nopass = fails(["--url", f"redis://127.0.0.1:{port}", "--prefix", prefix, "keys"])
     assert "Authentication" in nopass.stderr and f"127.0.0.1:{port}" in nopass.stderr
+
+
+def test_top_and_counters_read_aggregates(conn: Conn) -> None:
+    c = conn.cluster
+    c.increment("j", [(i, Incr("lb", f"p{i % 4}", float(i))) for i in range(12)] + [(20, Count("views", "home", 7))])
+    table = rows(ok(conn("top", "lb", "-n", "3")))
+    assert [r for r in table if r and r[0] in "123"] == [["1", "p3", "21"], ["2", "p2", "18"], ["3", "p1", "15"]]
+    page = doc(conn("top", "lb", "-n", "2", "--offset", "2"))
+    assert [(e["rank"], e["member"], e["total"]) for e in page["entries"]] == [(3, "p1", 15.0), (4, "p0", 12.0)]
+    assert doc(conn("counters", "views", "none"))["keys"] == [
+        {"key": "views", "counters": {"home": 7}, "error": None},
+        {"key": "none", "counters": {}, "error": None},
+    ]

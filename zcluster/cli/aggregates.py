@@ -1,0 +1,74 @@
+"""The aggregate subcommands: ``top`` (a leaderboard page of a sums key, :class:`zcluster.Incr`) and
+``counters`` (the totals of counters keys, :class:`zcluster.Count`)."""
+
+from __future__ import annotations
+
+import click
+
+from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
+from zcluster.cli.output import emit_json, human, human_score, json_blob, json_score, print_table
+from zcluster.cluster import Cluster
+from zcluster.errors import ConfigError
+
+__all__ = ["counters", "top"]
+
+
+@click.command()
+@click.argument("key")
+@click.option("-n", "--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Entries to show.")
+@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True, help="Skip this many (a page).")
+@json_option
+@pass_settings
+def top(settings: Settings, key: str, limit: int, offset: int) -> None:
+    """The leaderboard of sums KEY: members by total, highest first (ties: member descending), ranked from 1."""
+    result = settings.store().select([key], offset=offset, limit=limit, strict=False)
+    page = result.get(key, [])
+    ranked = [(offset + i + 1, e) for i, e in enumerate(page)]
+    if settings.json:
+        emit_json(
+            {
+                "key": json_blob(key),
+                "entries": [
+                    {"rank": r, "member": json_blob(e.member), "total": json_score(e.score)} for r, e in ranked
+                ],
+                "error": None if key not in result.errors else settings.redact(str(result.errors[key])),
+            }
+        )
+    else:
+        print_table(
+            f"top of {human(key)}",
+            ("rank", "member", "total"),
+            [(str(r), human(e.member), human_score(e.score)) for r, e in ranked],
+        )
+        if not page and key not in result.errors:
+            click.echo(f"{human(key)}: no entries")
+    fail_if(settings, (f"{human(k)}: {f}" for k, f in result.errors.items()))
+
+
+@click.command()
+@click.argument("keys", nargs=-1, required=True)
+@json_option
+@pass_settings
+def counters(settings: Settings, keys: tuple[str, ...]) -> None:
+    """Every counter of each counters KEY (exact int64 totals), by field."""
+    store = settings.store()
+    if not isinstance(store, Cluster):
+        raise ConfigError("counters are kept on one cluster, not on a farm of replicas (--replica)")
+    result = store.counters(keys, strict=False)
+    if settings.json:
+        emit_json(
+            {
+                "keys": [
+                    {
+                        "key": json_blob(k),
+                        "counters": {human(f): v for f, v in sorted(result.get(k, {}).items())},
+                        "error": None if k not in result.errors else settings.redact(str(result.errors[k])),
+                    }
+                    for k in keys
+                ]
+            }
+        )
+    else:
+        rows = [(human(k), human(f), str(v)) for k in keys for f, v in sorted(result.get(k, {}).items())]
+        print_table(None, ("key", "field", "total"), rows)
+    fail_if(settings, (f"{human(k)}: {f}" for k, f in result.errors.items()))
