@@ -19,6 +19,7 @@ def test_demo_end_to_end(tmp_path: object) -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "exactly once: the cluster matches the model" in out.stdout
+    assert "leaderboard (events per user" in " ".join(out.stdout.split())  # checked against the model too
     assert "Traceback" not in out.stderr
 
 

@@ -26,6 +26,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from zcluster.cluster import Cluster
 from zcluster.config import ClusterConfig, StoreConfig
 from zcluster.errors import ConfigError
 from zcluster.farm.config import FarmConfig
@@ -38,7 +39,7 @@ from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
 from zcluster.testing import LocalShards, find_server_binary, server_version
-from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
+from zcluster.testing.traffic import Traffic, create_journals, leaderboard_mapper, publish, timeline_mapper
 from zcluster.types import KeyMember, Store
 
 
@@ -59,7 +60,9 @@ def demo(
     traffic = Traffic(names)
     specs = [JournalSpec(n, {"content-type": CONTENT_TYPE_NDJSON}) for n in names]
     mapping = modulo_mapping(lambda m: m.doc["user"], lambda: specs)
-    sink = ZClusterSink(config, timeline_mapper, f"demo-{int(time.time())}", journals=journals_url)
+    # Exactly-once counters live on one cluster: a farm's demo keeps the timelines only.
+    mapper = leaderboard_mapper if isinstance(cluster, Cluster) else timeline_mapper
+    sink = ZClusterSink(config, mapper, f"demo-{int(time.time())}", journals=journals_url)
     long_txn = AsyncPublisher(store)
     with console.status("starting Spark (local[2])"):
         spark = local_session("local[2]")
@@ -130,6 +133,16 @@ def report(console: Console, cluster: Store, traffic: Traffic, sink: Any) -> boo
     probe = KeyMember("timeline:u0", "long-txn-0")
     console.print(f"score of an event from the long transaction: {cluster.score([probe])[probe]}")
     ok = bool(matching == len(expected) and delivered == traffic.committed)
+    if isinstance(cluster, Cluster):
+        board = [(str(e.member), e.score) for e in cluster.select(["leaderboard"], limit=1_000_000)["leaderboard"]]
+        top = Table(title="leaderboard (events per user, exactly once): top 5")
+        for col in ("rank", "user", "events", "model"):
+            top.add_column(col)
+        model = traffic.leaderboard()
+        for rank, ((user, events), (model_user, model_events)) in enumerate(zip(board[:5], model[:5], strict=False), 1):
+            top.add_row(str(rank), user, f"{events:.0f}", f"{model_user} {model_events:.0f}")
+        console.print(top)
+        ok = ok and board == model
     console.print(
         "[bold green]exactly once: the cluster matches the model[/]"
         if ok

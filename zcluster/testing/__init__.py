@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from zcluster.testing._tls import TlsFiles
     from zcluster.testing.redis_cluster import LocalRedisCluster
     from zcluster.testing.servers import LocalShards
-    from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
+    from zcluster.testing.traffic import Traffic, create_journals, leaderboard_mapper, publish, timeline_mapper
 
 _WHERE = {
     "LocalRedisCluster": "zcluster.testing.redis_cluster",
@@ -36,7 +36,9 @@ _WHERE = {
     ),
     "TlsFiles": "zcluster.testing._tls",
     "free_port": "zcluster.testing._process",
-    **dict.fromkeys(["Traffic", "create_journals", "publish", "timeline_mapper"], "zcluster.testing.traffic"),
+    **dict.fromkeys(
+        ["Traffic", "create_journals", "leaderboard_mapper", "publish", "timeline_mapper"], "zcluster.testing.traffic"
+    ),
 }
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "create_journals",
     "find_server_binary",
     "free_port",
+    "leaderboard_mapper",
     "publish",
     "server_version",
     "timeline_mapper",

@@ -18,9 +18,9 @@ from zcluster.message.framing import CONTENT_TYPE_NDJSON, framing_for
 from zcluster.message.journals import JournalSpec
 from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
-from zcluster.types import Delete, Insert
+from zcluster.types import Delete, Incr, Insert
 
-__all__ = ["Traffic", "create_journals", "publish", "timeline_mapper"]
+__all__ = ["Traffic", "create_journals", "leaderboard_mapper", "publish", "timeline_mapper"]
 
 
 def timeline_mapper(message: Any) -> list[Insert | Delete]:
@@ -28,6 +28,11 @@ def timeline_mapper(message: Any) -> list[Insert | Delete]:
     doc = message.doc
     write = Delete if doc["op"] == "remove" else Insert
     return [write(f"timeline:{doc['user']}", float(doc["ts"]), str(doc["event"]))]
+
+
+def leaderboard_mapper(message: Any) -> list[Insert | Delete | Incr]:
+    """:func:`timeline_mapper`, and one point per event for its user on the ``leaderboard`` (exactly once)."""
+    return [*timeline_mapper(message), Incr("leaderboard", str(message.doc["user"]), 1)]
 
 
 @dataclass
@@ -40,14 +45,20 @@ class Traffic:
     duplicates: int = 0
     transactions: int = 0
     best: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)  # committed events per user: the leaderboard
 
     def apply(self, doc: dict[str, Any]) -> None:
         """Fold a committed message into the model: the highest score wins, a removal winning ties."""
+        self.events[str(doc["user"])] = self.events.get(str(doc["user"]), 0) + 1
         key, member = f"timeline:{doc['user']}", str(doc["event"])
         rank = (float(doc["ts"]), 1 if doc["op"] == "remove" else 0)
         held = self.best.get((key, member))
         if held is None or rank > held:
             self.best[(key, member)] = rank
+
+    def leaderboard(self) -> list[tuple[str, float]]:
+        """Users by committed events, highest first (ties: user descending), as ``select`` reads them."""
+        return sorted(((u, float(n)) for u, n in self.events.items()), key=lambda e: (e[1], e[0]), reverse=True)
 
     def expected(self) -> dict[str, list[tuple[str, float]]]:
         """Visible members per key, score descending (ties: member descending)."""
