@@ -18,6 +18,7 @@ from zcluster import _lazy
 if TYPE_CHECKING:
     from zcluster.config import ClusterConfig
     from zcluster.farm.config import FarmConfig
+    from zcluster.spark.positioned import PositionedSink
     from zcluster.spark.session import local_session, register, run_available_now
     from zcluster.spark.sink import ZClusterSink
     from zcluster.state.applier import Mapper
@@ -28,6 +29,7 @@ _WHERE = {
     "ClusterConfig": "zcluster.config",
     **dict.fromkeys(["local_session", "register", "run_available_now"], "zcluster.spark.session"),
     "ZClusterSink": "zcluster.spark.sink",
+    "PositionedSink": "zcluster.spark.positioned",
     "FarmConfig": "zcluster.farm.config",
     "Mapper": "zcluster.state.applier",
     "BatchStats": "zcluster.state.batch",
@@ -43,6 +45,7 @@ __all__ = [
     "Incr",
     "Insert",
     "Mapper",
+    "PositionedSink",
     "ZClusterSink",
     "local_session",
     "register",
