@@ -4,7 +4,9 @@
         --checkpoint /abs/ckpt --query-name q1 [--prefix zc:] [--sleep 0.005] [--flush 16] [--stats out.json] \
         [--max-frames 40 --progress batches.json]
 
-``--sleep`` makes the mapper sleep per message (so a batch is slow enough to be killed mid-way), ``--flush``
+``--leaderboard`` has the mapper also add one point per event to its user on ``leaderboard`` (exactly-once
+increments). ``--sleep`` makes the mapper sleep per message (so a batch is slow enough to be killed mid-way),
+``--flush``
 bounds the sink's write batches (so writes land while the batch still runs). ``--stats`` writes the sink's
 history (one BatchStats per batch) as JSON when the run ends. ``--max-frames`` sets the source's
 ``maxFramesPerTrigger``; ``--progress`` writes each batch's input row count, from the query's progress
@@ -23,7 +25,7 @@ from typing import Any
 
 from zcluster.spark import ZClusterSink, local_session, run_available_now
 from zcluster.spark.observe import figures
-from zcluster.testing.traffic import timeline_mapper
+from zcluster.testing.traffic import leaderboard_mapper, timeline_mapper
 
 
 class SlowMapper:
@@ -31,9 +33,10 @@ class SlowMapper:
     per message to that file (the executors' count of delivered messages, also under Spark Connect, where
     the sink's history stays in the server's foreachBatch process)."""
 
-    def __init__(self, seconds: float, deliveries: str | None = None) -> None:
+    def __init__(self, seconds: float, deliveries: str | None = None, leaderboard: bool = False) -> None:
         self.seconds = seconds
         self.deliveries = deliveries
+        self.leaderboard = leaderboard
 
     def __call__(self, message: Any) -> list[Any]:
         if self.seconds:
@@ -41,7 +44,7 @@ class SlowMapper:
         if self.deliveries:
             with open(self.deliveries, "a") as f:
                 f.write("1\n")
-        return timeline_mapper(message)
+        return leaderboard_mapper(message) if self.leaderboard else timeline_mapper(message)
 
 
 def main() -> int:
@@ -60,13 +63,14 @@ def main() -> int:
     p.add_argument("--progress")
     p.add_argument("--observed")
     p.add_argument("--connect", action="store_true", help="a local Spark Connect session (no --stats there)")
+    p.add_argument("--leaderboard", action="store_true", help="the mapper also counts events per user (Incr)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
     spark = local_session(args.master, connect=args.connect)
     sink = ZClusterSink(
         args.urls,
-        SlowMapper(args.sleep, args.deliveries),
+        SlowMapper(args.sleep, args.deliveries, args.leaderboard),
         args.query_name,
         journals=args.journals,
         flush=args.flush,

@@ -202,6 +202,7 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
         query_name,
         "--prefix",
         prefix,
+        "--leaderboard",  # increments too: a rerun must not count what the dead run already added
         *(["--connect"] if mode == "connect" else []),
     ]
 
@@ -236,6 +237,8 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
     done = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert mismatched(cluster, expected) == []
+    board = [(str(e.member), e.score) for e in cluster.select(["leaderboard"], limit=1000)["leaderboard"]]
+    assert board == traffic.leaderboard()  # every event counted once, although batch 0 ran twice
     # What the dead run had not checkpointed was delivered again; never more than the committed messages.
     delivered = len(deliveries.read_text().split())
     assert 0 < delivered <= traffic.committed
