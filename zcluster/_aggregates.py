@@ -19,12 +19,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from zcluster._encode import Encoder, blob, listed_keys, positive
+from zcluster._encode import key_members as key_members_of
 from zcluster._reporting import Reporting
 from zcluster._scripts import Script
 from zcluster._transport import Transport, read
 from zcluster._writes import refusal
 from zcluster.errors import ConfigError, InvalidTupleError
-from zcluster.types import Blob, Count, Durability, Incr, ReadResult, ShardFailure, WriteResult, from_bytes
+from zcluster.types import Blob, Count, Durability, Incr, KeyMember, ReadResult, ShardFailure, WriteResult, from_bytes
 
 Position = int | tuple[int, int] | tuple[int, int, int]
 """Where an increment comes from in its source: an offset, (offset, offset) or a full (c, m, j) triple."""
@@ -267,6 +268,31 @@ class Aggregates(Reporting):
                 raise result.refused
             result.raise_for_failures()
         return result
+
+    def ranks(
+        self, key_members: Iterable[KeyMember | tuple[Blob, Blob]], *, strict: bool = True
+    ) -> ReadResult[KeyMember, tuple[int, float] | None]:
+        """Each member's place on its sums key's leaderboard: (rank, total), rank 0 the highest total (ties:
+        member descending, as :meth:`select` orders them); None for a member without a total."""
+        started = time.perf_counter()
+        with self._reporting("ranks", started):
+            items = key_members_of(key_members)
+            encoded = self._encoder.keys([km.key for km in items])
+            members = [blob(km.member, i, km, "member") for i, km in enumerate(items)]
+            adds = self._encoder.layout.adds
+
+            def parse(km: KeyMember, replies: list[Any]) -> tuple[int, float] | None:
+                rank, total = replies
+                return None if rank is None else (int(rank), float(total))
+
+            result = read(
+                self._transport,
+                items,
+                encoded,
+                lambda kb, pos: [("ZREVRANK", adds(kb), members[pos]), ("ZSCORE", adds(kb), members[pos])],
+                parse,
+            )
+        return self._finish("ranks", result, len(items), started, strict)
 
     def counters(self, keys: Iterable[Blob], *, strict: bool = True) -> ReadResult[Blob, dict[Blob, int]]:
         """Every counter of each counters key (:class:`Count`), field -> total; ``{}`` for a key never

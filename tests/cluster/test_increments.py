@@ -33,6 +33,8 @@ def test_each_position_counts_once_whatever_is_sent_again(any_cluster: Cluster) 
     # select reads a leaderboard: highest first, ties by member descending
     c.increment("j1", [(4, Incr("lb", "dave", 3))])
     assert [e.member for e in c.select(["lb"], limit=10)["lb"]] == ["alice", "dave", "bob", "carol"]
+    ranks = c.ranks([("lb", "bob"), ("lb", "alice"), ("lb", "nobody"), ("none", "x")])
+    assert list(ranks.values()) == [(2, 3.0), (0, 12.5), None, None]
 
 
 def test_counters_are_exact_int64_and_refuse_overflow(any_cluster: Cluster) -> None:
