@@ -22,7 +22,14 @@ ROOT = Path(zcluster.__file__).parent
 LAYERS = [
     ["zcluster.errors", "zcluster.types", "zcluster.instrumentation", "zcluster._lazy", "zcluster._reporting"],
     ["zcluster.message"],
-    ["zcluster._keys", "zcluster._urls", "zcluster._scripts", "zcluster._topology", "zcluster._encode"],
+    [
+        "zcluster._keys",
+        "zcluster._urls",
+        "zcluster._scripts",
+        "zcluster._topology",
+        "zcluster._encode",
+        "zcluster._retry",
+    ],
     ["zcluster._transport", "zcluster._follow", "zcluster._writes", "zcluster._reads"],
     ["zcluster._inspect", "zcluster._aggregates"],
     ["zcluster.cluster", "zcluster.metrics"],

@@ -11,7 +11,7 @@ from zcluster.errors import PartialReadError, PartialWriteError
 
 __all__ = ["backoff", "retrying"]
 
-log = logging.getLogger("zcluster.state")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zcluster._retry import retrying
 from zcluster.config import StoreConfig, Where, store_config
 from zcluster.errors import ConfigError
 from zcluster.journal.frames import RawFrame
@@ -39,7 +40,6 @@ from zcluster.spark.shipping import explain_missing_module, ship_by_value
 from zcluster.spark.source import RANGE_COLUMNS
 from zcluster.state.applier import Applier, Mapper
 from zcluster.state.batch import BatchStats
-from zcluster.state.retry import retrying
 from zcluster.state.store import StateStore
 
 log = logging.getLogger("zcluster.spark")

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from zcluster._retry import retrying
 from zcluster.errors import ConfigError, JournalMismatchError, MapperError
 from zcluster.journal.frames import LOST_ROW, lost_error, read_range_frames
 from zcluster.journal.store import JournalStore, close_store
@@ -45,7 +46,6 @@ from zcluster.message.readers import ReadUncommittedIter
 from zcluster.message.sequencer import QueueOutcome, Sequencer
 from zcluster.state.batch import BatchStats, WriteBuffer
 from zcluster.state.lost import audit_skip, stays_before
-from zcluster.state.retry import retrying
 from zcluster.state.store import JournalCheckpoint, StateStore
 from zcluster.types import Count, Delete, Incr, Insert, KeyScoreMember, Store
 

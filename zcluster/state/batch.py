@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from zcluster._retry import backoff
 from zcluster.errors import InvalidTupleError, MapperError, PartialWriteError
-from zcluster.state.retry import backoff
 from zcluster.types import Count, Delete, Incr, Increment, Insert, Store, Write, WriteResult
 
 __all__ = ["BatchStats", "WriteBuffer"]
