@@ -29,9 +29,12 @@ local function fence_of(totals, fences, source)
   local f = redis.pcall("HGET", fences, source)
   if type(f) == "table" and f.err then return "other" end
   if not f then
-    if redis.call("EXISTS", fences) == 1 then return "mine", -1, -1, -1 end  -- another source's aggregate
-    if redis.call("EXISTS", totals) == 1 then return "other" end
-    return "new", -1, -1, -1
+    -- 0: a new key; 2: another source's aggregate; 1: totals without fences, a 2P-set without tombstones
+    -- (an aggregate's two keys are made, and expire, together)
+    local held = redis.call("EXISTS", fences, totals)
+    if held == 0 then return "new", -1, -1, -1 end
+    if held == 2 then return "mine", -1, -1, -1 end
+    return "other"
   end
   local c, m, j = string.match(f, "^(%d+):(%d+):(%d+)$")
   return "mine", tonumber(c), tonumber(m), tonumber(j)

@@ -31,6 +31,7 @@ Position = int | tuple[int, int] | tuple[int, int, int]
 """Where an increment comes from in its source: an offset, (offset, offset) or a full (c, m, j) triple."""
 
 MAX_POSITION = 1 << 53  # positions travel as Lua numbers (doubles)
+_EXACT = 1 << 53  # integers a double holds exactly
 INT64 = (-(1 << 63), (1 << 63) - 1)
 _REASONS = {
     ord("k"): "its key is of another kind (a 2P-set, or the other kind of aggregate)",
@@ -47,6 +48,15 @@ def triples(items: Sequence[tuple[Position, Any]]) -> list[tuple[int, int, int]]
     run_of: tuple[int, int] | None = None
     j = 0
     for i, (position, item) in enumerate(items):
+        if type(position) is int and 0 <= position < MAX_POSITION:  # the common case, inline
+            j = j + 1 if run_of is not None and run_of[0] == position and run_of[1] == 0 else 0
+            run_of = (position, 0)
+            triple = (position, 0, j)
+            if triple < last:
+                raise InvalidTupleError(i, item, f"position {triple} is below the one before it ({last})")
+            last = triple
+            out.append(triple)
+            continue
         parts = (position,) if isinstance(position, int) else tuple(position)
         if not 1 <= len(parts) <= 3 or not all(
             isinstance(p, int) and not isinstance(p, bool) and 0 <= p < MAX_POSITION for p in parts
@@ -81,7 +91,7 @@ class _Call:
         self.owners: list[tuple[bytes, bytes]] = []
 
 
-Entry = tuple[int, tuple[int, int, int], bytes, str]  # caller index, position, member or field, delta text
+Entry = tuple[int, tuple[int, int, int], bytes, Any]  # caller index, position, member or field, delta
 
 
 class IncrementPlan:
@@ -175,18 +185,39 @@ def _keyed(
 ) -> dict[tuple[bytes, bytes], list[Entry]]:
     """Validate every increment and group them by (kind, key), in the caller's order."""
     keys: dict[tuple[bytes, bytes], list[Entry]] = {}
+    encoded: dict[Any, bytes] = {}  # keys and members repeat (hot keys): encode each once
     for i, ((_, item), position) in enumerate(zip(items, positions, strict=True)):
-        if isinstance(item, Incr):
-            kind, delta = b"s", _sum_delta(i, item)
-        elif isinstance(item, Count):
+        kind_of = type(item)
+        if kind_of is Incr or isinstance(item, Incr):
+            kind, d = b"s", item.delta
+            # A finite float or an int exact as a double goes as it is (hiredis and redis-py print a float's
+            # shortest round-tripping form); anything else is checked, and refused, the slow way.
+            delta: Any = (
+                d
+                if (type(d) is float and d - d == 0.0) or (type(d) is int and -_EXACT <= d <= _EXACT)
+                else _sum_delta(i, item)
+            )
+        elif kind_of is Count or isinstance(item, Count):
             kind, delta = b"c", _count_delta(i, item)
         else:
             raise InvalidTupleError(i, item, "expected an Incr or a Count")
-        kb = blob(item.key, i, item, "key")
-        if not kb:
-            raise InvalidTupleError(i, item, "key must not be empty")
-        member = blob(item[1], i, item, "member" if kind == b"s" else "field")
-        keys.setdefault((kind, kb), []).append((i, position, member, delta))
+        key, member = item[0], item[1]
+        kb = encoded.get(key) if type(key) is str else None
+        if kb is None:
+            kb = blob(key, i, item, "key")
+            if not kb:
+                raise InvalidTupleError(i, item, "key must not be empty")
+            if type(key) is str:
+                encoded[key] = kb
+        mb = encoded.get(member) if type(member) is str else None
+        if mb is None:
+            mb = blob(member, i, item, "member" if kind == b"s" else "field")
+            if type(member) is str:
+                encoded[member] = mb
+        entry = keys.get((kind, kb))
+        if entry is None:
+            entry = keys[(kind, kb)] = []
+        entry.append((i, position, mb, delta))
     return keys
 
 
