@@ -71,7 +71,7 @@ from typing import Any
 from zcluster import Cluster, Durability, KeyMember, PollError
 from zcluster.farm import Farm, FarmConfig, Walker
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import fragment_name
+from zcluster.journal._filefmt import fragment_name
 from zcluster.journal.publishing import AsyncPublisher
 from zcluster.message import OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON

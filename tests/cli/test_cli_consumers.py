@@ -12,7 +12,7 @@ from cli_helpers import doc, fails, ok, rows, run
 
 from zcluster import Cluster, Insert, PollError
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import fragment_name
+from zcluster.journal._filefmt import fragment_name
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec

@@ -22,7 +22,8 @@ def file_append(root: str, journal: str, tag: str, count: str) -> None:
 
 def file_crash_mid_append(root: str, journal: str) -> None:
     """Append one whole record, then die by SIGKILL after writing half of the next one."""
-    from zcluster.journal import FileJournals, fragments
+    from zcluster.journal import FileJournals
+    from zcluster.journal import _fragments as fragments
 
     with FileJournals(root, recover=False) as fj:
         fj.append(journal, b"whole-1\n")

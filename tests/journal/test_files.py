@@ -13,7 +13,7 @@ import pytest
 from journal_helpers import ndjson, read_all, run_proc, start_proc
 
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import OPEN_NAME
+from zcluster.journal._filefmt import OPEN_NAME
 from zcluster.message import JournalExistsError, JournalNotFoundError, OffsetOutOfRangeError
 
 

@@ -15,7 +15,7 @@ import pytest
 from journal_helpers import ndjson, read_all
 
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import HEADER, OPEN_NAME, RECORD, fragment_name
+from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD, fragment_name
 from zcluster.message import (
     DecodeError,
     Frame,

@@ -9,7 +9,7 @@ import pytest
 from journal_helpers import ndjson
 
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import fragment_name
+from zcluster.journal._filefmt import fragment_name
 from zcluster.journal.frames import LOST_ROW, lost_error, read_frames, read_range_frames
 from zcluster.message import OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON

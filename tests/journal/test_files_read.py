@@ -18,8 +18,8 @@ import pytest
 from journal_helpers import ndjson, read_all
 
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import HEADER, OPEN_NAME, RECORD, pack_record, scan_payloads, scan_records
-from zcluster.journal.fragments import _MARK_SPACING
+from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD, pack_record, scan_payloads, scan_records
+from zcluster.journal._fragments import _MARK_SPACING
 from zcluster.message import OffsetOutOfRangeError
 
 

@@ -10,7 +10,7 @@ import pytest
 from journal_helpers import ndjson
 
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import OPEN_NAME
+from zcluster.journal._filefmt import OPEN_NAME
 
 pytestmark = pytest.mark.spark
 

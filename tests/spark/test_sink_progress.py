@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from zcluster import Cluster
-from zcluster.journal.filefmt import fragment_name
+from zcluster.journal._filefmt import fragment_name
 from zcluster.journal.files import FileJournals
 from zcluster.spark import ZClusterSink, run_available_now
 from zcluster.spark.observe import figures

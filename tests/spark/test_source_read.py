@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from zcluster.journal.filefmt import HEADER, OPEN_NAME, RECORD
+from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD
 from zcluster.journal.files import FileJournals
 from zcluster.journal.frames import read_range
 from zcluster.message.errors import JournalError, OffsetOutOfRangeError

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from zcluster import Cluster, PollError
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import fragment_name
+from zcluster.journal._filefmt import fragment_name
 from zcluster.metrics import ApplierMetrics
 from zcluster.state import BatchStats, Consumer
 from zcluster.testing import LocalShards

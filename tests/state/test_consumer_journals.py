@@ -16,7 +16,7 @@ import pytest
 
 from zcluster import Cluster, Insert, JournalMismatchError, MapperError, PollError
 from zcluster.journal import FileJournals, RedisJournals
-from zcluster.journal.filefmt import META_NAME
+from zcluster.journal._filefmt import META_NAME
 from zcluster.journal.store import JournalStore
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON

@@ -15,7 +15,7 @@ import pytest
 
 from zcluster import Cluster, ConfigError, Insert, PollError
 from zcluster.journal import FileJournals
-from zcluster.journal.filefmt import fragment_name
+from zcluster.journal._filefmt import fragment_name
 from zcluster.journal.frames import read_frames
 from zcluster.message import Flags, OffsetOutOfRangeError, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON

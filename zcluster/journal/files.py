@@ -1,9 +1,9 @@
 """File-fragment journals: the embedded backend, no server needed.
 
-Each journal is a directory under a root (``root/<journal name>/``) laid out as :mod:`filefmt` describes:
+Each journal is a directory under a root (``root/<journal name>/``) laid out as :mod:`._filefmt` describes:
 complete fragments ``<begin>-<end>.frag`` plus one hidden open fragment ``.open`` taking appends. This
 module is the store: the journals under a root, their metadata and group positions, the locks, when to
-roll, blocking reads; :mod:`zcluster.journal.fragments` does the work inside one journal's directory.
+roll, blocking reads; :mod:`zcluster.journal._fragments` does the work inside one journal's directory.
 
 Guarantees:
 
@@ -51,8 +51,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from zcluster.journal.filefmt import META_NAME, POSITIONS_DIR, TMP_PREFIX
-from zcluster.journal.fragments import JournalDir, LostRange, RecoveryReport, ScanCursor, fsync_dir, write_all
+from zcluster.journal._filefmt import META_NAME, POSITIONS_DIR, TMP_PREFIX
+from zcluster.journal._fragments import JournalDir, LostRange, RecoveryReport, ScanCursor, fsync_dir, write_all
 from zcluster.journal.store import (
     JournalInfo,
     append_results,

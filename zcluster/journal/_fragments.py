@@ -3,7 +3,7 @@
 Why this module is long: recovery from on-disk damage (sealing an open fragment around damaged records,
 quarantining short fragment files, lost-range markers) lives beside the writer and reader it protects.
 
-A :class:`JournalDir` is one journal directory (laid out as :mod:`zcluster.journal.filefmt` describes)
+A :class:`JournalDir` is one journal directory (laid out as :mod:`zcluster.journal._filefmt` describes)
 and its in-process writer state: it brings that state up to date with the directory (recovering torn
 tails, damaged records and the leftovers of an interrupted roll), appends one record to the open fragment,
 rolls the open fragment into a fragment file, and reads whole chunks from any offset across fragments and
@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from zcluster.journal.filefmt import (
+from zcluster.journal._filefmt import (
     GOOD,
     HEADER,
     LOCK_NAME,
