@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +15,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_poll_boundaries import CT, History, cuts_of, make_history, write_journal
+from test_poll_boundaries import CT, History, _frame, cuts_of, make_history, write_journal
 
 from zcluster import Cluster, Count, Incr, Insert, MapperError, PollError
 from zcluster.journal import FileJournals
-from zcluster.message import Flags, build_uuid, format_uuid
+from zcluster.message import Flags
 from zcluster.state import Applier, BatchStats, Consumer
 from zcluster.testing import LocalShards
 
@@ -57,10 +56,6 @@ def store(tmp_path: Path) -> Iterator[FileJournals]:
     s = FileJournals(tmp_path / "journals")
     yield s
     s.close()
-
-
-def _frame(producer: bytes, clock: int, flags: int, ident: str) -> bytes:
-    return (json.dumps({"UUID": format_uuid(build_uuid(producer, clock, flags)), "id": ident}) + "\n").encode()
 
 
 def test_a_transaction_delivered_after_later_messages_counts(store: FileJournals, shards: LocalShards) -> None:
