@@ -208,7 +208,7 @@ class ZClusterSink:
     sink has cloudpickle send by value with the mapper, so that executors and a Spark Connect server need not
     import them (:func:`zcluster.spark.shipping.ship_by_value` says what is and is not shipped). Installed
     packages the mapper uses, zcluster among them, must be installed into the workers' Python.
-    Errors: a mapper failure raises :class:`zcluster.state.MapperError` (journal, offset, kind) and fails
+    Errors: a mapper failure raises :class:`zcluster.MapperError` (journal, offset, kind) and fails
     the batch; shard failures are retried ``retries`` times (writes, checkpoints and progress alike, with
     backoff up to 5 s), then fail the batch. A failed batch is not recorded as committed, and Spark runs
     it again.
