@@ -12,8 +12,10 @@
 -- member) with the score as the server prints it: "<n>=<records>" when short, "<n>#<SHA-1>" for a set
 -- of one page, "*<SHA-1 of the pages' SHA-1s>" for a larger one (read page by page, so no set is copied
 -- whole into the script's memory). Equal fingerprints mean equal records on servers that print scores
--- alike. "serialized" returns "<SHA-1 of both sets' DUMP>|<floor>" (or ""): cheaper, equal means equal
--- records, but equal records may differ there (another encoding or server version).
+-- alike. An aggregate key (sums or counters, K- a hash of fences) is "a<totals>|<fences>" instead, each
+-- hash described by its sorted "<field length>:<field> <value>\n" lines. "serialized" returns
+-- "<SHA-1 of both sets' DUMP>|<floor>" (or ""): cheaper, equal means equal records, but equal records may
+-- differ there (another encoding or server version).
 local PAGE = 1000
 local SHORT = 64
 
@@ -38,6 +40,20 @@ local function digest(key)
   end
   if #hashes == 0 then return nil end
   return "*" .. redis.sha1hex(table.concat(hashes))
+end
+
+-- A hash's fields and values (an aggregate key's fences, or its counters), sorted: nil when it is empty.
+local function hdigest(key)
+  local flat = redis.call("HGETALL", key)
+  if #flat == 0 then return nil end
+  local buf = {}
+  for i = 1, #flat, 2 do
+    buf[#buf + 1] = #flat[i] .. ":" .. flat[i] .. " " .. flat[i + 1] .. "\n"
+  end
+  table.sort(buf)
+  local text = table.concat(buf)
+  if #text <= SHORT then return #buf .. "=" .. text end
+  return #buf .. "#" .. redis.sha1hex(text)
 end
 
 local out = {}
@@ -74,6 +90,12 @@ local function sets(i)
     if not adds and not removes then return nil end
     adds, removes = adds or "", removes or ""
     return redis.sha1hex(#adds .. ":" .. adds .. removes)
+  end
+  if redis.call("TYPE", KEYS[i + 1])["ok"] == "hash" then
+    -- An aggregate key (incr.lua): its totals (a sorted set of sums, or a hash of counters) and fences.
+    local totals = KEYS[i]
+    local held = redis.call("TYPE", totals)["ok"] == "hash" and hdigest(totals) or digest(totals)
+    return "a" .. (held or "") .. "|" .. (hdigest(KEYS[i + 1]) or "")
   end
   local adds, removes = digest(KEYS[i]), digest(KEYS[i + 1])
   if not adds and not removes then return nil end

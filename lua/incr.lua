@@ -1,8 +1,9 @@
 -- zcluster fenced increments: sums (a sorted set of totals) and exact counters (a hash of int64 totals),
 -- each applied once per (key, source, position) however often it is sent.
 --
--- KEYS, per group: K+ (the totals) and K- (the key's fences: a hash, source -> the position of the last
--- increment applied from that source). A key whose K- is a hash is an aggregate key; a 2P-set key has a
+-- KEYS, per group: K+ (the totals) and K- (the key's fences: a hash, source -> "c:m:j:n", the position of
+-- the last increment applied from that source and n, how many of that source's increments the key holds;
+-- a farm compares replicas by both, and n tells a replica that lost increments from one that has them all). A key whose K- is a hash is an aggregate key; a 2P-set key has a
 -- sorted set (or nothing) there, and the 2P-set write script reads K- before it writes, so each kind refuses
 -- the other's writes (WRONGTYPE) before touching anything.
 -- ARGV[1] = "s" (sums: K+ is a sorted set, member -> total, deltas are doubles) or "c" (counters: K+ is a
@@ -32,12 +33,12 @@ local function fence_of(totals, fences, source)
     -- 0: a new key; 2: another source's aggregate; 1: totals without fences, a 2P-set without tombstones
     -- (an aggregate's two keys are made, and expire, together)
     local held = redis.call("EXISTS", fences, totals)
-    if held == 0 then return "new", -1, -1, -1 end
-    if held == 2 then return "mine", -1, -1, -1 end
+    if held == 0 then return "new", -1, -1, -1, 0 end
+    if held == 2 then return "mine", -1, -1, -1, 0 end
     return "other"
   end
-  local c, m, j = string.match(f, "^(%d+):(%d+):(%d+)$")
-  return "mine", tonumber(c), tonumber(m), tonumber(j)
+  local c, m, j, n = string.match(f, "^(%d+):(%d+):(%d+):?(%d*)$")
+  return "mine", tonumber(c), tonumber(m), tonumber(j), tonumber(n) or 0
 end
 
 local pos, g = 3, 0
@@ -45,7 +46,7 @@ while pos <= #ARGV do
   local totals, fences = KEYS[2 * g + 1], KEYS[2 * g + 2]
   local source, n = ARGV[pos], tonumber(ARGV[pos + 1])
   local first, last = pos + 2, pos + 1 + 5 * n
-  local k, fc, fm, fj = fence_of(totals, fences, source)
+  local k, fc, fm, fj, fn = fence_of(totals, fences, source)
   if k == "other" then
     for _ = 1, n do out[#out + 1] = "k" end
   else
@@ -73,20 +74,20 @@ while pos <= #ARGV do
             if not (string.find(r.err, "overflow", 1, true) or string.find(r.err, "not a number", 1, true)) then
               -- Not this increment's fault (NOREPLICAS, OOM: Redis refuses a script's first write, so
               -- nothing of the call was written): the call fails and is resent whole.
-              if moved then redis.call("HSET", fences, source, string.format("%d:%d:%d", fc, fm, fj)) end
+              if moved then redis.call("HSET", fences, source, string.format("%d:%d:%d:%d", fc, fm, fj, fn)) end
               return redis.error_reply(r.err)
             end
             out[#out + 1] = "o"
             failed = true
           else
             out[#out + 1] = "1"
-            fc, fm, fj, moved = c, m, j, true
+            fc, fm, fj, fn, moved = c, m, j, fn + 1, true
           end
         end
       end
     end
     if moved then
-      redis.call("HSET", fences, source, string.format("%d:%d:%d", fc, fm, fj))
+      redis.call("HSET", fences, source, string.format("%d:%d:%d:%d", fc, fm, fj, fn))
       if k == "new" and ttl > 0 then
         redis.call("EXPIRE", totals, ttl)
         redis.call("EXPIRE", fences, ttl)

@@ -9,6 +9,10 @@ nothing. Positions are (c, m, j) triples. Two rules keep the fence from skipping
   go in later rounds, each sent only once the one before it was confirmed;
 * a key whose call failed (or whose total was refused) gets none of its later increments sent in this
   call: they are reported unconfirmed, so the caller resends them, in order, after the failed ones.
+
+Why this module is long: it holds one kind of key's whole life on a cluster, kept together so that its
+format is read and written in one place: the increments' validation and sending, the ``Cluster`` reads of
+totals and fences, and the whole-key state a farm compares and copies (``lua/aggregate.lua``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from zcluster._encode import Encoder, blob, listed_keys, positive
 from zcluster._encode import key_members as key_members_of
@@ -25,7 +29,19 @@ from zcluster._scripts import Script
 from zcluster._transport import Transport, read
 from zcluster._writes import refusal
 from zcluster.errors import ConfigError, InvalidTupleError
-from zcluster.types import Blob, Count, Durability, Incr, KeyMember, ReadResult, ShardFailure, WriteResult, from_bytes
+from zcluster.types import (
+    Blob,
+    Count,
+    Durability,
+    Fence,
+    Incr,
+    KeyMember,
+    KeyScoreMember,
+    ReadResult,
+    ShardFailure,
+    WriteResult,
+    from_bytes,
+)
 
 Position = int | tuple[int, int] | tuple[int, int, int]
 """Where an increment comes from in its source: an offset, (offset, offset) or a full (c, m, j) triple."""
@@ -94,11 +110,84 @@ class _Call:
 Entry = tuple[int, tuple[int, int, int], bytes, Any]  # caller index, position, member or field, delta
 
 
-class IncrementPlan:
-    """Sends one Cluster's increments (its layout, routing, batch size, durability)."""
+class KeyState(NamedTuple):
+    """One aggregate key's state on one cluster (``lua/aggregate.lua``): ``kind`` ("" nothing, "2" a 2P-set,
+    "s" sums, "c" counters, "a" fences whose totals expired), its fences as the server's canonical text
+    (``canon``, compared as is) and parsed; with a dump, its totals (flat pairs) and milliseconds to live."""
 
-    def __init__(self, transport: Transport, encoder: Encoder, script: Script, durability: Durability | None) -> None:
+    kind: str
+    canon: bytes
+    fences: dict[bytes, Fence]
+    totals: list[bytes] | None = None
+    pttl: int = -1
+
+    @property
+    def aggregate(self) -> bool:
+        return self.kind in ("s", "c", "a")
+
+
+def parse_canon(canon: bytes) -> dict[bytes, Fence]:
+    """The fences of ``lua/aggregate.lua``'s canonical text (``<length>:<source>=<c:m:j[:n]>\n`` each)."""
+    out: dict[bytes, Fence] = {}
+    at = 0
+    while at < len(canon):
+        colon = canon.index(b":", at)
+        size = int(canon[at:colon])
+        source = canon[colon + 1 : colon + 1 + size]
+        end = canon.index(b"\n", colon + 2 + size)
+        parts = [int(p) for p in canon[colon + 2 + size : end].split(b":")]
+        out[source] = Fence((parts[0], parts[1], parts[2]), parts[3] if len(parts) > 3 else 0)
+        at = end + 1
+    return out
+
+
+class IncrementPlan:
+    """Sends one Cluster's increments (its layout, routing, batch size, durability), and reads and replaces
+    aggregate keys whole (:meth:`states`, :meth:`dump`, :meth:`restore`: a farm's repairs)."""
+
+    def __init__(
+        self, transport: Transport, encoder: Encoder, script: Script, whole: Script, durability: Durability | None
+    ) -> None:
         self.transport, self.encoder, self.sha, self.durability = transport, encoder, script.sha, durability
+        self.whole_sha = whole.sha
+
+    def states(self, keys: Sequence[Blob], *, dump: bool = False) -> ReadResult[Blob, KeyState]:
+        """Each key's :class:`KeyState` (with its totals if ``dump``); a failed shard's keys in ``errors``."""
+        encoded = self.encoder.keys(keys)
+        layout, sha, mode = self.encoder.layout, self.whole_sha, "dump" if dump else "state"
+
+        def parse(key: Blob, replies: list[Any]) -> KeyState:
+            kind, canon = from_bytes(replies[0][0]), bytes(replies[0][1])
+            if not dump:
+                return KeyState(kind, canon, parse_canon(canon))
+            return KeyState(kind, canon, parse_canon(canon), list(replies[0][2]), int(replies[0][3]))
+
+        return read(
+            self.transport,
+            keys,
+            encoded,
+            lambda kb, _: [("EVALSHA", sha, 2, *layout.script_keys(kb, False), mode)],
+            parse,
+        )
+
+    def restore(self, key: Blob, expected: bytes, state: KeyState) -> bool:
+        """Replace ``key`` with ``state`` (a dump of another copy) if it still holds the fences ``expected``
+        and is no 2P-set: True; False if it moved since it was read. Shard failures raise."""
+        assert state.totals is not None and state.kind in ("s", "c", "a")
+        fences = [
+            x
+            for source, f in state.fences.items()
+            for x in (source, f"{f.position[0]}:{f.position[1]}:{f.position[2]}:{f.held}")
+        ]
+        ((shard_idx, kb),) = self.encoder.keys([key])
+        rkeys = self.encoder.layout.script_keys(kb, False)
+        kind = "c" if state.kind == "c" else "s"
+        command = ("EVALSHA", self.whole_sha, 2, *rkeys, "restore", expected, kind, state.pttl, len(state.fences))
+        shard = self.transport.topology.shards[shard_idx]
+        (reply,) = self.transport.writes(shard, [(*command, *fences, *state.totals)], self.durability)
+        if isinstance(reply, BaseException):
+            raise reply
+        return int(reply) == 1
 
     def send(
         self, source: bytes, items: Sequence[tuple[Position, Any]], ttl: int
@@ -325,6 +414,31 @@ class Aggregates(Reporting):
             )
         return self._finish("ranks", result, len(items), started, strict)
 
+    def top(
+        self, keys: Iterable[Blob], offset: int = 0, limit: int = 10, *, strict: bool = True
+    ) -> ReadResult[Blob, list[KeyScoreMember]]:
+        """A leaderboard page of each sums key (:class:`Incr`): ``limit`` members from ``offset``, highest
+        total first (ties: member descending), as (key, total, member). The same read as :meth:`select`
+        (totals are the scores of the key's sorted set), named for what it reads; a :class:`~zcluster.farm.Farm`'s
+        ``top`` differs from its ``select`` (it picks the replica whose fences hold the most)."""
+        return self.select(keys, offset, limit, strict=strict)  # type: ignore[attr-defined,no-any-return]
+
+    def fences(self, keys: Iterable[Blob], *, strict: bool = True) -> ReadResult[Blob, dict[Blob, Fence] | None]:
+        """Each aggregate key's fences: source -> :class:`Fence` (the last position applied from it and how
+        many of its increments the key holds); None for a key that is no aggregate (a 2P-set, or nothing).
+        For inspection, and for a farm to tell which replica's copy of a key holds the most."""
+        started = time.perf_counter()
+        with self._reporting("fences", started):
+            key_list = listed_keys(keys)
+            states = self._increments.states(key_list)
+            dec = from_bytes if self.decode else bytes
+            result: ReadResult[Blob, dict[Blob, Fence] | None] = ReadResult()
+            result.update(
+                (k, {dec(s): f for s, f in st.fences.items()} if st.aggregate else None) for k, st in states.items()
+            )
+            result.errors = states.errors
+        return self._finish("fences", result, len(key_list), started, strict)
+
     def counters(self, keys: Iterable[Blob], *, strict: bool = True) -> ReadResult[Blob, dict[Blob, int]]:
         """Every counter of each counters key (:class:`Count`), field -> total; ``{}`` for a key never
         incremented. Sums keys (:class:`Incr`) are read with :meth:`select` (totals highest first) and
@@ -342,3 +456,9 @@ class Aggregates(Reporting):
                 lambda key, replies: {dec(f): int(v) for f, v in replies[0].items()},
             )
         return self._finish("counters", result, len(key_list), started, strict)
+
+
+def aggregates_of(cluster: Aggregates) -> IncrementPlan:
+    """The increments plan of a :class:`zcluster.Cluster` (what a Farm reads, dumps and restores replicas'
+    aggregate keys through)."""
+    return cluster._increments

@@ -57,6 +57,11 @@ def incr_script() -> Script:
     return load("incr")
 
 
+def aggregate_script() -> Script:
+    """Reads an aggregate key's whole state and replaces it (a farm's repair of increments)."""
+    return load("aggregate")
+
+
 def fingerprint_script() -> Script:
     """The read-only script behind :meth:`zcluster.Cluster.fingerprints`."""
     return load("fingerprint")

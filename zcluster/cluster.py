@@ -20,7 +20,14 @@ from zcluster._aggregates import Aggregates, IncrementPlan
 from zcluster._encode import Encoder, blob, check_limit, listed_keys, positive, score_pairs
 from zcluster._inspect import Inspection
 from zcluster._keys import KeyLayout
-from zcluster._scripts import fingerprint_script, forget_script, incr_script, node_write_script, write_script
+from zcluster._scripts import (
+    aggregate_script,
+    fingerprint_script,
+    forget_script,
+    incr_script,
+    node_write_script,
+    write_script,
+)
 from zcluster._topology import FAILOVER_TIMEOUT, ClusterTopology, Routing, StandaloneTopology, Topology
 from zcluster._transport import SHARD_ERRORS, Transport, read, read_each
 from zcluster.errors import (
@@ -100,7 +107,14 @@ class Cluster(Inspection, Aggregates):
         instrumentation: Instrumentation = nop,
         durability: Durability | None = None,
     ) -> None:
-        scripts = (write_script(), forget_script(), fingerprint_script(), node_write_script(), incr_script())
+        scripts = (
+            write_script(),
+            forget_script(),
+            fingerprint_script(),
+            node_write_script(),
+            incr_script(),
+            aggregate_script(),
+        )
         transport = Transport(topology, scripts, positive(pipeline_calls, "pipeline_calls"))
         self._setup(
             transport, True, max_size, floors, prefix, batch_size, decode, instrumentation, durability=durability
@@ -134,9 +148,9 @@ class Cluster(Inspection, Aggregates):
         self.instrumentation = instrumentation
         self.durability = durability
         self._encoder = Encoder(self._layout, transport.topology, self.floors, batch_size)
-        write, forget, fingerprint, node, incr = transport.scripts
+        write, forget, fingerprint, node, incr, aggregate = transport.scripts
         self._plan = _writes.WritePlan(transport, self._encoder, write, node, max_size, durability, self._report)
-        self._increments = IncrementPlan(transport, self._encoder, incr, durability)
+        self._increments = IncrementPlan(transport, self._encoder, incr, aggregate, durability)
         self._write_sha, self._forget_sha, self._fingerprint_sha = write.sha, forget.sha, fingerprint.sha
 
     # -- construction -------------------------------------------------------------------------------------

@@ -80,6 +80,16 @@ Increment = Incr | Count
 """An aggregate write: not idempotent by itself, applied exactly once by its fence (source, position)."""
 
 
+class Fence(NamedTuple):
+    """What an aggregate key holds of one source (:meth:`zcluster.Cluster.fences`): the ``position`` (c, m,
+    j) of the last increment applied from it, and ``held``, how many of its increments the key holds.
+    Increments of a source reach a key in order, so of two copies of a key (a farm's replicas) the one
+    with the higher position and ``held`` holds everything the other holds of that source."""
+
+    position: tuple[int, int, int]
+    held: int
+
+
 class KeyMember(NamedTuple):
     """A member of a logical set, as asked about by :meth:`zcluster.Cluster.score`."""
 

@@ -17,21 +17,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from zcluster._aggregates import KeyState, aggregates_of
+from zcluster._transport import SHARD_ERRORS
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError
 from zcluster.farm._merge import shard_name
 from zcluster.instrumentation import Instrumentation, OpEvent
-from zcluster.types import Write
+from zcluster.types import Blob, Write
 
 log = logging.getLogger("zcluster.farm")
 
 
+class AggregateCopy(NamedTuple):
+    """An aggregate key's whole state (``whole``, a dump of the replica whose copy leads) to put in place
+    of a replica's copy, unless that copy moved since it was read with the fences ``expected`` (see
+    :mod:`zcluster.farm._aggregates`)."""
+
+    key: Blob
+    expected: bytes
+    whole: KeyState
+
+
 class Repair(NamedTuple):
-    """A record to write onto one replica (named for failure reports)."""
+    """A record to write onto one replica, or an aggregate key to replace there (named for failure reports)."""
 
     replica: str
     cluster: Cluster
-    write: Write
+    write: Write | AggregateCopy
 
 
 class TokenBucket:
@@ -212,12 +224,24 @@ class Repairer:
     def write(self, repairs: Sequence[Repair]) -> tuple[int, int]:
         """Write ``repairs`` now, grouped by replica; each is counted done or failed; (done, failed)."""
         by_cluster: dict[int, tuple[str, Cluster, list[Write]]] = {}
+        copies: list[tuple[str, Cluster, AggregateCopy]] = []
         for replica, cluster, write in repairs:
-            by_cluster.setdefault(id(cluster), (replica, cluster, []))[2].append(write)
+            if isinstance(write, AggregateCopy):
+                copies.append((replica, cluster, write))
+            else:
+                by_cluster.setdefault(id(cluster), (replica, cluster, []))[2].append(write)
         started = time.perf_counter()
         done = failed = 0
         failed_names: list[str] = []
         try:
+            for replica, cluster, copy in copies:
+                try:
+                    # False: the copy moved since it was read (an increment reached it); the next read or
+                    # walk compares it again. Counted failed, never silently done.
+                    done += aggregates_of(cluster).restore(copy.key, copy.expected, copy.whole)
+                except SHARD_ERRORS as exc:
+                    log.warning("repair of aggregate key %r on %s failed: %s", copy.key, replica, exc)
+                    failed_names.append(shard_name(replica, "*"))
             for replica, cluster, writes in by_cluster.values():
                 result = cluster.apply(writes, raise_on_error=False)
                 bad = len(result.failed_indices)

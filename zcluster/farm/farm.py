@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 
 from zcluster import _writes
 from zcluster._encode import check_limit, listed_keys
-from zcluster._reporting import Reporting
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError, InvalidTupleError, PartialWriteError, QuorumError, ReplicaBusy
 from zcluster.farm import _merge, _quorum, _replicas, _strategies
+from zcluster.farm._aggregates import FarmAggregates
 from zcluster.farm._merge import Answer, Fix, KeyDiff
 from zcluster.farm._quorum import FarmWriteResult
 from zcluster.farm._repair import Repair, RepairCounts, Repairer, RepairStrategy, TokenBucket, repair_strategy
@@ -59,7 +59,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class Farm(Reporting):
+class Farm(FarmAggregates):
     """The :class:`zcluster.Cluster` API over replicas: independent clusters holding the same sets.
 
     Guarantees (``docs/architecture.md`` has the reasoning):
@@ -216,15 +216,6 @@ class Farm(Reporting):
         """:meth:`Cluster.delete` on every replica; same contract as :meth:`insert`."""
         items = tuples if isinstance(tuples, list | tuple) else list(tuples)
         return self._write("delete", _writes.deletes(items), len(items), raise_on_error)
-
-    def increment(
-        self, source: str, items: Iterable[Any], *, ttl: int | None = None, raise_on_error: bool = True
-    ) -> Any:
-        """Not on a farm yet (a replica that missed increments could not be repaired to the exact totals
-        without each source's contribution per replica): raises :class:`ConfigError`."""
-        raise ConfigError(
-            "increments (Incr, Count) are not supported on a farm yet: keep aggregate keys on one Cluster"
-        )
 
     def apply(self, writes: Iterable[Insert | Delete], *, raise_on_error: bool = True) -> FarmWriteResult:
         """:meth:`Cluster.apply` on every replica; same contract as :meth:`insert`."""

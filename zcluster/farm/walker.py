@@ -40,7 +40,9 @@ class WalkReport:
     ``repair_failures``: records written / not written (the replica failed); ``floors_raised``: keys of a
     replica whose floor was raised to the key's highest floor (see :meth:`Walker._repairs`);
     ``failures``: replica shards that could not be scanned or read (their keys were not compared, or
-    only among the others).
+    only among the others). Aggregate keys (increments) are compared by their fences and repaired by
+    copying the leading replica's whole key (:meth:`Farm.repair_aggregates`): ``repaired`` counts such a
+    copy as one; ``unsettled`` lists the aggregate keys no replica's copy leads (left as they are).
     """
 
     keys: int = 0
@@ -51,6 +53,7 @@ class WalkReport:
     seconds: float = 0.0
     position: str | None = None
     failures: list[ShardFailure] = field(default_factory=list)
+    unsettled: list[Blob] = field(default_factory=list)
 
     @property
     def keys_per_second(self) -> float:
@@ -132,7 +135,16 @@ class Walker:
             report.failures += failed[:1]
         if not diverged:
             return
-        report.diverged += len(diverged)
+        aggregates = farm.repair_aggregates(diverged)
+        report.diverged += aggregates.diverged + len(diverged) - len(aggregates.aggregates)
+        report.repaired += aggregates.repaired
+        report.repair_failures += aggregates.failed
+        report.unsettled += aggregates.unsettled
+        report.failures += aggregates.failures
+        handled = set(aggregates.aggregates)
+        diverged = [key for key in diverged if key not in handled]
+        if not diverged:
+            return
         fixes = self._repairs(diverged, report)
         if fixes:
             done, unwritten = farm.repair_now(fixes)
