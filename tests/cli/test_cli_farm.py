@@ -20,7 +20,7 @@ import redis
 from cli_helpers import doc, fails, ok, rows, run
 from rich.console import Console
 
-from zcluster import Cluster, KeyScoreMember
+from zcluster import Cluster, Count, Incr, KeyScoreMember
 from zcluster.cli.output import console as plain_console
 from zcluster.testing import LocalRedisCluster, LocalShards, free_port
 
@@ -351,3 +351,18 @@ def test_ctrl_c_stops_the_walk_and_prints_where_to_resume(servers: LocalShards, 
     rest = doc([*args, "walk", "--resume", report["position"]])
     assert rest["complete"] is True and report["keys"] + rest["keys"] == 200
     assert ok([*args, "diff", *(f"i{i}" for i in range(200))]).stdout.count("replicas agree") == 200
+
+
+def test_top_and_counters_on_a_farm_read_the_leading_replica(
+    servers: LocalShards, args: list[str], prefix: str
+) -> None:
+    with on(servers.urls[0], prefix) as zero, on(servers.urls[1], prefix) as one:
+        for c in (zero, one):  # two replicas hold both increments; replica2 none of them
+            c.increment("j", [(1, Incr("lb", "ada", 5.0)), (2, Count("views", "home", 3))])
+        zero.increment("j", [(3, Incr("lb", "bob", 7.0))])  # replica0 leads: one more of the same source
+    page = doc([*args, "top", "lb", "-n", "5"])
+    assert [(e["rank"], e["member"], e["total"]) for e in page["entries"]] == [(1, "bob", 7.0), (2, "ada", 5.0)]
+    assert doc([*args, "counters", "views"])["keys"] == [{"key": "views", "counters": {"home": 3}, "error": None}]
+    for url in servers.urls:  # the reads repaired the replicas behind the leading one
+        with on(url, prefix) as c:
+            assert [(str(t.member), t.score) for t in c.top(["lb"])["lb"]] == [("bob", 7.0), ("ada", 5.0)]

@@ -16,7 +16,7 @@ from zcluster.journal.files import FileJournals
 from zcluster.spark import ZClusterSink, run_available_now
 from zcluster.state import StateStore
 from zcluster.testing import LocalShards
-from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
+from zcluster.testing.traffic import Traffic, create_journals, leaderboard_mapper, publish, timeline_mapper
 
 pytestmark = pytest.mark.spark
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import this test module
@@ -105,3 +105,57 @@ def test_sink_on_a_farm_survives_a_replica_killed_mid_batch(spark: Any, tmp_path
             for c in farm.clusters:  # each replica alone now answers the model
                 alone = {k: [(str(t.member), t.score) for t in v] for k, v in c.select(keys, limit=100_000).items()}
                 assert alone == expected
+
+
+class KillReplicaMidLeaderboard(KillReplicaMidBatch):
+    """:class:`KillReplicaMidBatch` over :func:`leaderboard_mapper`: timelines and one point per event."""
+
+    def __call__(self, message: Any) -> list[Any]:
+        super().__call__(message)
+        return leaderboard_mapper(message)
+
+
+def test_a_leaderboard_on_a_farm_stops_while_a_replica_is_dead_and_ends_exact_on_every_replica(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Increments need every replica (``Farm.increment``): the batch in which a replica is SIGKILLed fails
+    (nothing later of its journals is sent, its checkpoint does not move); once the replica is back, empty,
+    the next run replays the batch, the farm reads each key from the replica whose copy leads, and the
+    walker copies those onto the emptied replica: every replica alone then holds the exact board."""
+    store = FileJournals(tmp_path / "journals")
+    names = [f"timelines/part-{i:03d}" for i in range(3)]
+    create_journals(store, names)
+    url = f"file://{tmp_path / 'journals'}"
+    with LocalShards(3) as servers:
+        config = FarmConfig.of(servers.urls)
+        marker = tmp_path / "killed"
+        mapper = KillReplicaMidLeaderboard(servers.servers[1].process.pid, marker, after=10)  # type: ignore[union-attr]
+        sink = ZClusterSink(config, mapper, "farmlb", journals=url, prefix=PREFIX, flush=8, retries=1)
+        traffic = publish(store, Traffic(names), producers=3, messages=40, seed=1)
+        with FarmConfig.of(servers.urls, prefix=PREFIX).open() as farm:
+            run_available_now(spark, sink, url, tmp_path / "ckpt")  # batch 0: every replica up
+            assert board(farm) == traffic.leaderboard()
+
+            publish(store, traffic, producers=3, messages=40, seed=2)  # events "s2-...": the mapper kills
+            with pytest.raises(Exception, match="replica1"):
+                run_available_now(spark, sink, url, tmp_path / "ckpt")  # batch 1: replica1 dies in it
+            assert marker.exists(), "the mapper never killed the replica"
+            state = StateStore(farm, "farmlb")  # type: ignore[arg-type]
+            assert any(state.load_journal(n).offset < store.end(n) for n in names)  # batch 1 not checkpointed
+
+            servers.kill(1)  # already dead: reaps it
+            servers.start(1)  # empty: no persistence
+            assert farm.clusters[1].fences(["leaderboard"])["leaderboard"] is None
+            run_available_now(spark, sink, url, tmp_path / "ckpt")  # batch 1 again, replica1 back
+            assert all(state.load_journal(n).offset == store.end(n) for n in names)
+            assert board(farm) == traffic.leaderboard()  # exactly once, read from a leading replica
+
+            report = Walker(farm, batch_size=50).run()
+            assert report.failures == [] and report.unsettled == []
+            for c in farm.clusters:  # each replica alone holds the exact board and the same fences
+                assert board(c) == traffic.leaderboard()
+                assert c.fences(["leaderboard"]) == farm.clusters[0].fences(["leaderboard"])
+
+
+def board(store: Any) -> list[tuple[str, float]]:
+    return [(str(t.member), t.score) for t in store.top(["leaderboard"], limit=100_000)["leaderboard"]]

@@ -7,8 +7,6 @@ import click
 
 from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
 from zcluster.cli.output import emit_json, human, human_score, json_blob, json_score, print_table
-from zcluster.cluster import Cluster
-from zcluster.errors import ConfigError
 
 __all__ = ["counters", "top"]
 
@@ -20,8 +18,9 @@ __all__ = ["counters", "top"]
 @json_option
 @pass_settings
 def top(settings: Settings, key: str, limit: int, offset: int) -> None:
-    """The leaderboard of sums KEY: members by total, highest first (ties: member descending), ranked from 1."""
-    result = settings.store().select([key], offset=offset, limit=limit, strict=False)
+    """The leaderboard of sums KEY: members by total, highest first (ties: member descending), ranked from 1.
+    On a farm (--replica), read from the replica whose copy holds the most, the others repaired."""
+    result = settings.store().top([key], offset=offset, limit=limit, strict=False)
     page = result.get(key, [])
     ranked = [(offset + i + 1, e) for i, e in enumerate(page)]
     if settings.json:
@@ -51,10 +50,7 @@ def top(settings: Settings, key: str, limit: int, offset: int) -> None:
 @pass_settings
 def counters(settings: Settings, keys: tuple[str, ...]) -> None:
     """Every counter of each counters KEY (exact int64 totals), by field."""
-    store = settings.store()
-    if not isinstance(store, Cluster):
-        raise ConfigError("counters are kept on one cluster, not on a farm of replicas (--replica)")
-    result = store.counters(keys, strict=False)
+    result = settings.store().counters(keys, strict=False)
     if settings.json:
         emit_json(
             {
