@@ -74,7 +74,8 @@ class PositionedSink:
     """A ``foreachBatch`` function applying rows of a (partition, offset) source exactly once (see the module).
 
     ``cluster``: where the cluster is (any form :func:`zcluster.connect` takes, or a
-    :class:`~zcluster.farm.FarmConfig`: increments then need every replica, see ``Farm.increment``). ``mapper``: a row as a dict -> writes (Insert, Delete, Incr, Count); deterministic.
+    :class:`~zcluster.farm.FarmConfig`: increments then need every replica, see ``Farm.increment``).
+    ``mapper``: a row as a dict -> writes (Insert, Delete, Incr, Count); deterministic.
     ``query_name`` names the fences' sources, with the row's ``topic`` column (or ``topic=``) and its
     ``partition`` column; ``offset`` names the offset column. ``flush``: writes per batch sent;
     ``retries``: resends of unconfirmed writes. ``history`` holds a :class:`BatchStats` per batch.
