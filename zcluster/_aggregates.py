@@ -199,17 +199,20 @@ class IncrementPlan:
         failures: list[ShardFailure] = []
         refused: dict[int, str] = {}
         size = self.encoder.batch_size
-        # Each key's increments in chunks of `size`; chunk r of every key goes in round r.
-        chunks = {k: [entries[lo : lo + size] for lo in range(0, len(entries), size)] for k, entries in keys.items()}
+        # Each key's increments in chunks of `size`; chunk r of every key goes in round r (one round, and no
+        # slicing, when every key fits: the common case).
+        rounds = max((-(-len(entries) // size) for entries in keys.values()), default=0)
         stopped: dict[tuple[bytes, bytes], ShardFailure | None] = {}  # None: refused; else why it was not sent
-        for rnd in range(max((len(c) for c in chunks.values()), default=0)):
+        script_keys = self.encoder.layout.script_keys
+        for rnd in range(rounds):
+            lo, hi = rnd * size, (rnd + 1) * size
             calls: dict[int, list[_Call]] = {}
             filling: dict[tuple[int, int, bytes], _Call] = {}
-            for owner, parts in chunks.items():
-                if rnd >= len(parts):
+            for owner, entries in keys.items():
+                entry = entries if rounds == 1 else entries[lo:hi]
+                if not entry:
                     continue
-                entry = parts[rnd]
-                if owner in stopped:  # an earlier increment of the key is unconfirmed or refused: not sent
+                if stopped and owner in stopped:  # an earlier increment of the key is unconfirmed or refused
                     why = stopped[owner]
                     if why is None:
                         refused.update((e[0], _REASONS[ord("s")]) for e in entry)
@@ -217,11 +220,14 @@ class IncrementPlan:
                         failures.append(ShardFailure(why.shard, why.error, tuple(e[0] for e in entry)))
                     continue
                 call = self._call_for(calls, filling, owner, len(entry))
-                call.indices.extend(e[0] for e in entry)
-                call.rkeys.extend(self.encoder.layout.script_keys(owner[1], False))
-                call.argv.extend((source, len(entry)))
-                for _, (c, m, j), member, delta in entry:
-                    call.argv.extend((c, m, j, member, delta))
+                call.rkeys.extend(script_keys(owner[1], False))
+                argv = call.argv
+                argv.append(source)
+                argv.append(len(entry))
+                indices = call.indices
+                for i, (c, m, j), member, delta in entry:
+                    indices.append(i)
+                    argv.extend((c, m, j, member, delta))
                 call.owners.append(owner)
             outcome = self.transport.fanout(
                 {
@@ -239,14 +245,20 @@ class IncrementPlan:
                         failures.append(failure)
                         stopped.update(dict.fromkeys(call.owners, failure))
                         continue
+                    if reply.count(49) == len(call.indices):  # every one applied ("1"): the common case
+                        for i in call.indices:
+                            applied[i] = True
+                        continue
                     for i, verdict in zip(call.indices, reply, strict=True):
                         if verdict == 49:  # "1"
                             applied[i] = True
                         elif verdict != 48:  # not "0" (at or below the fence: applied before)
                             refused[i] = _REASONS[verdict]
-                    for owner in call.owners:
-                        if any(e[0] in refused for e in chunks[owner][rnd]):
-                            stopped[owner] = None
+                    if refused:
+                        for owner in call.owners:
+                            chunk = keys[owner] if rounds == 1 else keys[owner][lo:hi]
+                            if any(e[0] in refused for e in chunk):
+                                stopped[owner] = None
         return applied, failures, refused
 
     def _call_for(
