@@ -60,7 +60,8 @@ def demo(
     traffic = Traffic(names)
     specs = [JournalSpec(n, {"content-type": CONTENT_TYPE_NDJSON}) for n in names]
     mapping = modulo_mapping(lambda m: m.doc["user"], lambda: specs)
-    # Exactly-once counters live on one cluster: a farm's demo keeps the timelines only.
+    # Increments on a farm need every replica to confirm them (Farm.increment), and the farm's demo kills a
+    # replica and carries on: it keeps the timelines only, which a quorum of replicas confirms.
     mapper = leaderboard_mapper if isinstance(cluster, Cluster) else timeline_mapper
     sink = ZClusterSink(config, mapper, f"demo-{int(time.time())}", journals=journals_url)
     long_txn = AsyncPublisher(store)
@@ -134,7 +135,7 @@ def report(console: Console, cluster: Store, traffic: Traffic, sink: Any) -> boo
     console.print(f"score of an event from the long transaction: {cluster.score([probe])[probe]}")
     ok = bool(matching == len(expected) and delivered == traffic.committed)
     if isinstance(cluster, Cluster):
-        board = [(str(e.member), e.score) for e in cluster.select(["leaderboard"], limit=1_000_000)["leaderboard"]]
+        board = [(str(e.member), e.score) for e in cluster.top(["leaderboard"], limit=1_000_000)["leaderboard"]]
         top = Table(title="leaderboard (events per user, exactly once): top 5")
         for col in ("rank", "user", "events", "model"):
             top.add_column(col)
