@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zcluster import Cluster, ConfigError, Count, Delete, Incr, Insert, InvalidTupleError, WriteRefusedError
+from zcluster import Cluster, ConfigError, Count, Delete, Fence, Incr, Insert, InvalidTupleError, WriteRefusedError
 from zcluster._keys import KeyLayout
 from zcluster.testing import LocalRedisCluster
 
@@ -35,6 +35,24 @@ def test_each_position_counts_once_whatever_is_sent_again(any_cluster: Cluster) 
     assert [e.member for e in c.select(["lb"], limit=10)["lb"]] == ["alice", "dave", "bob", "carol"]
     ranks = c.ranks([("lb", "bob"), ("lb", "alice"), ("lb", "nobody"), ("none", "x")])
     assert list(ranks.values()) == [(2, 3.0), (0, 12.5), None, None]
+
+
+def test_fences_say_how_far_each_source_reached_and_top_reads_pages(any_cluster: Cluster) -> None:
+    c = any_cluster
+    c.increment("app/a", [(1, Incr("lb", "x", 2)), (1, Incr("lb", "y", 1)), (5, Incr("lb", "x", 1))])
+    c.increment("app/b", [(3, Count("hits", "f", 4)), ((7, 2, 0), Incr("lb", "z", 9))])
+    c.insert([("plain", 1.0, "m")])
+    fences = c.fences(["lb", "hits", "plain", "never"])
+    assert fences == {
+        "lb": {"app/a": Fence((5, 0, 0), 3), "app/b": Fence((7, 2, 0), 1)},
+        "hits": {"app/b": Fence((3, 0, 0), 1)},
+        "plain": None,  # a 2P-set
+        "never": None,
+    }
+    c.increment("app/a", [(1, Incr("lb", "x", 2))])  # at the fence: neither position nor count moves
+    assert c.fences(["lb"])["lb"]["app/a"] == Fence((5, 0, 0), 3)
+    page = c.top(["lb", "never"], offset=1, limit=2)
+    assert [(e.member, e.score) for e in page["lb"]] == [("x", 3.0), ("y", 1.0)] and page["never"] == []
 
 
 def test_counters_are_exact_int64_and_refuse_overflow(any_cluster: Cluster) -> None:
