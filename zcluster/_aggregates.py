@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from zcluster._encode import Encoder, blob, listed_keys, positive
@@ -47,6 +48,7 @@ Position = int | tuple[int, int] | tuple[int, int, int]
 """Where an increment comes from in its source: an offset, (offset, offset) or a full (c, m, j) triple."""
 
 MAX_POSITION = 1 << 53  # positions travel as Lua numbers (doubles)
+_SLICE = 2048  # increments per shard sent while the next are built (see IncrementPlan.send)
 _EXACT = 1 << 53  # integers a double holds exactly
 INT64 = (-(1 << 63), (1 << 63) - 1)
 _REASONS = {
@@ -195,71 +197,60 @@ class IncrementPlan:
         """Apply ``items`` ((position, Incr or Count) pairs) for ``source``: which were applied, the failures
         (unconfirmed: resend them), and the refused ones (index -> why; resending cannot help)."""
         keys = _keyed(items, triples(items))
-        applied = [False] * len(items)
-        failures: list[ShardFailure] = []
-        refused: dict[int, str] = {}
+        out = _Outcome(len(items))
         size = self.encoder.batch_size
         # Each key's increments in chunks of `size`; chunk r of every key goes in round r (one round, and no
         # slicing, when every key fits: the common case).
         rounds = max((-(-len(entries) // size) for entries in keys.values()), default=0)
-        stopped: dict[tuple[bytes, bytes], ShardFailure | None] = {}  # None: refused; else why it was not sent
         script_keys = self.encoder.layout.script_keys
         for rnd in range(rounds):
             lo, hi = rnd * size, (rnd + 1) * size
             calls: dict[int, list[_Call]] = {}
             filling: dict[tuple[int, int, bytes], _Call] = {}
+            held: dict[int, int] = {}  # increments in calls[shard]
+            # In one round the calls are independent (each key's increments are in one call): a shard's calls
+            # go out once they hold _SLICE increments, while the next are built, so the server works while
+            # the client builds (each costs about what the other does).
+            sent: list[tuple[dict[int, list[_Call]], Future[dict[int, Any]]]] = []
             for owner, entries in keys.items():
                 entry = entries if rounds == 1 else entries[lo:hi]
                 if not entry:
                     continue
-                if stopped and owner in stopped:  # an earlier increment of the key is unconfirmed or refused
-                    why = stopped[owner]
-                    if why is None:
-                        refused.update((e[0], _REASONS[ord("s")]) for e in entry)
-                    else:
-                        failures.append(ShardFailure(why.shard, why.error, tuple(e[0] for e in entry)))
+                if owner in out.stopped:  # an earlier increment of the key is unconfirmed or refused: not sent
+                    out.not_sent(owner, entry)
                     continue
-                call = self._call_for(calls, filling, owner, len(entry))
+                shard, call = self._call_for(calls, filling, owner, len(entry))
                 call.rkeys.extend(script_keys(owner[1], False))
-                argv = call.argv
+                argv, indices = call.argv, call.indices
                 argv.append(source)
                 argv.append(len(entry))
-                indices = call.indices
                 for i, (c, m, j), member, delta in entry:
                     indices.append(i)
                     argv.extend((c, m, j, member, delta))
                 call.owners.append(owner)
-            outcome = self.transport.fanout(
-                {
-                    s: [("EVALSHA", self.sha, len(c.rkeys), *c.rkeys, c.kind, ttl, *c.argv) for c in cs]
-                    for s, cs in calls.items()
-                },
-                lambda shard, commands: self.transport.writes(shard, commands, self.durability),
-            )
-            for shard_idx, res in outcome.items():
-                name = self.transport.topology.shards[shard_idx].name
-                for k, call in enumerate(calls[shard_idx]):
-                    reply = res if isinstance(res, BaseException) else res[k]
-                    if isinstance(reply, BaseException):
-                        failure = ShardFailure(name, reply, tuple(call.indices))
-                        failures.append(failure)
-                        stopped.update(dict.fromkeys(call.owners, failure))
-                        continue
-                    if reply.count(49) == len(call.indices):  # every one applied ("1"): the common case
-                        for i in call.indices:
-                            applied[i] = True
-                        continue
-                    for i, verdict in zip(call.indices, reply, strict=True):
-                        if verdict == 49:  # "1"
-                            applied[i] = True
-                        elif verdict != 48:  # not "0" (at or below the fence: applied before)
-                            refused[i] = _REASONS[verdict]
-                    if refused:
-                        for owner in call.owners:
-                            chunk = keys[owner] if rounds == 1 else keys[owner][lo:hi]
-                            if any(e[0] in refused for e in chunk):
-                                stopped[owner] = None
-        return applied, failures, refused
+                held[shard] = held.get(shard, 0) + len(entry)
+                if rounds == 1 and held[shard] >= _SLICE:
+                    batch = {shard: calls.pop(shard)}
+                    held[shard] = 0
+                    for at in [at for at in filling if at[0] == shard]:
+                        del filling[at]
+                    sent.append((batch, self.transport.executor().submit(self._fanout, batch, ttl)))
+            rest = self._fanout(calls, ttl) if calls else {}
+            for batch, future in sent:
+                out.read(self.transport, batch, future.result())
+            out.read(self.transport, calls, rest)
+            out.stop_refused(keys, rounds, lo, hi)
+        return out.applied, out.failures, out.refused
+
+    def _fanout(self, calls: dict[int, list[_Call]], ttl: int) -> dict[int, Any]:
+        """Send ``calls`` (per shard) as script calls; each shard's replies, or its failure."""
+        return self.transport.fanout(
+            {
+                s: [("EVALSHA", self.sha, len(c.rkeys), *c.rkeys, c.kind, ttl, *c.argv) for c in cs]
+                for s, cs in calls.items()
+            },
+            lambda shard, commands: self.transport.writes(shard, commands, self.durability),
+        )
 
     def _call_for(
         self,
@@ -267,8 +258,9 @@ class IncrementPlan:
         filling: dict[tuple[int, int, bytes], _Call],
         owner: tuple[bytes, bytes],
         count: int,
-    ) -> _Call:
-        """The call of ``owner``'s shard (and slot, on a Redis Cluster) and kind with room for ``count`` more."""
+    ) -> tuple[int, _Call]:
+        """The shard of ``owner`` and its call (per slot, on a Redis Cluster) of its kind with room for ``count``
+        more."""
         kind, kb = owner
         layout, topo = self.encoder.layout, self.encoder.topology
         slot = layout.slot(kb)
@@ -278,7 +270,55 @@ class IncrementPlan:
         if call is None or len(call.indices) + count > self.encoder.batch_size:
             call = filling[at] = _Call(kind, at[1])
             calls.setdefault(shard, []).append(call)
-        return call
+        return shard, call
+
+
+class _Outcome:
+    """What a :meth:`IncrementPlan.send` found so far: per caller index applied or not, the failures, the
+    refusals, and the keys stopped (None: refused; else the failure that left an increment unconfirmed)."""
+
+    def __init__(self, n: int) -> None:
+        self.applied = [False] * n
+        self.failures: list[ShardFailure] = []
+        self.refused: dict[int, str] = {}
+        self.stopped: dict[tuple[bytes, bytes], ShardFailure | None] = {}
+
+    def not_sent(self, owner: tuple[bytes, bytes], entry: list[Entry]) -> None:
+        """``owner``'s increments ``entry`` not sent: an earlier one of its key is unconfirmed or refused."""
+        why = self.stopped[owner]
+        if why is None:
+            self.refused.update((e[0], _REASONS[ord("s")]) for e in entry)
+        else:
+            self.failures.append(ShardFailure(why.shard, why.error, tuple(e[0] for e in entry)))
+
+    def read(self, transport: Transport, calls: dict[int, list[_Call]], outcome: dict[int, Any]) -> None:
+        """Take the verdicts of ``calls`` from their shards' ``outcome``."""
+        applied, refused = self.applied, self.refused
+        for shard_idx, res in outcome.items():
+            name = transport.topology.shards[shard_idx].name
+            for k, call in enumerate(calls[shard_idx]):
+                reply = res if isinstance(res, BaseException) else res[k]
+                if isinstance(reply, BaseException):
+                    failure = ShardFailure(name, reply, tuple(call.indices))
+                    self.failures.append(failure)
+                    self.stopped.update(dict.fromkeys(call.owners, failure))
+                elif reply.count(49) == len(call.indices):  # every one applied ("1"): the common case
+                    for i in call.indices:
+                        applied[i] = True
+                else:
+                    for i, verdict in zip(call.indices, reply, strict=True):
+                        if verdict == 49:  # "1"
+                            applied[i] = True
+                        elif verdict != 48:  # not "0" (at or below the fence: applied before)
+                            refused[i] = _REASONS[verdict]
+
+    def stop_refused(self, keys: dict[tuple[bytes, bytes], list[Entry]], rounds: int, lo: int, hi: int) -> None:
+        """Stop every key with a refused increment in this round: none of its later ones is sent."""
+        if not self.refused or rounds == 1:
+            return
+        for owner, entries in keys.items():
+            if owner not in self.stopped and any(e[0] in self.refused for e in entries[lo:hi]):
+                self.stopped[owner] = None
 
 
 def _keyed(

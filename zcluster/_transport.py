@@ -79,12 +79,17 @@ class Transport:
 
         if len(work) <= 1:
             return {idx: guarded(idx) for idx in work}
+        pool = self.executor()
+        futures = {idx: pool.submit(guarded, idx) for idx in work}
+        return {idx: f.result() for idx, f in futures.items()}
+
+    def executor(self) -> ThreadPoolExecutor:
+        """The worker threads of :meth:`fanout` (for work that overlaps the caller's: submit calls that
+        never wait on this pool themselves, e.g. a :meth:`fanout` of one shard, which runs inline)."""
         with self._pool_lock:
             if self._pool is None:  # started on first use: importing or building a Cluster starts no thread
                 self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="zcluster")
-            pool = self._pool
-        futures = {idx: pool.submit(guarded, idx) for idx in work}
-        return {idx: f.result() for idx, f in futures.items()}
+            return self._pool
 
     def load_scripts(self, shard: Shard) -> None:
         """Load every script on ``shard``. An optional script the server refuses (Redis < 7 does
