@@ -339,3 +339,18 @@ def test_top_and_counters_read_aggregates(conn: Conn) -> None:
         {"key": "views", "counters": {"home": 7}, "error": None},
         {"key": "none", "counters": {}, "error": None},
     ]
+    c.increment("k/2", [((9, 1, 0), Incr("lb", "p0", 1.0))])
+    assert doc(conn("fences", "lb", "none"))["keys"] == [
+        {
+            "key": "lb",
+            "aggregate": True,
+            "fences": [
+                {"source": "j", "position": [11, 0, 0], "held": 12},
+                {"source": "k/2", "position": [9, 1, 0], "held": 1},
+            ],
+            "error": None,
+        },
+        {"key": "none", "aggregate": False, "fences": [], "error": None},
+    ]
+    human = ok(conn("fences", "lb", "none")).stdout
+    assert ["lb", "k/2", "9:1:0", "1"] in rows(ok(conn("fences", "lb"))) and "none: not an aggregate key" in human

@@ -363,6 +363,12 @@ def test_top_and_counters_on_a_farm_read_the_leading_replica(
     page = doc([*args, "top", "lb", "-n", "5"])
     assert [(e["rank"], e["member"], e["total"]) for e in page["entries"]] == [(1, "bob", 7.0), (2, "ada", 5.0)]
     assert doc([*args, "counters", "views"])["keys"] == [{"key": "views", "counters": {"home": 3}, "error": None}]
+    before = doc([*args, "fences", "lb"])["keys"]
+    assert [(k["replica"], [f["held"] for f in k["fences"]]) for k in before] == [
+        ("replica0", [2]),
+        ("replica1", [2]),  # repaired by the reads above: it held 1
+        ("replica2", [2]),
+    ]
     for url in servers.urls:  # the reads repaired the replicas behind the leading one
         with on(url, prefix) as c:
             assert [(str(t.member), t.score) for t in c.top(["lb"])["lb"]] == [("bob", 7.0), ("ada", 5.0)]

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from zcluster.cli.aggregates import counters, top
+from zcluster.cli.aggregates import counters, fences, top
 from zcluster.cli.consumers import consumers
 from zcluster.cli.context import EXPECTED, Settings
 from zcluster.cli.info import info
@@ -113,7 +113,7 @@ def cli(
     ctx.call_on_close(settings.close)
 
 
-for _command in (keys, select, score, top, counters, insert, delete, info, walk, diff, consumers):
+for _command in (keys, select, score, top, counters, fences, insert, delete, info, walk, diff, consumers):
     cli.add_command(_command)
 
 
