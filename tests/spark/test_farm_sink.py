@@ -62,11 +62,16 @@ def replicas_equal(farm: Farm) -> int:
     return len(keys[0])
 
 
-def test_sink_on_a_farm_survives_a_replica_killed_mid_batch(spark: Any, tmp_path: Path) -> None:
+def three_journals(tmp_path: Path) -> tuple[FileJournals, list[str], str]:
+    """Three file journals under ``tmp_path``: the store, their names and the store's URL."""
     store = FileJournals(tmp_path / "journals")
     names = [f"timelines/part-{i:03d}" for i in range(3)]
     create_journals(store, names)
-    url = f"file://{tmp_path / 'journals'}"
+    return store, names, f"file://{tmp_path / 'journals'}"
+
+
+def test_sink_on_a_farm_survives_a_replica_killed_mid_batch(spark: Any, tmp_path: Path) -> None:
+    store, names, url = three_journals(tmp_path)
     with LocalShards(3) as servers:
         config = FarmConfig.of(servers.urls)
         marker = tmp_path / "killed"
@@ -122,10 +127,7 @@ def test_a_leaderboard_on_a_farm_stops_while_a_replica_is_dead_and_ends_exact_on
     (nothing later of its journals is sent, its checkpoint does not move); once the replica is back, empty,
     the next run replays the batch, the farm reads each key from the replica whose copy leads, and the
     walker copies those onto the emptied replica: every replica alone then holds the exact board."""
-    store = FileJournals(tmp_path / "journals")
-    names = [f"timelines/part-{i:03d}" for i in range(3)]
-    create_journals(store, names)
-    url = f"file://{tmp_path / 'journals'}"
+    store, names, url = three_journals(tmp_path)
     with LocalShards(3) as servers:
         config = FarmConfig.of(servers.urls)
         marker = tmp_path / "killed"
