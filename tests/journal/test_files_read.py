@@ -142,6 +142,31 @@ def test_a_read_past_the_sealed_pieces_resumes_from_a_record_boundary_already_se
             assert counter.bytes <= size - off + near  # not another scan from the header
 
 
+def test_the_end_after_a_read_resumes_from_where_the_read_got_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The applier measures a journal's lag with end() right after reading it, on a store opened for the
+    task: that end must not scan the open fragment again from its header, and must stay exact."""
+    chunk = 4096
+    data, _ = _appended(tmp_path, 20000, chunk)
+    whole = b"".join(data)
+    near = _MARK_SPACING + 4 * chunk
+    counter = _PreadCounter(monkeypatch)
+    with FileJournals(tmp_path, chunk_size=chunk, recover=False) as fj, FileJournals(tmp_path) as writer:
+        assert read_all(fj, "j", 0) == whole  # from the open fragment's begin: no end() before the read
+        counter.bytes = 0
+        assert fj.end("j") == len(whole)
+        assert counter.bytes <= near
+        more = lines(300, seed=1)
+        for d in more:
+            writer.append("j", d)
+        counter.bytes = 0
+        assert fj.end("j") == len(whole) + len(b"".join(more))  # appends since: scanned, only they
+        assert counter.bytes <= near + sum(RECORD.size + len(d) for d in more)
+    with FileJournals(tmp_path, chunk_size=chunk, recover=False) as fj:  # a fresh store: a whole scan, exact
+        assert fj.end("j") == len(whole) + len(b"".join(more))
+
+
 def test_recovery_scan_is_shared_with_readers_of_the_same_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -64,6 +64,7 @@ from zcluster.journal._filefmt import (
 from zcluster.message.errors import JournalError, OffsetOutOfRangeError
 
 _MARK_SPACING = 1 << 16  # file bytes between remembered record boundaries: at most ~1000 per 64 MiB open fragment
+_EVERYWHERE = 1 << 62  # a journal offset past every record boundary
 
 __all__ = ["JournalDir", "LostRange", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
 
@@ -572,7 +573,8 @@ class JournalDir:
 
         Records are read and checked a buffer at a time (:func:`scan_at`). The record boundary reached after
         each buffer is remembered (in memory, per open fragment: its inode, begin offset and creation time),
-        so that a scan towards `want` starts from the last one before it rather than from the header."""
+        so that a scan towards `want` starts from the last one before it rather than from the header, and a
+        scan for the end (`want` None) from the last one seen: finding the end after a read costs a stat."""
         # An inode number can be reused once a rolled open fragment is closed: (inode, begin) names one.
         st = os.fstat(fd)
         hdr = unpack_header(os.pread(fd, HEADER.size, 0))
@@ -581,8 +583,10 @@ class JournalDir:
         key = (st.st_ino, hdr.begin, hdr.created)
         if (cur.ino, cur.begin) != (st.st_ino, hdr.begin) or (want is not None and cur.jpos > want):
             cur.ino, cur.begin, cur.fpos, cur.jpos = st.st_ino, hdr.begin, HEADER.size, hdr.begin
-        if want is not None and cur.jpos < want:
-            mark = self._mark_before(key, want, st.st_size)
+        if want is None or cur.jpos < want:
+            # Towards `want`, or to the end (None: a scan for the end starts from the last boundary seen,
+            # e.g. by the read that just went there, rather than from the header)
+            mark = self._mark_before(key, _EVERYWHERE if want is None else want, st.st_size)
             if mark is not None and mark[0] > cur.jpos:
                 cur.jpos, cur.fpos = mark
         read = functools.partial(os.pread, fd)

@@ -94,16 +94,33 @@ class WriteBuffer:
         self.source, self.base = source, base
         self.writes: list[Write] = []
         self.increments: list[tuple[tuple[int, int, int], Increment]] = []
-        # Where each message's writes start: (index in writes, index in increments, journal, offset).
-        self.origins: list[tuple[int, int, str, int]] = []
+        self.origins = _Origins()  # which message each queued write came from (for a MapperError)
 
     def add(self, writes: Iterable[Any], journal: str = "", offset: int = -1, commit: int = -1) -> None:
         """Queue ``writes`` of the message at ``offset`` of ``journal``, delivered by the envelope at
         ``commit``: Insert, Delete (an insert also as KeyScoreMember / 3-tuple), Incr or Count; anything else
         is a :class:`MapperError` naming the origin."""
         out, incs = self.writes, self.increments
-        if journal:
-            self.origins.append((len(out), len(incs), journal, offset))
+        if type(writes) is list and len(writes) == 1:  # the commonest message: one write or one increment
+            kind = type(w := writes[0])
+            if kind is Insert or kind is Delete:
+                out.append(w)
+                each = 1
+            elif (kind is Incr or kind is Count) and self.source and commit >= 0:
+                incs.append(((self.base + commit, offset, 0), w))
+                each = 0
+            else:
+                each = -1
+            if each >= 0:
+                origins = self.origins
+                if journal or origins.journal:  # costs an append while a run of messages of one shape lasts
+                    if origins.writes_each != each or origins.increments_each != 1 - each or journal != origins.journal:
+                        origins.run(journal, len(out) - each, len(incs) - 1 + each, each, 1 - each)
+                    origins.offsets.append(offset)
+                if len(out) + len(incs) >= self.size:
+                    self.flush()
+                return
+        n_out, n_incs = len(out), len(incs)
         j = 0
         for w in writes:
             kind = type(w)
@@ -124,13 +141,19 @@ class WriteBuffer:
                     f"mapper returned {w!r} for {_where(journal, offset)}: expected Insert, Delete, Incr, Count "
                     "or KeyScoreMember"
                 )
+        origins = self.origins
+        if journal or origins.journal:
+            n = len(out) - n_out
+            if n != origins.writes_each or j != origins.increments_each or journal != origins.journal:
+                origins.run(journal, n_out, n_incs, n, j)
+            origins.offsets.append(offset)
         if len(out) + len(incs) >= self.size:
             self.flush()
 
     def flush(self) -> None:
         pending, self.writes = self.writes, []
         increments, self.increments = self.increments, []
-        origins, self.origins = self.origins, []
+        origins, self.origins = self.origins, _Origins()
         if pending:
             inserts = sum(1 for w in pending if type(w) is Insert)
             self.stats.inserts += inserts
@@ -142,7 +165,7 @@ class WriteBuffer:
                 increments, lambda batch: self.cluster.increment(self.source, batch, raise_on_error=False), origins, 1
             )
 
-    def _send(self, pending: list[Any], send: Callable[[list[Any]], WriteResult], origins: list[Any], at: int) -> None:
+    def _send(self, pending: list[Any], send: Callable[[list[Any]], WriteResult], origins: _Origins, at: int) -> None:
         """Send ``pending`` with ``send``, resending the unconfirmed ones (in order); ``at``: which index of
         an origin entry counts ``pending`` (0: writes, 1: increments)."""
         first = True
@@ -172,16 +195,55 @@ class WriteBuffer:
 
     @staticmethod
     def _located(
-        exc: Exception, index: int, value: Any, reason: str, origins: list[Any], at: int, first: bool
+        exc: Exception, index: int, value: Any, reason: str, origins: _Origins, at: int, first: bool
     ) -> Exception:
         """A :class:`MapperError` naming the message write ``index`` came from (the error itself where that is
         unknown: a resend holds a subset, whose indices are others; no origin: the writer's rows)."""
-        starts = [o[at] for o in origins]
-        k = bisect.bisect_right(starts, index) - 1
-        if not first or k < 0:
+        where = origins.find(index, at) if first else None
+        if where is None:
             return exc
-        _, _, journal, offset = origins[k]
+        journal, offset = where
         return MapperError(f"mapper returned a refused write for {_where(journal, offset)}: {value!r}: {reason}")
+
+
+class _Origins:
+    """Which message each write of a :class:`WriteBuffer` came from, kept in runs: consecutive messages of one
+    journal with the same shape (writes and increments per message) are one run, so a message costs one
+    append of its offset (the applier's messages are mostly of one shape). Only a refused write asks."""
+
+    __slots__ = ("increments_each", "journal", "journals", "offsets", "runs", "writes_each")
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []  # per message: its offset
+        # Per run: its first message, where its writes and its increments start, how many each message has.
+        self.runs: list[tuple[int, int, int, int, int]] = []
+        self.journals: list[tuple[int, str]] = []  # (first message, journal), where the journal changes
+        self.journal = ""
+        self.writes_each = self.increments_each = -1  # of the current run
+
+    def run(self, journal: str, writes_at: int, increments_at: int, writes_each: int, increments_each: int) -> None:
+        """A new run starts with the next message."""
+        self.runs.append((len(self.offsets), writes_at, increments_at, writes_each, increments_each))
+        self.writes_each, self.increments_each = writes_each, increments_each
+        if journal != self.journal:
+            self.journal = journal
+            self.journals.append((len(self.offsets), journal))
+
+    def find(self, index: int, at: int) -> tuple[str, int] | None:
+        """(journal, offset) of the message whose write ``index`` is (``at`` 0: of the writes, 1: of the
+        increments); None when unknown (no journal named)."""
+        r = bisect.bisect_right([run[1 + at] for run in self.runs], index) - 1
+        if r < 0:
+            return None
+        first, start, each = self.runs[r][0], self.runs[r][1 + at], self.runs[r][3 + at]
+        if each == 0:
+            return None
+        k = first + (index - start) // each
+        end = self.runs[r + 1][0] if r + 1 < len(self.runs) else len(self.offsets)
+        if k >= end:
+            return None
+        journal = self.journals[bisect.bisect_right([j[0] for j in self.journals], k) - 1][1]
+        return (journal, self.offsets[k]) if journal else None
 
 
 def _where(journal: str, offset: int) -> str:
