@@ -6,7 +6,9 @@ spread keys (``--spread`` keys), every method from FLUSHALL, methods interleaved
 
   (a) ``Cluster.increment`` with positions (fenced: exactly once), calls of 10,000 increments (a poll's
       flush), one source;
-  (b) redis-py pipelined ``ZINCRBY`` (pipelines of 1,000): at-least-once, what a hand-written writer does.
+  (b) redis-py pipelined ``ZINCRBY`` (pipelines of 1,000): at-least-once, what a hand-written writer does;
+  (c) ``Farm.increment`` on a farm of 3 replicas (one more server each, on the same cores): every replica
+      must confirm each increment.
 
 Goal: (a)/(b) >= 0.7 at both shapes. Memory: ``used_memory`` per distinct member after (a) against after
 (b) (the fences are one small hash per key per source), goal <= 1.3. Results go to
@@ -30,6 +32,7 @@ import redis
 from bench_cluster import machine_info, med, timed
 
 from zcluster import Cluster, Incr
+from zcluster.farm import Farm
 from zcluster.testing import LocalShards
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -42,7 +45,7 @@ def make(n: int, keys: int, members: int, seed: int) -> list[Incr]:
     return [Incr(f"lb:{rng.randrange(keys)}", f"u{rng.randrange(members)}", float(rng.randint(1, 5))) for _ in range(n)]
 
 
-def library(cluster: Cluster, incs: list[Incr]) -> None:
+def library(cluster: Cluster | Farm, incs: list[Incr]) -> None:
     for lo in range(0, len(incs), CALL):
         cluster.increment("bench/journal", [(lo + i, inc) for i, inc in enumerate(incs[lo : lo + CALL])])
 
@@ -68,14 +71,23 @@ def main(argv: list[str] | None = None) -> int:
     repeat = args.repeat or (3 if args.quick else 5)
     shapes = {"hot": (args.hot, 50), "spread": (args.spread, 4)}
     report: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "n": n, "shapes": {}}
-    with LocalShards(1) as shards, Cluster.from_urls(shards.urls, prefix="b:") as cluster:
+    with (
+        LocalShards(1) as shards,
+        LocalShards(3) as trio,
+        Cluster.from_urls(shards.urls, prefix="b:") as cluster,
+        Farm([Cluster.from_urls([u], prefix="b:") for u in trio.urls]) as farm,
+    ):
         client = redis.Redis.from_url(shards.urls[0])
+        replicas = [redis.Redis.from_url(u) for u in trio.urls]
         for name, (keys, members) in shapes.items():
             incs = make(n, keys, members, seed=len(name))
-            runs: dict[str, list[float]] = {"a": [], "b": []}
+            runs: dict[str, list[float]] = {"a": [], "b": [], "c": []}
             memory: dict[str, list[float]] = {"a": [], "b": []}
             for r in range(repeat):
                 order = ["a", "b"] if r % 2 == 0 else ["b", "a"]
+                for replica in replicas:
+                    replica.flushall()
+                runs["c"].append(n / timed(library, farm, incs))
                 for method in order:
                     client.flushall()
                     base = float(client.info("memory")["used_memory"])
@@ -95,12 +107,21 @@ def main(argv: list[str] | None = None) -> int:
             sample = random.Random(1).sample(sorted(want), 200)
             got = {k: float(client.zscore(f"{{b:{k[0]}}}+", k[1]) or 0.0) for k in sample}
             assert got == {k: want[k] for k in sample}, "totals differ from the hand count"
+            for replica in replicas:
+                replica.flushall()
+            library(farm, incs)
+            library(farm, incs)
+            for replica in replicas:
+                held = {k: float(replica.zscore(f"{{b:{k[0]}}}+", k[1]) or 0.0) for k in sample}
+                assert held == {k: want[k] for k in sample}, "a replica's totals differ from the hand count"
             shape = {
                 "keys": keys,
                 "members_per_key": members,
                 "a_per_s": runs["a"],
                 "b_per_s": runs["b"],
                 "a_over_b": med(runs["a"]) / med(runs["b"]),
+                "c_per_s": runs["c"],
+                "farm_over_cluster": med(runs["c"]) / med(runs["a"]),
                 "paired": [x / y for x, y in zip(runs["a"], runs["b"], strict=True)],
                 "bytes_per_member_a": med(memory["a"]),
                 "bytes_per_member_b": med(memory["b"]),
@@ -114,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  memory/member {shape['bytes_per_member_a']:.1f} vs {shape['bytes_per_member_b']:.1f} B"
                 f" = {shape['memory_a_over_b']:.2f}"
                 f" (goal <= 1.3 {'met' if shape['memory_a_over_b'] <= 1.3 else 'MISSED'})"
+                f"  farm of 3: {med(runs['c']):,.0f}/s = {shape['farm_over_cluster']:.2f} of one cluster"
             )
         report["machine"] = machine_info(shards.binary)
     stem = "increments-quick" if args.quick else "increments"
