@@ -102,8 +102,14 @@ GOALS = {
 # -- the hand-written at-least-once writer (b, c) ------------------------------------------------------------
 
 
-def hand_written_partition(urls: list[str], column: str, size: int = PIPELINE) -> Callable[[Any], None]:
-    """What a competent user writes for ``foreachPartition``: JSON per row, pipelined ZADD/ZREM, no sequencing."""
+def hand_written_partition(
+    urls: list[str],
+    column: str,
+    size: int = PIPELINE,
+    incr: Callable[[dict[str, Any]], tuple[str, str, int]] | None = None,
+) -> Callable[[Any], None]:
+    """What a competent user writes for ``foreachPartition``: JSON per row, pipelined ZADD/ZREM, no sequencing.
+    With ``incr`` (an event -> its increment's key, member, delta) a ZINCRBY per event instead."""
 
     def write(rows: Any) -> None:
         import json
@@ -124,10 +130,15 @@ def hand_written_partition(urls: list[str], column: str, size: int = PIPELINE) -
                 user = doc.get("user")
                 if user is None:
                     continue  # an ACK: no event in it
-                key = f"timeline:{user}"
+                if incr is not None:
+                    key, member, delta = incr(doc)
+                else:
+                    key = f"timeline:{user}"
                 i = zlib.crc32(key.encode()) % n
                 pipe = pipes[i]
-                if doc.get("op") == "remove":
+                if incr is not None:
+                    pipe.zincrby(key, delta, member)
+                elif doc.get("op") == "remove":
                     pipe.zrem(key, str(doc["event"]))
                 else:
                     pipe.zadd(key, {str(doc["event"]): float(doc["ts"])})
@@ -145,8 +156,10 @@ def hand_written_partition(urls: list[str], column: str, size: int = PIPELINE) -
     return write
 
 
-def hand_written_batch(urls: list[str], column: str) -> Callable[[Any, int], None]:
-    partition = hand_written_partition(urls, column)
+def hand_written_batch(
+    urls: list[str], column: str, incr: Callable[[dict[str, Any]], tuple[str, str, int]] | None = None
+) -> Callable[[Any, int], None]:
+    partition = hand_written_partition(urls, column, incr=incr)
 
     def batch(df: Any, batch_id: int) -> None:
         df.foreachPartition(partition)
@@ -222,8 +235,9 @@ class Shape:
     expected: dict[str, Any] = field(default_factory=dict)
 
 
-def build_shape(name: str, users: int, root: Path, steps: int, seed: int) -> Shape:
-    """Publish the traffic into 4 file journals and copy their bytes into 4 ndjson files."""
+def build_shape(name: str, users: int, root: Path, steps: int, seed: int, traffic: Any = None) -> Shape:
+    """Publish the traffic into 4 file journals and copy their bytes into 4 ndjson files. ``traffic``: the
+    model's class (a :class:`zcluster.testing.traffic.Traffic`, which sees every committed event)."""
     from zcluster.journal import FileJournals
     from zcluster.testing.traffic import Traffic, create_journals, publish
 
@@ -233,7 +247,8 @@ def build_shape(name: str, users: int, root: Path, steps: int, seed: int) -> Sha
     store = FileJournals(str(jdir))
     names = [f"timelines/part-{i:03d}" for i in range(JOURNALS)]
     create_journals(store, names)
-    shape.traffic = publish(store, Traffic(names), producers=PRODUCERS, messages=steps, users=users, seed=seed)
+    model = (traffic or Traffic)(names)
+    shape.traffic = publish(store, model, producers=PRODUCERS, messages=steps, users=users, seed=seed)
     for i, n in enumerate(names):
         end = store.end(n)
         data = b"".join(chunk for _, chunk in store.read(n, 0))[:end]
@@ -751,9 +766,14 @@ def print_report(report: dict[str, Any]) -> None:
             f"untimed warm-up runs, {w['frames']:,} frames each (each kind's first run in the session): "
             + "  ".join(f"{SHORT[k]}={v:.2f}s" for k, v in w["seconds"].items())
         )
+    print("\n" + machine_line(report))
+
+
+def machine_line(report: dict[str, Any]) -> str:
+    """The machine a report was measured on, and how long the run took, in one line."""
     mach = report["machine"]
-    print(
-        f"\nmachine: {mach['nproc']} CPUs, {mach['cpu_model']}, {mach['redis_server']}, Python {mach['python']}, "
+    return (
+        f"machine: {mach['nproc']} CPUs, {mach['cpu_model']}, {mach['redis_server']}, Python {mach['python']}, "
         f"PySpark {mach['pyspark']}, {mach['java']}, load {mach['loadavg'][0]:.2f}; run took {report['elapsed_s']:.0f}s"
     )
 
@@ -817,11 +837,19 @@ def plot(path: Path, report: dict[str, Any]) -> None:
     ax3.set_title(f"start-up: first/second = {r if r is not None else float('nan'):.2f} (goal <= 1.5)", fontsize=9)
 
     cfg = report["config"]
-    fig.suptitle(
+    save_figure(
+        fig,
+        path,
         f"zcluster Spark sink vs hand-written writers, local[2], 2 shards, {cfg['messages']:,} committed messages "
         f"per shape, median of {cfg['repeat']}, {report['machine']['nproc']} CPUs",
-        fontsize=10,
     )
+
+
+def save_figure(fig: Any, path: Path, title: str) -> None:
+    """Title, lay out, write and close a figure, as every Spark benchmark's plot does."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
