@@ -30,7 +30,7 @@ LAYERS = [
         "zcluster._encode",
         "zcluster._retry",
     ],
-    ["zcluster._transport", "zcluster._follow", "zcluster._writes", "zcluster._reads"],
+    ["zcluster._transport", "zcluster._follow", "zcluster._writes", "zcluster._reads", "zcluster._aggregate_keys"],
     ["zcluster._inspect", "zcluster._aggregates"],
     ["zcluster.cluster", "zcluster.metrics"],
     ["zcluster.config"],

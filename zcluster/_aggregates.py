@@ -10,9 +10,9 @@ nothing. Positions are (c, m, j) triples. Two rules keep the fence from skipping
 * a key whose call failed (or whose total was refused) gets none of its later increments sent in this
   call: they are reported unconfirmed, so the caller resends them, in order, after the failed ones.
 
-Why this module is long: it holds one kind of key's whole life on a cluster, kept together so that its
-format is read and written in one place: the increments' validation and sending, the ``Cluster`` reads of
-totals and fences, and the whole-key state a farm compares and copies (``lua/aggregate.lua``).
+Why this module is long: it holds the increments' validation, their sending in rounds and slices, and the
+``Cluster`` API of aggregate keys, kept together because the three share one format (positions, fences,
+verdicts). An aggregate key read or replaced whole (a farm's repairs) is :mod:`zcluster._aggregate_keys`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import Any
 
+from zcluster._aggregate_keys import WholeKeys
 from zcluster._encode import Encoder, blob, listed_keys, positive
 from zcluster._encode import key_members as key_members_of
 from zcluster._reporting import Reporting
@@ -112,84 +113,11 @@ class _Call:
 Entry = tuple[int, tuple[int, int, int], bytes, Any]  # caller index, position, member or field, delta
 
 
-class KeyState(NamedTuple):
-    """One aggregate key's state on one cluster (``lua/aggregate.lua``): ``kind`` ("" nothing, "2" a 2P-set,
-    "s" sums, "c" counters, "a" fences whose totals expired), its fences as the server's canonical text
-    (``canon``, compared as is) and parsed; with a dump, its totals (flat pairs) and milliseconds to live."""
-
-    kind: str
-    canon: bytes
-    fences: dict[bytes, Fence]
-    totals: list[bytes] | None = None
-    pttl: int = -1
-
-    @property
-    def aggregate(self) -> bool:
-        return self.kind in ("s", "c", "a")
-
-
-def parse_canon(canon: bytes) -> dict[bytes, Fence]:
-    """The fences of ``lua/aggregate.lua``'s canonical text (``<length>:<source>=<c:m:j[:n]>\n`` each)."""
-    out: dict[bytes, Fence] = {}
-    at = 0
-    while at < len(canon):
-        colon = canon.index(b":", at)
-        size = int(canon[at:colon])
-        source = canon[colon + 1 : colon + 1 + size]
-        end = canon.index(b"\n", colon + 2 + size)
-        parts = [int(p) for p in canon[colon + 2 + size : end].split(b":")]
-        out[source] = Fence((parts[0], parts[1], parts[2]), parts[3] if len(parts) > 3 else 0)
-        at = end + 1
-    return out
-
-
 class IncrementPlan:
-    """Sends one Cluster's increments (its layout, routing, batch size, durability), and reads and replaces
-    aggregate keys whole (:meth:`states`, :meth:`dump`, :meth:`restore`: a farm's repairs)."""
+    """Sends one Cluster's increments (its layout, routing, batch size, durability)."""
 
-    def __init__(
-        self, transport: Transport, encoder: Encoder, script: Script, whole: Script, durability: Durability | None
-    ) -> None:
+    def __init__(self, transport: Transport, encoder: Encoder, script: Script, durability: Durability | None) -> None:
         self.transport, self.encoder, self.sha, self.durability = transport, encoder, script.sha, durability
-        self.whole_sha = whole.sha
-
-    def states(self, keys: Sequence[Blob], *, dump: bool = False) -> ReadResult[Blob, KeyState]:
-        """Each key's :class:`KeyState` (with its totals if ``dump``); a failed shard's keys in ``errors``."""
-        encoded = self.encoder.keys(keys)
-        layout, sha, mode = self.encoder.layout, self.whole_sha, "dump" if dump else "state"
-
-        def parse(key: Blob, replies: list[Any]) -> KeyState:
-            kind, canon = from_bytes(replies[0][0]), bytes(replies[0][1])
-            if not dump:
-                return KeyState(kind, canon, parse_canon(canon))
-            return KeyState(kind, canon, parse_canon(canon), list(replies[0][2]), int(replies[0][3]))
-
-        return read(
-            self.transport,
-            keys,
-            encoded,
-            lambda kb, _: [("EVALSHA", sha, 2, *layout.script_keys(kb, False), mode)],
-            parse,
-        )
-
-    def restore(self, key: Blob, expected: bytes, state: KeyState) -> bool:
-        """Replace ``key`` with ``state`` (a dump of another copy) if it still holds the fences ``expected``
-        and is no 2P-set: True; False if it moved since it was read. Shard failures raise."""
-        assert state.totals is not None and state.kind in ("s", "c", "a")
-        fences = [
-            x
-            for source, f in state.fences.items()
-            for x in (source, f"{f.position[0]}:{f.position[1]}:{f.position[2]}:{f.held}")
-        ]
-        ((shard_idx, kb),) = self.encoder.keys([key])
-        rkeys = self.encoder.layout.script_keys(kb, False)
-        kind = "c" if state.kind == "c" else "s"
-        command = ("EVALSHA", self.whole_sha, 2, *rkeys, "restore", expected, kind, state.pttl, len(state.fences))
-        shard = self.transport.topology.shards[shard_idx]
-        (reply,) = self.transport.writes(shard, [(*command, *fences, *state.totals)], self.durability)
-        if isinstance(reply, BaseException):
-            raise reply
-        return int(reply) == 1
 
     def send(
         self, source: bytes, items: Sequence[tuple[Position, Any]], ttl: int
@@ -388,6 +316,7 @@ class Aggregates(Reporting):
     the Cluster holds the connections and the layout."""
 
     _increments: IncrementPlan
+    _whole: WholeKeys
     _transport: Transport
     _encoder: Encoder
     decode: bool
@@ -482,7 +411,7 @@ class Aggregates(Reporting):
         started = time.perf_counter()
         with self._reporting("fences", started):
             key_list = listed_keys(keys)
-            states = self._increments.states(key_list)
+            states = self._whole.states(key_list)
             dec = from_bytes if self.decode else bytes
             result: ReadResult[Blob, dict[Blob, Fence] | None] = ReadResult()
             result.update(
@@ -508,9 +437,3 @@ class Aggregates(Reporting):
                 lambda key, replies: {dec(f): int(v) for f, v in replies[0].items()},
             )
         return self._finish("counters", result, len(key_list), started, strict)
-
-
-def aggregates_of(cluster: Aggregates) -> IncrementPlan:
-    """The increments plan of a :class:`zcluster.Cluster` (what a Farm reads, dumps and restores replicas'
-    aggregate keys through)."""
-    return cluster._increments

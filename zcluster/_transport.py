@@ -84,8 +84,7 @@ class Transport:
         return {idx: f.result() for idx, f in futures.items()}
 
     def executor(self) -> ThreadPoolExecutor:
-        """The worker threads of :meth:`fanout` (for work that overlaps the caller's: submit calls that
-        never wait on this pool themselves, e.g. a :meth:`fanout` of one shard, which runs inline)."""
+        """:meth:`fanout`'s threads, also for work overlapping the caller's (never work that waits on them)."""
         with self._pool_lock:
             if self._pool is None:  # started on first use: importing or building a Cluster starts no thread
                 self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="zcluster")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from zcluster import _encode, _reads, _writes
+from zcluster._aggregate_keys import WholeKeys
 from zcluster._aggregates import Aggregates, IncrementPlan
 from zcluster._encode import Encoder, blob, check_limit, listed_keys, positive, score_pairs
 from zcluster._inspect import Inspection
@@ -150,7 +151,8 @@ class Cluster(Inspection, Aggregates):
         self._encoder = Encoder(self._layout, transport.topology, self.floors, batch_size)
         write, forget, fingerprint, node, incr, aggregate = transport.scripts
         self._plan = _writes.WritePlan(transport, self._encoder, write, node, max_size, durability, self._report)
-        self._increments = IncrementPlan(transport, self._encoder, incr, aggregate, durability)
+        self._increments = IncrementPlan(transport, self._encoder, incr, durability)
+        self._whole = WholeKeys(transport, self._encoder, aggregate, durability)
         self._write_sha, self._forget_sha, self._fingerprint_sha = write.sha, forget.sha, fingerprint.sha
 
     # -- construction -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from farm_helpers import farm_of
 
 from zcluster import Count, Fence, Incr, QuorumError, WriteRefusedError
-from zcluster._aggregates import KeyState, aggregates_of
+from zcluster._aggregate_keys import KeyState, whole_keys_of
 from zcluster.farm import Farm, Walker
 from zcluster.farm._aggregates import leader, leads
 from zcluster.testing import LocalShards
@@ -130,7 +130,7 @@ def test_a_repair_never_overwrites_a_copy_that_moved_since_it_was_read() -> None
         farm = farm_of([servers.urls[0], servers.urls[0]], prefix="cas:")  # two views of one server suffice
         try:
             c = farm.clusters[0]
-            plan = aggregates_of(c)
+            plan = whole_keys_of(c)
             c.increment("s", [(1, Incr("a", "m", 1.0)), (2, Incr("a", "m", 1.0))])
             lead = plan.states(["a"], dump=True)["a"]
             c.increment("s", [(1, Count("b", "f", 1))])

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from zcluster._aggregates import KeyState, Position, aggregates_of
+from zcluster._aggregate_keys import KeyState, whole_keys_of
+from zcluster._aggregates import Position
 from zcluster._encode import check_limit, listed_keys
 from zcluster._reporting import Reporting
 from zcluster.cluster import Cluster
@@ -202,7 +203,7 @@ class FarmAggregates(Reporting):
 
     def _states(self, keys: list[Blob]) -> list[ReadResult[Blob, KeyState]]:
         """Every replica's :class:`KeyState` of ``keys`` (a failed replica: every key in ``errors``)."""
-        answers = self._replicas.each(lambda i: aggregates_of(self.clusters[i]).states(keys))
+        answers = self._replicas.each(lambda i: whole_keys_of(self.clusters[i]).states(keys))
         return [failed(keys, a) if isinstance(a, BaseException) else a for a in answers]
 
     def _copies(self, key: Blob, answered: dict[int, KeyState]) -> list[Repair] | None:
@@ -216,7 +217,7 @@ class FarmAggregates(Reporting):
         behind = [i for i, s in answered.items() if (s.kind, s.fences) != (first.kind, first.fences)]
         if not behind:
             return []
-        whole = aggregates_of(self.clusters[lead]).states([key], dump=True)
+        whole = whole_keys_of(self.clusters[lead]).states([key], dump=True)
         if key not in whole or not whole[key].aggregate:
             return None
         return [
@@ -240,7 +241,7 @@ class FarmAggregates(Reporting):
 
             def both(i: int) -> tuple[ReadResult[Blob, KeyState], ReadResult[K, V]]:
                 c = self.clusters[i]
-                return aggregates_of(c).states(keys), read(c)
+                return whole_keys_of(c).states(keys), read(c)
 
             answers = self._replicas.each(both)
             states: list[ReadResult[Blob, KeyState]] = []

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from zcluster._aggregates import KeyState, aggregates_of
+from zcluster._aggregate_keys import KeyState, whole_keys_of
 from zcluster._transport import SHARD_ERRORS
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError
@@ -238,7 +238,7 @@ class Repairer:
                 try:
                     # False: the copy moved since it was read (an increment reached it); the next read or
                     # walk compares it again. Counted failed, never silently done.
-                    done += aggregates_of(cluster).restore(copy.key, copy.expected, copy.whole)
+                    done += whole_keys_of(cluster).restore(copy.key, copy.expected, copy.whole)
                 except SHARD_ERRORS as exc:
                     log.warning("repair of aggregate key %r on %s failed: %s", copy.key, replica, exc)
                     failed_names.append(shard_name(replica, "*"))
