@@ -77,6 +77,9 @@ class Farm(FarmAggregates):
     * A replica that is down makes reads and writes slower, never wrong: reads answer from the others
       (a key no replica could answer is a :class:`PartialReadError`), writes count it out of the quorum.
 
+    Increments (``increment``, ``top``, ``ranks``, ``counters``, ``repair_aggregates``) are confirmed by every
+    replica, not the quorum, and read from the replica whose copy leads: see :class:`FarmAggregates`.
+
     Replicas must share the layout options (``prefix``, ``max_size``, floors), else :class:`ConfigError`:
     a repair writes one replica's record onto another. One farm may be shared by threads; :meth:`close`
     closes the clusters.
