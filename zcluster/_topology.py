@@ -347,6 +347,9 @@ class ClusterTopology:
         self._stale = True
         with contextlib.suppress(ShardError):
             self.refresh_soon()
+        if self._slots[slot] != idx:  # the node asked had not heard of the move yet: this MOVED is newer
+            self._slots[slot] = idx
+            self._stale = True  # reloaded again once the rate limit allows
         return self.shards[idx]
 
     def route(self, shard: Shard) -> Shard:
