@@ -173,7 +173,7 @@ class FarmAggregates(Reporting):
         key_list = listed_keys(keys)
         report = AggregateRepairs()
         states = self._states(key_list)
-        copies: list[Repair] = []
+        behind: dict[Blob, tuple[int, dict[int, KeyState]]] = {}
         for key in key_list:
             answered = {i: ans[key] for i, ans in enumerate(states) if key in ans}
             report.failures += [
@@ -185,11 +185,13 @@ class FarmAggregates(Reporting):
             if _alike(answered):
                 continue
             report.diverged += 1
-            found = self._copies(key, answered)
-            if found is None:
+            lead = leader(answered)
+            if lead is None:
+                self._report("farm.unsettled", 1, time.perf_counter())
                 report.unsettled.append(key)
             else:
-                copies += found
+                behind[key] = (lead, answered)
+        copies = self._copies(behind)
         if copies:
             report.repaired, report.failed = self._shared.repairer.repair_now(copies)
         return report
@@ -206,23 +208,30 @@ class FarmAggregates(Reporting):
         answers = self._replicas.each(lambda i: whole_keys_of(self.clusters[i]).states(keys))
         return [failed(keys, a) if isinstance(a, BaseException) else a for a in answers]
 
-    def _copies(self, key: Blob, answered: dict[int, KeyState]) -> list[Repair] | None:
-        """The repairs replacing every copy of ``key`` behind its leader with the leader's; None if no copy
-        leads (or the leader could not be read whole)."""
-        lead = leader(answered)
-        if lead is None:
-            self._report("farm.unsettled", 1, time.perf_counter())
-            return None
-        first = answered[lead]
-        behind = [i for i, s in answered.items() if (s.kind, s.fences) != (first.kind, first.fences)]
-        if not behind:
-            return []
-        whole = whole_keys_of(self.clusters[lead]).states([key], dump=True)
-        if key not in whole or not whole[key].aggregate:
-            return None
-        return [
-            Repair(self.names[i], self.clusters[i], AggregateCopy(key, answered[i].canon, whole[key])) for i in behind
-        ]
+    def _copies(self, behind: dict[Blob, tuple[int, dict[int, KeyState]]]) -> list[Repair]:
+        """The repairs replacing every copy behind its key's leader (key -> (leader, every copy's state)) with
+        the leader's, each leader's keys dumped in one read. A key its leader could not dump now is counted
+        a dropped repair (the next read or walk finds it again)."""
+        targets = {
+            key: [i for i, s in answered.items() if (s.kind, s.fences) != (answered[lead].kind, answered[lead].fences)]
+            for key, (lead, answered) in behind.items()
+        }
+        by_lead: dict[int, list[Blob]] = {}
+        for key, (lead, _) in behind.items():
+            by_lead.setdefault(lead, []).append(key)
+        repairs: list[Repair] = []
+        for lead, keys in by_lead.items():
+            whole = whole_keys_of(self.clusters[lead]).states(keys, dump=True)
+            for key in keys:
+                if key in whole and whole[key].aggregate:
+                    answered = behind[key][1]
+                    repairs += [
+                        Repair(self.names[i], self.clusters[i], AggregateCopy(key, answered[i].canon, whole[key]))
+                        for i in targets[key]
+                    ]
+                else:
+                    self._shared.repairer.drop(len(targets[key]))
+        return repairs
 
     def _from_leaders(
         self,
@@ -254,7 +263,7 @@ class FarmAggregates(Reporting):
                     states.append(a[0])
                     data.append(a[1])
             chosen: dict[Blob, int] = {}
-            copies: list[Repair] = []
+            behind: dict[Blob, tuple[int, dict[int, KeyState]]] = {}
             for key in keys:
                 answered = {i: s[key] for i, s in enumerate(states) if key in s}
                 if not answered:
@@ -264,7 +273,7 @@ class FarmAggregates(Reporting):
                     self._report("farm.unsettled", 1, started)
                     lead = max(answered, key=lambda i: sum(f.held for f in answered[i].fences.values()))
                 elif not _alike(answered):
-                    copies += self._copies(key, answered) or []
+                    behind[key] = (lead, answered)
                 chosen[key] = lead
             result: ReadResult[K, V] = ReadResult()
             for item in items:
@@ -277,5 +286,5 @@ class FarmAggregates(Reporting):
                     result[item] = data[lead_of][item]
                 else:
                     result.errors[item] = named(self.names[lead_of], data[lead_of].errors[item])
-            self._shared.repairer.submit(copies)
+            self._shared.repairer.submit(self._copies(behind))
         return self._finish(op, result, len(items), started, strict)
