@@ -47,6 +47,13 @@ def test_fnv1a32_vectors() -> None:
     assert fnv1a32("foobar") == 0xBF9CF968
 
 
+def test_a_key_function_returning_neither_str_nor_bytes_is_named() -> None:
+    # A user's `lambda m: m.doc["user"]` with an int user id failed as "'int' object is not iterable".
+    mapping = modulo_mapping(lambda m: m, lambda: fixture(3))
+    with pytest.raises(TypeError, match="mapping key must be str or bytes, got int 42"):
+        mapping(42)
+
+
 def test_modulo_mapping_matches_gazette() -> None:
     parts = fixture(443)
     mapping = modulo_mapping(lambda m: m, lambda: parts)

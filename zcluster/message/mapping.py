@@ -53,7 +53,12 @@ _FNV_PRIME = 0x01000193
 def fnv1a32(data: bytes | str) -> int:
     """32-bit FNV-1a of `data` (str is hashed as UTF-8): Go's ``hash/fnv.New32a``."""
     h = _FNV_OFFSET
-    for b in data.encode() if isinstance(data, str) else data:
+    if isinstance(data, str):
+        data = data.encode()
+    elif not isinstance(data, bytes | bytearray | memoryview):
+        # A key function returning an int would otherwise fail as "'int' object is not iterable".
+        raise TypeError(f"a mapping key must be str or bytes, got {type(data).__name__} {data!r}")
+    for b in data:
         h = ((h ^ b) * _FNV_PRIME) & 0xFFFFFFFF
     return h
 

@@ -1,0 +1,45 @@
+"""The README's examples run as printed: the publisher's, then the plain consumer's reading what it published.
+
+Only the servers' addresses are replaced (by the session's local shards and a namespace of this test), and
+the consumer's endless ``run`` line is left out; a snippet that no longer runs, or no longer does what its
+comments say, fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import zcluster
+from zcluster.testing import LocalShards
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def snippet(marker: str) -> str:
+    """The README's one ```python block containing `marker`."""
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if marker in b]
+    assert len(blocks) == 1, f"expected one README python block with {marker!r}, found {len(blocks)}"
+    return blocks[0]
+
+
+def test_the_publisher_and_the_consumer_examples_run_as_printed(shards: LocalShards, prefix: str) -> None:
+    journals = f"{shards.urls[0]}?prefix={prefix}j:"
+    publish = snippet("AsyncPublisher(store)").replace("redis://127.0.0.1:7001?prefix=j:", journals)
+    assert journals in publish
+    consume = snippet("with Consumer(").replace('"file:///data/journals"', repr(journals))
+    consume = consume.replace('zcluster.connect("redis://127.0.0.1:7001")', "zcluster.connect(URLS, prefix=PREFIX)")
+    consume = "\n".join(line for line in consume.splitlines() if "consumer.run(" not in line)
+    assert repr(journals) in consume and "URLS" in consume
+
+    exec(compile(publish, "README publisher", "exec"), {})
+    exec(compile(publish, "README publisher, again", "exec"), {})  # journals exist: created once, used twice
+    exec(compile(consume, "README consumer", "exec"), {"URLS": shards.urls, "PREFIX": prefix})
+
+    cluster = zcluster.connect(shards.urls, prefix=prefix)
+    try:
+        # Both runs' messages are committed; the second copy of each writes the same tuple (idempotent).
+        got = cluster.select(["timeline:42", "timeline:7"], limit=10)
+        assert [(m.member, m.score) for m in got["timeline:42"]] == [("e-1", 1700000000.25)]
+        assert [(m.member, m.score) for m in got["timeline:7"]] == [("e-2", 1700000000.5)]
+    finally:
+        cluster.close()
