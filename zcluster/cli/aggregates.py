@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from zcluster import Blob, Fence, ReadResult
-from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
+from zcluster.cli.context import Settings, counts, fail_if, json_option, pass_settings
 from zcluster.cli.output import emit_json, human, human_score, json_blob, json_score, print_table
 
 __all__ = ["counters", "fences", "top"]
@@ -15,8 +15,8 @@ __all__ = ["counters", "fences", "top"]
 
 @click.command()
 @click.argument("key")
-@click.option("-n", "--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Entries to show.")
-@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True, help="Skip this many (a page).")
+@click.option("-n", "--limit", type=counts(1), default=10, show_default=True, help="Entries to show.")
+@click.option("--offset", type=counts(0), default=0, show_default=True, help="Skip this many (a page).")
 @json_option
 @pass_settings
 def top(settings: Settings, key: str, limit: int, offset: int) -> None:
