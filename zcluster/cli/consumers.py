@@ -35,6 +35,7 @@ from zcluster.errors import ConfigError
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.errors import JournalNotFoundError
+from zcluster.message.labels import parse_selector
 from zcluster.state import JournalProgress, StateStore, applications, checkpointed_journals, progress
 from zcluster.types import ShardFailure
 
@@ -126,6 +127,8 @@ def consumers(
         raise click.UsageError("expected: consumers [APP [skip-lost JOURNAL]]")
     if len(args) != 3 and (reason is not None or range_ is not None):
         raise click.UsageError("--reason and --range go with skip-lost")
+    if selector is not None:
+        parse_selector(selector)  # a malformed one is a usage error (exit 2), also without a journal store
     store = _open(settings, journals_url)
     try:
         if not args:

@@ -128,7 +128,7 @@ def select(
                 "keys": [
                     {
                         "key": json_blob(key),
-                        "members": [{"score": m.score, "member": json_blob(m.member)} for m in page],
+                        "members": [{"score": json_score(m.score), "member": json_blob(m.member)} for m in page],
                         "next": nxt,
                         "error": _read_error(settings, result, key),
                     }
@@ -167,7 +167,7 @@ def score(settings: Settings, args: tuple[str, ...]) -> None:
                         "member": json_blob(km.member),
                         "present": p.present if p else None,
                         "inserted": p.inserted if p else None,
-                        "score": json_score(p.score) if p else None,
+                        "score": json_score(p.score) if p and p.present else None,
                         "error": _read_error(settings, result, km),
                     }
                     for km, p in found
@@ -180,7 +180,7 @@ def score(settings: Settings, args: tuple[str, ...]) -> None:
                 human(km.key),
                 human(km.member),
                 "error" if p is None else "inserted" if p.inserted else "deleted" if p.present else "absent",
-                "-" if p is None else human_score(p.score),
+                "-" if p is None or not p.present else human_score(p.score),
             )
             for km, p in found
         ]
