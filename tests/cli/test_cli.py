@@ -336,8 +336,8 @@ def test_top_and_counters_read_aggregates(conn: Conn) -> None:
     page = doc(conn("top", "lb", "-n", "2", "--offset", "2"))
     assert [(e["rank"], e["member"], e["total"]) for e in page["entries"]] == [(3, "p1", 15.0), (4, "p0", 12.0)]
     assert doc(conn("counters", "views", "none"))["keys"] == [
-        {"key": "views", "counters": {"home": 7}, "error": None},
-        {"key": "none", "counters": {}, "error": None},
+        {"key": "views", "counters": [{"field": "home", "total": 7}], "error": None},
+        {"key": "none", "counters": [], "error": None},
     ]
     c.increment("k/2", [((9, 1, 0), Incr("lb", "p0", 1.0))])
     assert doc(conn("fences", "lb", "none"))["keys"] == [

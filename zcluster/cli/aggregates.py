@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from zcluster import Blob, Fence, ReadResult
-from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
+from zcluster.cli.context import Settings, counts, fail_if, json_option, pass_settings
 from zcluster.cli.output import emit_json, human, human_score, json_blob, json_score, print_table
 
 __all__ = ["counters", "fences", "top"]
@@ -15,8 +15,8 @@ __all__ = ["counters", "fences", "top"]
 
 @click.command()
 @click.argument("key")
-@click.option("-n", "--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Entries to show.")
-@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True, help="Skip this many (a page).")
+@click.option("-n", "--limit", type=counts(1), default=10, show_default=True, help="Entries to show.")
+@click.option("--offset", type=counts(0), default=0, show_default=True, help="Skip this many (a page).")
 @json_option
 @pass_settings
 def top(settings: Settings, key: str, limit: int, offset: int) -> None:
@@ -51,7 +51,8 @@ def top(settings: Settings, key: str, limit: int, offset: int) -> None:
 @json_option
 @pass_settings
 def counters(settings: Settings, keys: tuple[str, ...]) -> None:
-    """Every counter of each counters KEY (exact int64 totals), by field."""
+    """Every counter of each counters KEY (exact int64 totals), by field. With --json each key's counters are a
+    list of {"field": ..., "total": ...}, fields as keys and members are (text, or {"b64": ...})."""
     result = settings.store().counters(keys, strict=False)
     if settings.json:
         emit_json(
@@ -59,7 +60,7 @@ def counters(settings: Settings, keys: tuple[str, ...]) -> None:
                 "keys": [
                     {
                         "key": json_blob(k),
-                        "counters": {human(f): v for f, v in sorted(result.get(k, {}).items())},
+                        "counters": [{"field": json_blob(f), "total": v} for f, v in sorted(result.get(k, {}).items())],
                         "error": None if k not in result.errors else settings.redact(str(result.errors[k])),
                     }
                     for k in keys
@@ -96,7 +97,7 @@ def fences(settings: Settings, keys: tuple[str, ...]) -> None:
                         "key": json_blob(k),
                         "aggregate": held is not None,
                         "fences": [
-                            {"source": human(s), "position": list(f.position), "held": f.held}
+                            {"source": json_blob(s), "position": list(f.position), "held": f.held}
                             for s, f in sorted((held or {}).items())
                         ],
                         "error": None if error is None else settings.redact(str(error)),

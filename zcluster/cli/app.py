@@ -12,12 +12,13 @@ import click
 
 from zcluster.cli.aggregates import counters, fences, top
 from zcluster.cli.consumers import consumers
-from zcluster.cli.context import EXPECTED, Settings
+from zcluster.cli.context import EXPECTED, Settings, counts
 from zcluster.cli.info import info
 from zcluster.cli.reads import keys, score, select
 from zcluster.cli.replicas import diff, walk
 from zcluster.cli.writes import delete, insert
 from zcluster.errors import ConfigError, InvalidTupleError, ZClusterError
+from zcluster.message.errors import SelectorError
 
 __all__ = ["cli", "main"]
 
@@ -30,7 +31,7 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except BrokenPipeError:
             raise  # click's standalone mode exits quietly
-        except (InvalidTupleError, ConfigError) as exc:  # bad input, found before anything was sent
+        except (InvalidTupleError, ConfigError, SelectorError) as exc:  # bad input, found before anything was sent
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
             text = settings.redact(str(exc)) if settings is not None else str(exc)
             click.echo(f"Error: {' '.join(text.split())}", err=True)
@@ -78,7 +79,7 @@ class _Group(click.Group):
 @click.option(
     "--max-size",
     envvar="ZCLUSTER_MAX_SIZE",
-    type=click.IntRange(min=1),
+    type=counts(1),
     default=None,
     help="Size bound of every set (must match the other writers'). Env: ZCLUSTER_MAX_SIZE.",
 )

@@ -12,8 +12,13 @@ lost range (:mod:`zcluster.state.monitor`, :mod:`zcluster.state.lost`).
 
 The journal store (needed for ends, lags, lost ranges and skip-lost) is ``--journals URL`` or the environment's
 ``ZCLUSTER_JOURNALS`` (``file:///dir``, ``redis://...?prefix=...``); its password, if any, never appears in
-output. ``--max-lag BYTES`` makes the command a health check: exit 3 when a journal lags by more than that or
-cannot go on (a lost range, a journal created again, a checkpoint past its end).
+output; it is opened read-only (a ``file://`` root that does not exist is a usage error, never created). Each
+lag is read as the consumer's next poll reads it, so damage not yet recovered is shown as the error the
+consumer meets (:func:`zcluster.state.progress`). ``--max-lag BYTES`` makes the command a health check: exit 3
+when a journal lags by more than that or cannot go on (a lost range, damage, a journal created again, a
+checkpoint past its end or one that does not parse), and when there is nothing to check (an application
+with no checkpoint: a typo, or a consumer that never saved one; no application at all). A shard that fails
+is named after what the others answered, with exit 1 (also when the health check failed).
 """
 
 from __future__ import annotations
@@ -24,12 +29,15 @@ from typing import Any
 
 import click
 
-from zcluster.cli.context import Settings, json_option, pass_settings
+from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
 from zcluster.cli.output import emit_json, print_table
 from zcluster.errors import ConfigError
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
+from zcluster.message.errors import JournalNotFoundError
+from zcluster.message.labels import parse_selector
 from zcluster.state import JournalProgress, StateStore, applications, checkpointed_journals, progress
+from zcluster.types import ShardFailure
 
 __all__ = ["consumers"]
 
@@ -61,8 +69,9 @@ def _open(settings: Settings, url: str | None) -> JournalStore | None:
         return None
     settings.secrets.append(url)
     try:
-        return open_store(url, recover=False)  # a reader: recovering is the writers' business
-    except ValueError as exc:
+        # A reader: recovering is the writers' business, and a view creates nothing (a typo stays a typo).
+        return open_store(url, recover=False, create=False)
+    except (ValueError, JournalNotFoundError) as exc:
         settings.usage_failure(f"--journals: {exc}")
 
 
@@ -118,6 +127,8 @@ def consumers(
         raise click.UsageError("expected: consumers [APP [skip-lost JOURNAL]]")
     if len(args) != 3 and (reason is not None or range_ is not None):
         raise click.UsageError("--reason and --range go with skip-lost")
+    if selector is not None:
+        parse_selector(selector)  # a malformed one is a usage error (exit 2), also without a journal store
     store = _open(settings, journals_url)
     try:
         if not args:
@@ -135,19 +146,32 @@ def _unhealthy(found: list[JournalProgress], max_lag: int | None) -> bool:
     return max_lag is not None and any(p.error is not None or (p.lag_bytes or 0) > max_lag for p in found)
 
 
+def _finish(settings: Settings, failures: list[ShardFailure], unhealthy: str | None) -> None:
+    """Exit 1 naming the failed shards (what the others answered is printed), else 3 with ``unhealthy``'s
+    line when the health check failed."""
+    seen = {(f.shard, str(f.error)) for f in failures}
+    fail_if(settings, (f"shard {s}: {e}; what it holds is not shown" for s, e in sorted(seen)))
+    if unhealthy is not None:
+        if unhealthy:
+            settings.error(unhealthy)
+        raise click.exceptions.Exit(3)
+
+
 def _list(settings: Settings, store: Any, namespace: str, max_lag: int | None) -> None:
     cluster = settings.store()
     rows: list[tuple[object, ...]] = []
     docs: list[dict[str, Any]] = []
     unhealthy = False
     now = time.time()
-    for app in applications(cluster, namespace):
+    failures: list[ShardFailure] = []
+    apps = applications(cluster, namespace, failures=failures)
+    for app in apps:
         if store is None and max_lag is None:
-            names = checkpointed_journals(cluster, app, namespace)
+            names = checkpointed_journals(cluster, app, namespace, failures=failures)
             rows.append((app, len(names), "-", "-", "-"))
             docs.append({"app": app, "journals": len(names), "lag_bytes": None, "last_moved": None, "problems": None})
             continue
-        found = progress(cluster, app, store, namespace=namespace)
+        found = progress(cluster, app, store, namespace=namespace, failures=failures)
         lag = sum(p.lag_bytes or 0 for p in found) if store is not None else None
         moved = max((p.last_moved for p in found if p.last_moved is not None), default=None)
         problems = sum(1 for p in found if p.error is not None)
@@ -158,8 +182,9 @@ def _list(settings: Settings, store: Any, namespace: str, max_lag: int | None) -
         emit_json({"applications": docs})
     else:
         print_table(None, ("application", "journals", "lag (bytes)", "last moved", "problems"), rows)
-    if unhealthy:
-        raise click.exceptions.Exit(3)
+    if max_lag is not None and not apps and not failures:
+        _finish(settings, failures, f"no application holds checkpoints under namespace {namespace!r}: nothing to check")
+    _finish(settings, failures, "" if unhealthy else None)
 
 
 def _show(
@@ -173,16 +198,24 @@ def _show(
 ) -> None:
     if count_frames and store is None:
         raise click.UsageError("--frames reads the journals: give --journals (or ZCLUSTER_JOURNALS)")
-    found = progress(settings.store(), app, store, selector=selector, frames=count_frames, namespace=namespace)
+    failures: list[ShardFailure] = []
+    found = progress(
+        settings.store(), app, store, selector=selector, frames=count_frames, namespace=namespace, failures=failures
+    )
     if settings.json:
         emit_json({"app": app, "journals": [_doc(p) for p in found]})
     else:
-        _print(app, found, count_frames)
-    if _unhealthy(found, max_lag):
-        raise click.exceptions.Exit(3)
+        _print(app, found, count_frames, failures)
+    unhealthy = "" if _unhealthy(found, max_lag) else None
+    if max_lag is not None and not failures and not any(p.checkpointed for p in found):
+        unhealthy = (
+            f"application {app} holds no checkpoint under namespace {namespace!r}: nothing to check (a typo, "
+            "or a consumer that never saved one)"
+        )
+    _finish(settings, failures, unhealthy)
 
 
-def _print(app: str, found: list[JournalProgress], count_frames: bool) -> None:
+def _print(app: str, found: list[JournalProgress], count_frames: bool, failures: list[ShardFailure]) -> None:
     now = time.time()
     columns = ["journal", "offset", "end", "lag (bytes)", *(["lag (frames)"] if count_frames else [])]
     columns += ["producers", "open txns", "last moved", "status"]
@@ -195,7 +228,7 @@ def _print(app: str, found: list[JournalProgress], count_frames: bool) -> None:
         row += [p.producers, p.open_transactions, _ago(p.last_moved, now), p.error or "ok"]
         rows.append(row)
     print_table(f"application {app}", columns, rows)
-    if not found:
+    if not found and not failures:
         click.echo(f"application {app}: no checkpoints")
     for p in found:
         for b, e, why in p.lost:

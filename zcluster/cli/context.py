@@ -26,12 +26,22 @@ from zcluster.farm.config import FarmConfig
 from zcluster.farm.farm import Farm
 from zcluster.instrumentation import OpEvent
 
-__all__ = ["EXPECTED", "Settings", "fail_if", "json_option", "pass_settings", "replica_where"]
+__all__ = ["EXPECTED", "MAX_COUNT", "Settings", "counts", "fail_if", "json_option", "pass_settings", "replica_where"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Errors reported as one line; anything else is a bug and keeps its traceback.
 EXPECTED = (ZClusterError, redis.RedisError, OSError)
+
+#: The largest count, size, limit or offset an option takes (2^53 - 1): beyond it a server refuses the number
+#: (offset + limit must fit its signed 64-bit integers), which would be reported as a shard's failure.
+MAX_COUNT = (1 << 53) - 1
+
+
+def counts(minimum: int) -> click.IntRange:
+    """The type of an option counting things (a limit, an offset, a size): ``minimum`` to :data:`MAX_COUNT`;
+    anything else is a usage error (exit 2), found before a server is asked."""
+    return click.IntRange(min=minimum, max=MAX_COUNT)
 
 
 def replica_where(text: str) -> str | list[str]:

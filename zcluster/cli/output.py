@@ -5,6 +5,11 @@ an object ``{"b64": "<standard base64 of the raw bytes>"}``. The same two forms 
 input files, so every value round-trips exactly. Human output escapes non-UTF-8 bytes and control
 characters as ``\\xNN`` (readable, but not unambiguous: use ``--json`` for exact values).
 
+Scores are JSON numbers when finite; a score that is not (a sums total that overflowed to infinity, written
+before the library refused that, or a NaN) is the string ``"inf"``, ``"-inf"`` or ``"nan"`` (JSON has no
+such numbers), and ``inf``, ``-inf``, ``nan`` in tables. Where a score is absent (``score`` of a member never
+written), JSON has ``null`` and tables ``-``.
+
 Scores given as text are decimal numbers (``12``, ``-2.5``, ``1e3``, ``.5``); the rules for what a score
 may be (finite, integers exact as doubles) are the library's (:func:`zcluster._encode.check_score`).
 """
@@ -98,9 +103,9 @@ def parse_score(value: object, where: str) -> float:
         raise ValueError(f"{where}: {value!r}: {exc}") from None
 
 
-def json_score(score: float) -> float | None:
-    """A score for JSON (``null`` for NaN, which JSON cannot hold)."""
-    return None if math.isnan(score) else score
+def json_score(score: float) -> float | str:
+    """A score for JSON: the number when finite, else ``"inf"``, ``"-inf"`` or ``"nan"`` (not JSON numbers)."""
+    return score if math.isfinite(score) else "nan" if math.isnan(score) else "inf" if score > 0 else "-inf"
 
 
 def human(value: Blob) -> str:
@@ -109,9 +114,8 @@ def human(value: Blob) -> str:
 
 
 def human_score(score: float) -> str:
-    """Integral scores without ``.0``; others in Python's shortest round-tripping form; NaN as ``-``."""
-    if math.isnan(score):
-        return "-"
+    """Integral scores without ``.0``; others in Python's shortest round-tripping form (``inf``, ``-inf``,
+    ``nan`` for those that are not finite)."""
     if score.is_integer() and abs(score) <= MAX_EXACT_INT:
         return str(int(score))
     return repr(score)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
+from zcluster.cli.context import Settings, counts, fail_if, json_option, pass_settings
 from zcluster.cli.output import console, emit_json, human, human_score, json_blob, json_score, print_table
 from zcluster.cluster import Cluster
 from zcluster.errors import PartialScanError
@@ -23,7 +23,7 @@ __all__ = ["keys", "score", "select"]
 
 @click.command()
 @click.option("--match", metavar="GLOB", help="Redis glob over the logical key (without the prefix).")
-@click.option("--count", type=click.IntRange(min=1), default=1000, show_default=True, help="SCAN batch size per call.")
+@click.option("--count", type=counts(1), default=1000, show_default=True, help="SCAN batch size per call.")
 @click.option("--include-removed", is_flag=True, help="Also keys that hold only deletes (tombstones).")
 @json_option
 @pass_settings
@@ -100,8 +100,8 @@ def _read_error(settings: Settings, result: ReadResult[Any, Any], item: object) 
 
 @click.command()
 @click.argument("keys", nargs=-1, required=True)
-@click.option("--offset", type=click.IntRange(min=0), default=None, help="Skip this many members (not with cursors).")
-@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Members per key.")
+@click.option("--offset", type=counts(0), default=None, help="Skip this many members (not with cursors).")
+@click.option("--limit", type=counts(1), default=10, show_default=True, help="Members per key.")
 @click.option("--start", metavar="CURSOR", callback=_cursor, help="Page after this cursor (from a previous page).")
 @click.option("--stop", metavar="CURSOR", callback=_cursor, help="Stop before this cursor.")
 @json_option
@@ -128,7 +128,7 @@ def select(
                 "keys": [
                     {
                         "key": json_blob(key),
-                        "members": [{"score": m.score, "member": json_blob(m.member)} for m in page],
+                        "members": [{"score": json_score(m.score), "member": json_blob(m.member)} for m in page],
                         "next": nxt,
                         "error": _read_error(settings, result, key),
                     }
@@ -167,7 +167,7 @@ def score(settings: Settings, args: tuple[str, ...]) -> None:
                         "member": json_blob(km.member),
                         "present": p.present if p else None,
                         "inserted": p.inserted if p else None,
-                        "score": json_score(p.score) if p else None,
+                        "score": json_score(p.score) if p and p.present else None,
                         "error": _read_error(settings, result, km),
                     }
                     for km, p in found
@@ -180,7 +180,7 @@ def score(settings: Settings, args: tuple[str, ...]) -> None:
                 human(km.key),
                 human(km.member),
                 "error" if p is None else "inserted" if p.inserted else "deleted" if p.present else "absent",
-                "-" if p is None else human_score(p.score),
+                "-" if p is None or not p.present else human_score(p.score),
             )
             for km, p in found
         ]

@@ -27,7 +27,7 @@ import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
+from zcluster.cli.context import Settings, counts, fail_if, json_option, pass_settings
 from zcluster.cli.output import console, emit_json, human, human_score, json_blob, json_score, print_table
 from zcluster.farm import Farm, KeyDiff, Merged, Walker, WalkReport
 from zcluster.types import Presence, ShardFailure
@@ -70,13 +70,9 @@ def _failure_lines(settings: Settings, failures: Sequence[ShardFailure]) -> list
     metavar="KEYS_PER_S",
     help="Compare at most this many keys per second (default: as fast as the replicas answer).",
 )
-@click.option(
-    "--batch-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Keys per step (SCAN count)."
-)
+@click.option("--batch-size", type=counts(1), default=1000, show_default=True, help="Keys per step (SCAN count).")
 @click.option("--resume", metavar="POSITION", help="Continue a walk from the position it printed when it stopped.")
-@click.option(
-    "--max-keys", type=click.IntRange(min=1), default=None, help="Stop after the step that reaches this many keys."
-)
+@click.option("--max-keys", type=counts(1), default=None, help="Stop after the step that reaches this many keys.")
 @json_option
 @pass_settings
 def walk(settings: Settings, rate: float | None, batch_size: int, resume: str | None, max_keys: int | None) -> None:

@@ -70,7 +70,8 @@ log = logging.getLogger(__name__)
 
 
 class FileJournals:
-    """Journals stored as fragment files under `root` (created if missing); see the module docstring.
+    """Journals stored as fragment files under `root` (created if missing; with ``create=False`` a missing
+    `root` raises JournalNotFoundError instead, for readers that must create nothing); see the module docstring.
 
     Implements the message layer's JournalWriter/JournalReader/JournalLister and
     :class:`zcluster.journal.store.JournalStore`. Safe for concurrent use by threads; any number of
@@ -92,13 +93,17 @@ class FileJournals:
         chunk_size: int = 1 << 20,
         poll_interval: float = 0.02,
         recover: bool = True,
+        create: bool = True,
     ) -> None:
         if fragment_bytes < 1 or chunk_size < 1 or poll_interval <= 0:
             raise ValueError("fragment_bytes, chunk_size and poll_interval must be positive")
         if fragment_age is not None and fragment_age <= 0:
             raise ValueError("fragment_age must be positive or None")
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        elif not self.root.is_dir():
+            raise JournalNotFoundError(f"no journal store at {self.root}: the directory does not exist")
         self._fragment_bytes = fragment_bytes
         self._fragment_age = fragment_age
         self._fsync = fsync

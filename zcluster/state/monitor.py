@@ -8,8 +8,19 @@ What ``zcluster consumers`` prints, as an API a health check can call:
   between them in bytes (and frames, on request: that reads the lag), the lost ranges ahead, the lost
   ranges skipped (from the audit log), and what stops the application there, if anything.
 
-Reading only: nothing here writes to the cluster or the journals (journal stores given by URL are opened
-without recovery).
+The verdict is the consumer's: with a journal store, :func:`progress` reads each lag the way the consumer's
+next poll reads it (the same reader, :func:`zcluster.journal.frames.read_range_frames`), so damage the
+journal store has not recovered yet (a fragment file cut short, unreadable or missing) is reported as the
+error the consumer meets, not as ``ok``. That read costs what the next poll's read costs (``verify=False``
+skips it: ends and lost ranges only). A checkpoint record that does not parse is reported on its journal
+(:class:`zcluster.InconsistentDataError`'s text), the other journals as usual.
+
+Reading only: nothing here writes to the cluster or the journals: journal stores given by URL are opened
+without recovery and without creating anything (a missing root raises
+:class:`zcluster.message.JournalNotFoundError`), and the lag is read without recovering what it finds.
+With ``failures`` (a list), a shard that fails does not raise: its failures are appended to the list and
+the rest is returned (the journals whose checkpoints it holds are missing; their lost-range skips too when
+it holds the audit log).
 """
 
 from __future__ import annotations
@@ -19,14 +30,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from zcluster.journal.frames import read_frames
+from zcluster.errors import InconsistentDataError, PartialScanError
+from zcluster.journal.frames import read_range_frames
 from zcluster.journal.store import CONTENT_TYPE_LABEL, JournalStore, close_store
 from zcluster.journal.urls import open_store
-from zcluster.message.errors import JournalNotFoundError
-from zcluster.state.store import StateStore, TimedCheckpoint
-from zcluster.types import Store
+from zcluster.message.errors import JournalNotFoundError, MessageError
+from zcluster.state.store import StateStore, audit_entries
+from zcluster.types import ShardFailure, Store
 
-__all__ = ["JournalProgress", "SkippedRange", "applications", "checkpointed_journals", "lag_frames", "progress"]
+__all__ = ["JournalProgress", "SkippedRange", "applications", "checkpointed_journals", "progress"]
 
 log = logging.getLogger("zcluster.state")
 
@@ -85,21 +97,34 @@ def _text(key: object) -> str:
     return key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else str(key)
 
 
-def applications(cluster: Store, namespace: str = _NAMESPACE) -> list[str]:
-    """The ids of the applications whose checkpoints ``cluster`` holds, sorted (a SCAN of ``namespace``)."""
-    found: set[str] = set()
-    for batch in _state_view(cluster, namespace).keys(1000, match="*/journal/*"):
-        found.update(_text(k).split("/", 1)[0] for k in batch)
-    return sorted(found)
+def _scan(cluster: Store, namespace: str, match: str, failures: list[ShardFailure] | None) -> list[str]:
+    """The keys of ``namespace`` matching ``match``; with ``failures``, a shard that fails is appended there."""
+    found: list[str] = []
+    try:
+        for batch in _state_view(cluster, namespace).keys(1000, match=match):
+            found.extend(_text(k) for k in batch)
+    except PartialScanError as exc:  # the other shards were scanned
+        if failures is None:
+            raise
+        failures.extend(exc.failures)
+    return found
 
 
-def checkpointed_journals(cluster: Store, app: str, namespace: str = _NAMESPACE) -> list[str]:
-    """The journals application ``app`` holds checkpoints of, sorted (a SCAN of ``namespace``)."""
+def applications(
+    cluster: Store, namespace: str = _NAMESPACE, *, failures: list[ShardFailure] | None = None
+) -> list[str]:
+    """The ids of the applications whose checkpoints ``cluster`` holds, sorted (a SCAN of ``namespace``).
+    ``failures``: see the module (those of the shards that could not be scanned are missing)."""
+    return sorted({k.split("/", 1)[0] for k in _scan(cluster, namespace, "*/journal/*", failures)})
+
+
+def checkpointed_journals(
+    cluster: Store, app: str, namespace: str = _NAMESPACE, *, failures: list[ShardFailure] | None = None
+) -> list[str]:
+    """The journals application ``app`` holds checkpoints of, sorted (a SCAN of ``namespace``).
+    ``failures``: see the module."""
     prefix = f"{app}/journal/"
-    found: set[str] = set()
-    for batch in _state_view(cluster, namespace).keys(1000, match=prefix.translate(_GLOB) + "*"):
-        found.update(_text(k)[len(prefix) :] for k in batch)
-    return sorted(found)
+    return sorted({k[len(prefix) :] for k in _scan(cluster, namespace, prefix.translate(_GLOB) + "*", failures)})
 
 
 def progress(
@@ -109,28 +134,34 @@ def progress(
     *,
     selector: str | None = None,
     frames: bool = False,
+    verify: bool = True,
     namespace: str = _NAMESPACE,
+    failures: list[ShardFailure] | None = None,
 ) -> list[JournalProgress]:
     """Where application ``app`` stands in each of its journals (see :class:`JournalProgress`).
 
     The journals are those it holds checkpoints of, and with ``selector`` (a label selector; "" for all)
     also the journal store's journals that match it (an application that has not reached one yet shows it
     at offset 0). ``journals``: the journal store (or its URL) for the ends, lags and lost ranges; without
-    it only the checkpoints are known. ``frames``: count the frames of each lag too (reads them).
+    it only the checkpoints are known. ``verify``: read each lag as the consumer will (see the module);
+    ``frames``: count the frames of each lag too (that read). ``failures``: see the module.
     """
     state = StateStore(cluster, app, namespace)
-    names = set(checkpointed_journals(cluster, app, namespace))
-    store: Any = open_store(journals, recover=False) if isinstance(journals, str) else journals
+    names = set(checkpointed_journals(cluster, app, namespace, failures=failures))
+    store: Any = open_store(journals, recover=False, create=False) if isinstance(journals, str) else journals
     try:
         if selector is not None and store is not None:
             names.update(spec.name for spec in store.list(selector))
         ordered = sorted(names)
         keys = [f"{app}/journal/{name}" for name in ordered]
-        records = state.cluster.select(keys, limit=1_000_000) if keys else {}
-        skips = _skips(state.audit())
+        read = state.cluster.select([*keys, state.audit_key], limit=1_000_000, strict=failures is None)
+        if failures is not None:
+            failures.extend({id(f): f for f in read.errors.values()}.values())  # one per failed shard call
+        skips = _skips(audit_entries(read.get(state.audit_key, [])))
         return [
-            _journal(app, store, name, state.timed(name, records[key]), bool(records[key]), skips.get(name, ()), frames)
+            _journal(state, store, name, read[key], skips.get(name, ()), frames, verify)
             for name, key in zip(ordered, keys, strict=True)
+            if key in read
         ]
     finally:
         if isinstance(journals, str) and store is not None:
@@ -154,14 +185,19 @@ def _skips(audit: Iterable[dict[str, Any]]) -> dict[str, tuple[SkippedRange, ...
 
 
 def _journal(
-    app: str,
+    state: StateStore,
     store: Any,
     name: str,
-    timed: TimedCheckpoint,
-    checkpointed: bool,
+    records: list[Any],
     skipped: tuple[SkippedRange, ...],
     frames: bool,
+    verify: bool,
 ) -> JournalProgress:
+    app = state.app
+    try:
+        timed = state.timed(name, records)
+    except InconsistentDataError as exc:  # this journal's record only: the others are shown
+        return JournalProgress(name, 0, None, None, None, 0, 0, None, True, "", skipped=skipped, error=str(exc))
     checkpoint = timed.checkpoint
     offset = checkpoint.offset
     held = JournalProgress(
@@ -173,7 +209,7 @@ def _journal(
         producers=len(checkpoint.states),
         open_transactions=sum(1 for s in checkpoint.states if s.begin >= 0),
         last_moved=timed.saved_at,
-        checkpointed=checkpointed,
+        checkpointed=bool(records),
         journal_id=checkpoint.journal_id,
         skipped=skipped,
     )
@@ -201,17 +237,32 @@ def _journal(
             f"stopped before lost range {at[0]}..{at[1]}: to go past it, zcluster consumers {app} skip-lost {name}"
         )
     lag = end - offset
-    counted = lag_frames(store, name, info.labels.get(CONTENT_TYPE_LABEL, ""), offset, end) if frames else None
-    return replace(held, end=end, lag_bytes=lag, lag_frames=counted, lost=lost, error=stopped)
+    counted, failed = None, None
+    if verify or frames:
+        counted, failed = _read_lag(store, name, info.labels.get(CONTENT_TYPE_LABEL, ""), offset, end)
+    return replace(
+        held, end=end, lag_bytes=lag, lag_frames=counted if frames else None, lost=lost, error=stopped or failed
+    )
 
 
-def lag_frames(store: Any, name: str, content_type: str, begin: int, end: int) -> int | None:
-    """The frames of bytes [begin, end) of journal ``name`` (lost ranges and bytes that do not frame not
-    counted), or None if reading them failed (logged)."""
-    if begin >= end:
-        return 0
+class _WithoutRecovery:
+    """A journal store's reads only: :func:`zcluster.journal.frames.read_range` finds no ``recover`` to call,
+    so a read that comes up short raises where the consumer's read would recover (a write) and then fail."""
+
+    def __init__(self, store: Any) -> None:
+        self.read = store.read
+
+
+def _read_lag(store: Any, name: str, content_type: str, begin: int, end: int) -> tuple[int | None, str | None]:
+    """Read bytes [begin, end) of journal ``name`` as the consumer's next poll reads them, recovering nothing:
+    (the frames read, lost ranges and bytes that do not frame not counted; the error the read met, or None).
+    Lost ranges are read past (they are reported on their own), as ``fail_on_data_loss=False`` reads them."""
+    counted = 0
     try:
-        return sum(1 for row in read_frames(store, name, content_type, begin, end, lost_rows=True) if row.error is None)
-    except Exception as exc:  # a count is a nicety: say why it is missing, show the rest
-        log.warning("journal %s: counting the frames of bytes %d..%d failed: %s", name, begin, end, exc)
-        return None
+        rows = read_range_frames(_WithoutRecovery(store), name, content_type, begin, end, lost_rows=True)
+        for row in rows:
+            counted += row.error is None
+    except (MessageError, OSError) as exc:  # what the consumer's poll fails on: damage, an unreadable file
+        log.warning("journal %s: reading bytes %d..%d failed: %s: %s", name, begin, end, type(exc).__name__, exc)
+        return None, f"the lag cannot be read (as the consumer's next poll reads it): {type(exc).__name__}: {exc}"
+    return counted, None

@@ -47,7 +47,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from zcluster.errors import ConfigError, JournalMismatchError, PartialWriteError
+from zcluster.errors import ConfigError, InconsistentDataError, JournalMismatchError, PartialWriteError
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
@@ -162,13 +162,24 @@ class StateStore:
         return self.timed(journal, self.cluster.select([key], limit=_ALL)[key])
 
     def timed(self, journal: str, records: Sequence[KeyScoreMember]) -> TimedCheckpoint:
-        """The checkpoint held by ``records``, the records of ``journal``'s key as read from the store's view."""
+        """The checkpoint held by ``records``, the records of ``journal``'s key as read from the store's view.
+
+        A record that does not parse (written by hand or by other code: an offset ``3710.0``, a missing
+        field) raises :class:`zcluster.InconsistentDataError` naming the application, the journal and the
+        record; the store is left as it is (a save past it, or :meth:`restart_journal`, supersedes it)."""
         current = [r for r in records if str(r.member).startswith(_VERSIONS)]
-        if not current:
-            return TimedCheckpoint(_legacy(journal, records), None)
         # Equal positions hold the same snapshot unless two writers disagreed; either way pick one, always the same.
-        best = max(current, key=lambda r: (r.score, str(r.member)))
-        return _decode(journal, str(best.member))
+        best = max(current, key=lambda r: (r.score, str(r.member))) if current else None
+        try:
+            if best is None:
+                return TimedCheckpoint(_legacy(journal, records), None)
+            return _decode(journal, str(best.member))
+        except ValueError as exc:  # int() of a non-integer field, a field missing or extra, bad hex
+            shown = str(best.member) if best is not None else "; ".join(str(r.member) for r in records)
+            raise InconsistentDataError(
+                f"application {self.app}, journal {journal}: corrupt checkpoint record {shown[:200]!r} ({exc}); it "
+                "stays as it is until a later save or restart_journal() supersedes it"
+            ) from None
 
     def save_journal(
         self, journal: str, offset: int, states: Iterable[ProducerState], *, journal_id: str = "", base: int = 0
@@ -181,6 +192,7 @@ class StateStore:
         """
         if "|" in journal_id or ":" in journal_id or "," in journal_id:
             raise ConfigError(f"journal {journal}: identity {journal_id!r} must not contain '|', ':' or ','")
+        _check_offsets(journal, offset=offset, base=base)
         key = self._journal_key(journal)
         position = base + offset
         held = [r for r in self.cluster.select([key], limit=_ALL)[key] if str(r.member).startswith(_VERSIONS)]
@@ -221,6 +233,7 @@ class StateStore:
         checkpoint must lie at its begin (everything before it applied) or inside it. Anything else raises
         :class:`zcluster.ConfigError` and changes nothing. Producer states are kept as they are. Recorded
         in :meth:`audit` with ``reason``; returns the new checkpoint."""
+        _check_offsets(journal, begin=begin, end=end)
         held, journal_id = _check_skip(self, journals, journal, begin, end)
         self.record_skip(journal, begin, end, held.offset, reason, by="operator", base=held.base, journal_id=journal_id)
         self.save_journal(journal, end, held.states, journal_id=journal_id, base=held.base)
@@ -255,21 +268,20 @@ class StateStore:
     def audit(self) -> list[dict[str, object]]:
         """What was done to this application's checkpoints besides reading them, oldest first (one dict per
         action, with ``action``, ``journal`` and ``at``, a Unix time)."""
-        key = f"{self.app}/audit"
-        records = self.cluster.select([key], limit=_ALL)[key]
-        out = []
-        for r in reversed(records):
-            doc = json.loads(str(r.member))
-            doc.setdefault("at", r.score)
-            out.append(doc)
-        return out
+        key = self.audit_key
+        return audit_entries(self.cluster.select([key], limit=_ALL)[key])
+
+    @property
+    def audit_key(self) -> str:
+        """The key of the audit log in the store's view (:attr:`cluster`)."""
+        return f"{self.app}/audit"
 
     def _record(self, action: str, journal: str, details: dict[str, object], *, timed: bool = True) -> None:
         """One audit entry; ``timed=False`` leaves the time out of the member (it is the score, and
         :meth:`audit` reads it from there), so that the same entry written twice stays one."""
         when = time.time()
         doc = {"action": action, "journal": journal, **({"at": when} if timed else {}), **details}
-        self.cluster.insert([KeyScoreMember(f"{self.app}/audit", when, json.dumps(doc, sort_keys=True))])
+        self.cluster.insert([KeyScoreMember(self.audit_key, when, json.dumps(doc, sort_keys=True))])
 
     # -- progress --------------------------------------------------------------------------------------------
 
@@ -283,6 +295,27 @@ class StateStore:
     def commit_batch(self, query_id: str, batch_id: int) -> bool:
         """Record batch ``batch_id`` of ``query_id`` as committed; False if it (or a later one) already was."""
         return self.cluster.insert([KeyScoreMember(f"{self.app}/progress", float(batch_id), query_id)]).applied[0]
+
+
+def audit_entries(records: Sequence[KeyScoreMember]) -> list[dict[str, object]]:
+    """The entries of :meth:`StateStore.audit` held by ``records`` (the audit key's, as read), oldest first."""
+    out = []
+    for r in reversed(records):
+        doc = json.loads(str(r.member))
+        doc.setdefault("at", r.score)
+        out.append(doc)
+    return out
+
+
+def _check_offsets(journal: str, **offsets: object) -> None:
+    """Byte offsets are non-negative ints (not bools, not floats such as ``3710.0``, which a record would keep
+    as text no reader parses): :class:`ConfigError` naming the journal and the value otherwise."""
+    for name, value in offsets.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(
+                f"journal {journal}: {name} must be a non-negative int (a byte offset), got {value!r}. "
+                "Nothing was changed"
+            )
 
 
 def _check_skip(
