@@ -19,7 +19,7 @@ from zcluster import (
     PartialWriteError,
     ShardError,
 )
-from zcluster.testing import LocalShards
+from zcluster.testing import LocalRedisCluster, LocalShards
 
 
 def test_a_view_shares_connections_and_instrumentation_but_not_ownership(any_cluster: Cluster) -> None:
@@ -147,7 +147,9 @@ def test_a_hung_shard_fails_select_range_once_per_call_not_once_per_key() -> Non
         c.close()
 
 
-def test_from_cluster_url_takes_the_redis_cluster_scheme_that_connect_takes(redis_cluster, prefix: str) -> None:  # type: ignore[no-untyped-def]
+def test_from_cluster_url_takes_the_redis_cluster_scheme_that_connect_takes(
+    redis_cluster: LocalRedisCluster, prefix: str
+) -> None:
     from zcluster import ClusterConfig, connect
 
     seed = redis_cluster.url.replace("redis://", "redis+cluster://", 1)
