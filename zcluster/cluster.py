@@ -30,8 +30,8 @@ from zcluster._scripts import (
     write_script,
 )
 from zcluster._topology import FAILOVER_TIMEOUT, ClusterTopology, Routing, StandaloneTopology, Topology
-from zcluster._urls import seed_url
 from zcluster._transport import SHARD_ERRORS, Transport, read, read_each
+from zcluster._urls import seed_url
 from zcluster.errors import (
     ConfigError,
     InconsistentDataError,

@@ -48,7 +48,8 @@ def shared(config: Hashable, open_: Callable[[], T]) -> T:
 @dataclass(frozen=True)
 class ClusterConfig:
     """Standalone shard ``urls`` or a Redis Cluster seed ``cluster_url`` (``redis://`` or
-    ``redis+cluster://``, kept as ``redis://``; likewise ``rediss``), plus the Cluster options. A picklable, hashable value: Spark ships it to executors, which reconnect from it.
+    ``redis+cluster://``, kept as ``redis://``; likewise ``rediss``), plus the Cluster options. A picklable,
+    hashable value: Spark ships it to executors, which reconnect from it.
     """
 
     urls: tuple[str, ...] = ()

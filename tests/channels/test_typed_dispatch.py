@@ -177,7 +177,7 @@ def test_graceful_shutdown_leaves_unstarted_messages_unacknowledged(store: Journ
 def test_worker_pool_dead_letters_records_without_a_kind_and_skips_transaction_acks(store: JournalStore) -> None:
     """A record that names no kind is dead-lettered (logged, counted as a dead letter, never as handled),
     whether or not it has a UUID; a transaction's ACK is acknowledged without dispatch and counted apart."""
-    reg, PlaceOrder, OrderPlaced = registry()
+    reg, _, OrderPlaced = registry()
     ch = Channels(store, decode=reg.decode)
     ch.create_channels(["c"], topic="t")
     ch.create_channels(["dlq"], topic="dead")
