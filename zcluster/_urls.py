@@ -27,6 +27,8 @@ from redis.connection import Connection, SSLConnection
 from zcluster.errors import ConfigError
 
 SCHEMES = ("redis", "rediss", "unix")
+#: Schemes that name a Redis Cluster seed node, and the plain scheme its client connects with.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 #: Query options a URL may carry: those redis-py reads from text. Others (``retry``, ``connection_class``,
 #: ``retry_on_error``, ...) would reach redis-py as strings and break at the first command.
 QUERY_OPTIONS = frozenset(
@@ -146,6 +148,21 @@ def _split(url: str) -> tuple[str, str, int | None]:
         shown = f": not {db!r}" if db in redact_url(url) else ""
         raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: the path must be a database number{shown}")
     return parts.scheme, host or "", port
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` has a ``redis+cluster://`` or ``rediss+cluster://`` scheme (any case)."""
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and scheme.lower() in CLUSTER_SCHEMES
+
+
+def seed_url(url: str) -> str:
+    """``url`` with a Redis Cluster scheme (:data:`CLUSTER_SCHEMES`) written as the plain ``redis://`` /
+    ``rediss://`` a seed node's client takes; any other URL (or a non-str, left to fail later) unchanged."""
+    if not isinstance(url, str) or not is_cluster_url(url):
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{CLUSTER_SCHEMES[scheme.lower()]}://{rest}"
 
 
 def safe_name(url: str) -> str:

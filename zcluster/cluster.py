@@ -31,6 +31,7 @@ from zcluster._scripts import (
 )
 from zcluster._topology import FAILOVER_TIMEOUT, ClusterTopology, Routing, StandaloneTopology, Topology
 from zcluster._transport import SHARD_ERRORS, Transport, read, read_each
+from zcluster._urls import seed_url
 from zcluster.errors import (
     ConfigError,
     InconsistentDataError,
@@ -183,10 +184,11 @@ class Cluster(Inspection, Aggregates):
         failover_timeout: float = FAILOVER_TIMEOUT,
         **options: Any,
     ) -> Cluster:
-        """A native Redis Cluster, discovered from one seed node's URL. It follows failovers and resharding by
-        itself; a call waits up to ``failover_timeout`` seconds for an unreachable master's slots to move
-        (0: fail at once), see ``docs/architecture.md`` (Routing)."""
-        return cls(ClusterTopology(url, failover_timeout, **(connection or {})), **options)
+        """A native Redis Cluster, discovered from one seed node's URL (``redis://``, ``rediss://``, or the
+        same written ``redis+cluster://`` / ``rediss+cluster://`` as :func:`zcluster.connect` takes it). It
+        follows failovers and resharding by itself; a call waits up to ``failover_timeout`` seconds for an
+        unreachable master's slots to move (0: fail at once), see ``docs/architecture.md`` (Routing)."""
+        return cls(ClusterTopology(seed_url(url), failover_timeout, **(connection or {})), **options)
 
     def view(
         self,

@@ -23,14 +23,13 @@ from typing import Any, Protocol, TypeVar, cast
 
 from zcluster._keys import KeyLayout
 from zcluster._topology import Routing
-from zcluster._urls import redact_url, safe_name
+from zcluster._urls import is_cluster_url, redact_url, safe_name, seed_url
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError
 from zcluster.types import Store
 
 __all__ = ["ClusterConfig", "StoreConfig", "Where", "connect", "store_config"]
 
-_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 _SHARED: dict[Any, Any] = {}
 _LOCK = threading.Lock()
 T = TypeVar("T")
@@ -48,8 +47,9 @@ def shared(config: Hashable, open_: Callable[[], T]) -> T:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Standalone shard ``urls`` or a Redis Cluster seed ``cluster_url`` (a plain ``redis://`` URL), plus
-    the Cluster options. A picklable, hashable value: Spark ships it to executors, which reconnect from it.
+    """Standalone shard ``urls`` or a Redis Cluster seed ``cluster_url`` (``redis://`` or
+    ``redis+cluster://``, kept as ``redis://``; likewise ``rediss``), plus the Cluster options. A picklable,
+    hashable value: Spark ships it to executors, which reconnect from it.
     """
 
     urls: tuple[str, ...] = ()
@@ -60,6 +60,8 @@ class ClusterConfig:
     options: tuple[tuple[str, Any], ...] = field(default=())
 
     def __post_init__(self) -> None:
+        if self.cluster_url:  # stored as the seed's plain URL, so both spellings make one (equal) config
+            object.__setattr__(self, "cluster_url", seed_url(self.cluster_url))
         if bool(self.urls) == bool(self.cluster_url):
             raise ConfigError("give either standalone shard urls or a cluster_url (a Redis Cluster seed), not both")
         for url in (*self.urls, self.cluster_url or ""):
@@ -85,16 +87,13 @@ class ClusterConfig:
         known = {k: options.pop(k) for k in ("prefix", "max_size", "routing") if k in options}
         extra = tuple(sorted(options.items()))
         if isinstance(where, str):
-            scheme, sep, rest = where.partition("://")
-            if sep and scheme in _CLUSTER_SCHEMES:
-                return cls(cluster_url=f"{_CLUSTER_SCHEMES[scheme]}://{rest}", options=extra, **known)
-            if cluster:
+            if cluster or is_cluster_url(where):
                 return cls(cluster_url=where, options=extra, **known)
             return cls(urls=(where,), options=extra, **known)
         if cluster:
             raise ConfigError("cluster=True takes one seed URL, not a list")
         if isinstance(where, Sequence) and all(isinstance(u, str) for u in where):
-            clustered = [u for u in where if u.partition("://")[0] in _CLUSTER_SCHEMES]
+            clustered = [u for u in where if is_cluster_url(u)]
             if clustered:
                 raise ConfigError(f"{redact_url(clustered[0])!r}: a Redis Cluster is given as one seed URL, not a list")
             return cls(urls=tuple(where), options=extra, **known)

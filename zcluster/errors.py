@@ -4,8 +4,10 @@ Errors that also have a natural built-in meaning keep it as a second base (a bad
 ``ValueError``, a missing journal also a ``LookupError``), so ``except ValueError`` keeps working. Every
 class is defined here and exported from :mod:`zcluster`, except the message layer's, which has its own
 sub-root, :class:`MessageError`, in :mod:`zcluster.message.errors` (exported from :mod:`zcluster.message`),
-so that the message layer stays free of everything Redis-specific. A test walks every module and checks
-that this drawing is true::
+so that the message layer stays free of everything Redis-specific. The channels' errors
+(:class:`UndecodableMessageError`, :class:`UnknownKindError`, :class:`NoHandlerError`) are also re-exported,
+as the same classes, from :mod:`zcluster.channels`. A test walks every module and checks that this drawing
+is true::
 
     ZClusterError
     ├── ConfigError                  (ValueError) a bad URL, prefix or option; nothing was done
@@ -37,7 +39,7 @@ that this drawing is true::
     │   └── SequencerError           the Sequencer was used out of order, or its replay failed
     │       ├── ReplayRequiredError  step() after ACK_COMMIT_REPLAY without start_replay()
     │       └── ReplayError          the replay iterator failed or left its range
-    ├── UndecodableMessageError      (ValueError) a typed channel message not of its registered type
+    ├── UndecodableMessageError      (ValueError) a typed channel message naming no kind, or not of its type
     │   └── UnknownKindError         its (group, kind) is not registered
     ├── NoHandlerError               (LookupError) a channel command nobody handles
     ├── MapperError                  the exactly-once mapper raised or wrote badly; not checkpointed
@@ -220,7 +222,8 @@ class NoHandlerError(ZClusterError, LookupError):
 
 
 class UndecodableMessageError(ZClusterError, ValueError):
-    """A message could not be turned into its registered type; `envelope` is the message as read."""
+    """A typed message names no kind (and is not a transaction ACK), or could not be turned into its registered
+    type; `envelope` is the message as read."""
 
     def __init__(self, envelope: Envelope, reason: str) -> None:
         super().__init__(f"{reason} (journal {envelope.journal!r}, bytes {envelope.begin}..{envelope.end})")

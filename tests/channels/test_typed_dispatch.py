@@ -12,7 +12,7 @@ import pytest
 from zcluster import NoHandlerError, UndecodableMessageError, UnknownKindError
 from zcluster.channels import Channels, Context, Dispatcher, KindRegistry, TypedReader, WorkerPool
 from zcluster.journal import JournalStore
-from zcluster.message import JsonMessage, ReadUncommittedIter
+from zcluster.message import JsonMessage, Publisher, ReadCommittedIter, ReadUncommittedIter, Sequencer
 
 NDJSON = "application/x-ndjson"
 
@@ -172,3 +172,66 @@ def test_graceful_shutdown_leaves_unstarted_messages_unacknowledged(store: Journ
     assert [e.message.body.order for e in Channels(store, decode=reg.decode).consume("g", "c", 100)] == list(
         range(1, 10)
     )
+
+
+def test_worker_pool_dead_letters_records_without_a_kind_and_skips_transaction_acks(store: JournalStore) -> None:
+    """A record that names no kind is dead-lettered (logged, counted as a dead letter, never as handled),
+    whether or not it has a UUID; a transaction's ACK is acknowledged without dispatch and counted apart."""
+    reg, _, OrderPlaced = registry()
+    ch = Channels(store, decode=reg.decode)
+    ch.create_channels(["c"], topic="t")
+    ch.create_channels(["dlq"], topic="dead")
+    ch.produce([reg.wrap(OrderPlaced(1))], to("c"))
+    ch.produce([JsonMessage({"note": "no kind here"})], to("c"))  # stamped UUID, no group or kind
+    store.append("c", b"{}\n")  # no group, kind or UUID at all
+    ch.produce([JsonMessage({"group": "orders", "payload": {"order": 9}})], to("c"))  # a group but no kind
+    txn = Publisher(store)
+    txn.publish_uncommitted(to("c"), reg.wrap(OrderPlaced(2)))
+    txn.append_ack_intents(txn.build_ack_intents())  # an ACK: {"UUID": ...} with ACK_TXN flags
+    ch.produce([reg.wrap(OrderPlaced(3))], to("c"))
+    seen: list[int] = []
+    d = Dispatcher(reg)
+    d.on_event(OrderPlaced, lambda ctx: seen.append(ctx.message.order))
+    pool = WorkerPool(ch, "g", ["c"], d, dead_letter="dlq", workers=1, poll_interval=0.01)
+    with pool:
+        for _ in range(1000):
+            if ch.position("g", "c") == store.end("c"):
+                break
+            threading.Event().wait(0.01)
+    assert pool.errors == []
+    assert seen == [1, 2, 3]
+    assert (pool.handled, pool.dead_lettered, pool.acks) == (3, 3, 1)
+    dead = [json.loads(line) for line in b"".join(c for _, c in store.read("dlq", 0)).splitlines()]
+    frames = [json.loads(base64.b64decode(x["frame"])) for x in dead]
+    assert [{k: v for k, v in f.items() if k != "UUID"} for f in frames] == [
+        {"note": "no kind here"},
+        {},
+        {"group": "orders", "payload": {"order": 9}},
+    ]
+    assert all("names no message kind" in x["error"] and x["attempts"] == 1 for x in dead)
+    assert dead[1]["uuid"] == "0" * 32 and dead[0]["uuid"] != "0" * 32  # no UUID reads as the all-zero one
+
+
+def test_typed_reader_raises_for_a_record_without_a_kind_and_skips_acks(store: JournalStore) -> None:
+    reg, _, OrderPlaced = registry()
+    ch = Channels(store)
+    ch.create_channels(["c"], topic="t")
+    txn = Publisher(store)
+    txn.publish_uncommitted(to("c"), reg.wrap(OrderPlaced(1)))
+    txn.append_ack_intents(txn.build_ack_intents())
+    store.append("c", b'{"payload": {"order": 2}}\n')
+    ch.produce([reg.wrap(OrderPlaced(3))], to("c"))
+    reader = TypedReader(ReadCommittedIter(store, store.info("c").spec, Sequencer(), decode=reg.decode))
+    assert next(reader).message.body == OrderPlaced(1)  # the ACK after it is skipped
+    with pytest.raises(UndecodableMessageError, match="names no message kind"):
+        next(reader)
+    assert next(reader).message.body == OrderPlaced(3)
+
+
+def test_channel_errors_are_importable_from_zcluster_channels_as_the_same_classes() -> None:
+    import zcluster
+    import zcluster.channels as channels
+
+    for name in ["UndecodableMessageError", "UnknownKindError", "NoHandlerError"]:
+        assert name in channels.__all__
+        assert getattr(channels, name) is getattr(zcluster, name) is getattr(zcluster.errors, name)

@@ -19,7 +19,7 @@ from zcluster import (
     PartialWriteError,
     ShardError,
 )
-from zcluster.testing import LocalShards
+from zcluster.testing import LocalRedisCluster, LocalShards
 
 
 def test_a_view_shares_connections_and_instrumentation_but_not_ownership(any_cluster: Cluster) -> None:
@@ -145,3 +145,20 @@ def test_a_hung_shard_fails_select_range_once_per_call_not_once_per_key() -> Non
         assert len({id(f.error) for f in errors.values()}) == 1
         assert set(info.value.results) == set(keys) - on_hung
         c.close()
+
+
+def test_from_cluster_url_takes_the_redis_cluster_scheme_that_connect_takes(
+    redis_cluster: LocalRedisCluster, prefix: str
+) -> None:
+    from zcluster import ClusterConfig, connect
+
+    seed = redis_cluster.url.replace("redis://", "redis+cluster://", 1)
+    with Cluster.from_cluster_url(seed, prefix=prefix) as c:
+        assert c.insert([KeyScoreMember(f"k{i}", 1.0, "m") for i in range(50)]).applied_count == 50
+    upper = redis_cluster.url.replace("redis://", "REDIS+CLUSTER://", 1)
+    with Cluster.from_cluster_url(upper, prefix=prefix) as c, connect(seed, prefix=prefix) as d:
+        assert c.select([f"k{i}" for i in range(50)]) == d.select([f"k{i}" for i in range(50)])
+        assert sum(len(v) for v in c.select([f"k{i}" for i in range(50)]).values()) == 50
+    # one config whichever way the seed is spelled (Spark ships it; equal configs share one Cluster)
+    plain = ClusterConfig.of(redis_cluster.url, cluster=True)
+    assert ClusterConfig(cluster_url=seed) == ClusterConfig.of(seed) == ClusterConfig.of(upper) == plain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -19,8 +20,26 @@ def test_demo_end_to_end(tmp_path: object) -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "exactly once: the cluster matches the model" in out.stdout
-    assert "leaderboard (events per user" in " ".join(out.stdout.split())  # checked against the model too
+    text = " ".join(out.stdout.split())  # rich wraps long lines
+    assert "leaderboard (events per user" in text  # checked against the model too
     assert "Traceback" not in out.stderr
+    # The published counts the demo prints agree with its table (the first line used to count round 1 only).
+    number = r"(\d[\d,]*)"
+    round1 = re.search(rf"round 1: published {number} committed, {number} rolled back, {number} duplicated", text)
+    round2 = re.search(
+        rf"round 2: published {number} committed, {number} rolled back, {number} duplicated appends, "
+        rf"and committed the open transaction's {number}: {number} committed in all",
+        text,
+    )
+    applied = re.search(rf"committed messages applied once\W+{number}\W+{number}", text)
+    dropped = re.search(rf"duplicated appends dropped\W+{number}\W+{number}", text)
+    assert round1 and round2 and applied and dropped, text[-3000:]
+    r1, r2, (should, got), (dup_should, dup_got) = (
+        [int(g.replace(",", "")) for g in m.groups()] for m in (round1, round2, applied, dropped)
+    )
+    assert r1[0] + r2[0] + r2[3] == r2[4] == should == got
+    assert r1[2] + r2[2] == dup_should == dup_got
+    assert r1[0] > 0 and r2[0] > 0 and r2[3] == 5
 
 
 @pytest.mark.spark

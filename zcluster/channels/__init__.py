@@ -7,6 +7,8 @@
 * :class:`Dispatcher` (``dispatch``): commands and events routed to handlers, with a :class:`Context`.
 * :class:`WorkerPool` (``workers``): threads consuming channels, nack/retry, dead letters, graceful
   shutdown.
+* Errors: :class:`UndecodableMessageError` (:class:`UnknownKindError` below it) and
+  :class:`NoHandlerError`, re-exported from :mod:`zcluster.errors` (the same classes as ``zcluster.*``).
 
 Delivery is at least once, in channel order; read channels with the message layer's ReadCommittedIter
 for exactly-once. Names load lazily; importing this package imports no Redis client (the store you pass
@@ -30,10 +32,13 @@ if TYPE_CHECKING:
         TypedReader,
     )
     from zcluster.channels.workers import WorkerPool
+    from zcluster.errors import NoHandlerError, UndecodableMessageError, UnknownKindError
 
 _WHERE = {
     **dict.fromkeys(["TOPIC_LABEL", "ChannelInfo", "Channels"], "zcluster.channels.channels"),
-    **dict.fromkeys(["Context", "Dispatcher", "Handler", "NoHandlerError"], "zcluster.channels.dispatch"),
+    **dict.fromkeys(["Context", "Dispatcher", "Handler"], "zcluster.channels.dispatch"),
+    # The channels' errors, re-exported: defined in zcluster.errors (the one error tree), also in zcluster.
+    **dict.fromkeys(["NoHandlerError", "UndecodableMessageError", "UnknownKindError"], "zcluster.errors"),
     **dict.fromkeys(
         [
             "Category",
@@ -57,8 +62,11 @@ __all__ = [
     "Handler",
     "Kind",
     "KindRegistry",
+    "NoHandlerError",
     "TypedMessage",
     "TypedReader",
+    "UndecodableMessageError",
+    "UnknownKindError",
     "WorkerPool",
 ]
 

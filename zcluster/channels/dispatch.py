@@ -97,8 +97,8 @@ class Dispatcher:
     def dispatch(self, env: Envelope, attempt: int = 1) -> int:
         """Run the handlers of `env`'s message, then publish its follow-ups; return how many handlers ran.
 
-        Untyped messages (ACKs) run nothing. Raises as the module docstring says; follow-ups are published
-        only when no handler raised."""
+        A transaction's ACK runs nothing (returns 0); a record naming no kind raises UndecodableMessageError.
+        Raises as the module docstring says; follow-ups are published only when no handler raised."""
         msg = check(env).message
         if not isinstance(msg, TypedMessage):
             raise TypeError(f"envelope at {env.journal!r}:{env.begin} holds {type(msg).__name__}, not a TypedMessage")

@@ -7,12 +7,16 @@ A *kind* is (group, name) plus a category (command or event), registered with a 
 
 Payloads: a dataclass is written with ``dataclasses.asdict`` and rebuilt with ``cls(**payload)``; any
 other registered class provides ``to_payload()`` and a classmethod ``from_payload(payload)``. An object
-without a kind (``group``/``kind`` absent) is an acknowledgement or untyped message (``kind`` None).
+with neither ``group`` nor ``kind`` whose UUID carries the ACK_TXN flag is a transaction's acknowledgement
+(``kind`` and ``error`` None; readers and the dispatcher skip it).
 
-Decoding never fails on a well-formed JSON object: an unknown kind or a payload the type rejects yields a
+Decoding never fails on a well-formed JSON object: an unknown kind, a record that names no kind (``group``
+or ``kind`` absent, and not an ACK; with or without a UUID), or a payload the type rejects yields a
 :class:`TypedMessage` whose ``error`` says why, so its UUID still reaches the Sequencer (transactions stay
-correct). :class:`TypedReader` then raises :class:`UnknownKindError` / :class:`UndecodableMessageError`
-carrying the envelope, and stays usable: the next ``next()`` continues after that message.
+correct). :class:`TypedReader` then raises :class:`zcluster.UnknownKindError` (a kind not registered) or
+:class:`zcluster.UndecodableMessageError` (no kind, or a payload rejected) carrying the envelope, and stays
+usable: the next ``next()`` continues after that message. Both errors are defined in :mod:`zcluster.errors`
+(the one error tree) and exported from :mod:`zcluster` and, for convenience, from :mod:`zcluster.channels`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 from zcluster.errors import UndecodableMessageError, UnknownKindError
 from zcluster.message.envelope import Envelope
-from zcluster.message.uuid import ZERO_UUID, format_uuid, parse_uuid
+from zcluster.message.uuid import ZERO_UUID, Flags, format_uuid, get_flags, parse_uuid
 
 __all__ = [
     "Category",
@@ -148,15 +152,18 @@ class KindRegistry:
     def decode(self, record: Any) -> TypedMessage:
         """Build a TypedMessage from an ndjson record (a decode function for the message layer's readers).
 
-        ValueError only if `record` is not a JSON object or its UUID is malformed; unknown kinds and bad
-        payloads are returned with ``error`` set (see the module docstring)."""
+        ValueError only if `record` is not a JSON object or its UUID is malformed; unknown or absent kinds
+        (ACKs excepted) and bad payloads are returned with ``error`` set (see the module docstring)."""
         if not isinstance(record, dict):
             raise ValueError(f"expected a JSON object, got {type(record).__name__}")
         u = record.get("UUID")
         uuid = ZERO_UUID if u is None else parse_uuid(u)
         group, name = record.get("group"), record.get("kind")
-        if group is None and name is None:
-            return TypedMessage(None, None, uuid)
+        if not _names_kind(record):
+            if group is None and name is None and get_flags(uuid) == Flags.ACK_TXN:
+                return TypedMessage(None, None, uuid)  # a transaction's ACK: delivered, then skipped
+            # Nothing to pick a handler by: an error, so that readers raise and the pool dead-letters it.
+            return TypedMessage(None, record, uuid, f"record names no message kind (group {group!r}, kind {name!r})")
         payload = record.get("payload")
         entry = self._types.get((str(group), str(name)))
         if entry is None:
@@ -174,11 +181,16 @@ class KindRegistry:
         return TypedMessage(kind, body, uuid)
 
 
+def _names_kind(record: Any) -> bool:
+    return isinstance(record, dict) and record.get("group") is not None and record.get("kind") is not None
+
+
 def check(env: Envelope) -> Envelope:
-    """Return `env` if its TypedMessage decoded cleanly; raise UnknownKindError/UndecodableMessageError."""
+    """Return `env` if its TypedMessage decoded cleanly. Raise UnknownKindError if it names a kind that is
+    not registered, UndecodableMessageError if it names none (and is not an ACK) or its payload does not fit."""
     msg = env.message
     if isinstance(msg, TypedMessage) and msg.error is not None:
-        if msg.kind is None:
+        if msg.kind is None and _names_kind(msg.body):
             raise UnknownKindError(env, msg.error)
         raise UndecodableMessageError(env, msg.error)
     return env
@@ -187,8 +199,8 @@ def check(env: Envelope) -> Envelope:
 class TypedReader:
     """Wraps an iterator of envelopes read with ``decode=registry.decode`` (ReadCommittedIter or
     ReadUncommittedIter): yields the envelopes of typed messages and raises UnknownKindError /
-    UndecodableMessageError for bad ones, staying usable. With `skip_untyped`, ACKs and other
-    kind-less messages are skipped."""
+    UndecodableMessageError for bad ones (a record naming no kind among them), staying usable. With
+    `skip_untyped`, transaction ACKs are skipped; otherwise they are yielded (``message.kind`` None)."""
 
     def __init__(self, envelopes: Iterator[Envelope], *, skip_untyped: bool = True) -> None:
         self._it = envelopes

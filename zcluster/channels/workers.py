@@ -4,9 +4,9 @@ Each channel is owned by one worker (channel i by worker i mod n), so a channel'
 in order, one at a time. For each message: dispatch; on success acknowledge it (the group's durable
 position moves past it). On a handler error the message is not acknowledged: the channel is nacked and
 the message redelivered, up to `max_attempts` attempts; then it goes to the dead-letter journal and is
-acknowledged. Unknown or undecodable messages, and commands without a handler, are dead-lettered at
-once (retrying cannot help); nothing is dropped silently. ACK messages of transactions are acknowledged
-without dispatch.
+acknowledged. Unknown or undecodable messages (a record that names no kind among them), and commands
+without a handler, are dead-lettered at once (retrying cannot help); nothing is dropped silently. ACK
+messages of transactions are acknowledged without dispatch and counted in ``acks``.
 
 Graceful shutdown (``stop()``, or SIGTERM/SIGINT after ``install_signal_handlers()``): a worker finishes
 the message in hand (handlers, follow-ups, acknowledgement) and stops; messages it consumed but did not
@@ -27,6 +27,7 @@ from types import FrameType
 
 from zcluster.channels.channels import Channels
 from zcluster.channels.dispatch import Dispatcher
+from zcluster.channels.typed import TypedMessage
 from zcluster.errors import NoHandlerError, UndecodableMessageError
 from zcluster.message.envelope import Envelope
 from zcluster.message.errors import FramingError
@@ -75,7 +76,11 @@ class WorkerPool:
         self._attempts: dict[tuple[str, int], int] = {}
         self._count_lock = threading.Lock()
         self.handled = 0
+        """Messages whose handlers all succeeded (an event nobody subscribed to counts: it needed nothing)."""
         self.dead_lettered = 0
+        """Messages written to the dead-letter journal, each logged at ERROR with its reason."""
+        self.acks = 0
+        """Transaction ACK messages, acknowledged without dispatch (neither handled nor dead-lettered)."""
         self.errors: list[BaseException] = []
         """Unexpected errors that stopped a worker (store failures); empty in normal operation."""
 
@@ -144,6 +149,12 @@ class WorkerPool:
 
     def _handle(self, channel: str, env: Envelope) -> bool:
         """Process one message; True once it is acknowledged (handled or dead-lettered)."""
+        msg = env.message
+        if isinstance(msg, TypedMessage) and msg.kind is None and msg.error is None:  # a transaction's ACK
+            self.chans.ack(self.group, channel, env)
+            with self._count_lock:
+                self.acks += 1
+            return True
         key = (channel, env.begin)
         attempt = self._attempts.get(key, 0) + 1
         try:
