@@ -30,13 +30,14 @@ from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state import StateStore
 from zcluster.testing import LocalRedisCluster, LocalServer, LocalShards
+from zcluster.testing.redis_cluster import held_by_replica
 
 KSM = KeyScoreMember
 P1 = ProducerID(bytes.fromhex("010203040506"))
 # Writes expected to be confirmed wait long: a replica that just came online may ack its first write only
 # with its once-a-second REPLCONF ACK (Redis 7.0 streams to a disk-synced replica after its first ACK).
 ONE = Durability(replicas=1, timeout=5.0)
-SHORT = Durability(replicas=1, timeout=0.2)  # for writes expected to fall short
+SHORT = Durability(replicas=1, timeout=0.2, deadline=0.2)  # for writes expected to fall short: asked once
 
 
 def has_waitaof(server: LocalServer) -> bool:
@@ -77,6 +78,9 @@ def replicated() -> Iterator[LocalShards]:
         {"replicas": 1, "timeout": float("nan")},
         {"replicas": 1, "timeout": float("inf")},
         {"local_aof": 1},
+        {"replicas": 1, "deadline": 0},
+        {"replicas": 1, "deadline": float("inf")},
+        {"replicas": 1, "deadline": "60"},
     ],
 )
 def test_invalid_durability_is_a_config_error(kwargs: dict[str, object]) -> None:
@@ -217,7 +221,9 @@ def test_a_view_asks_for_durability_its_cluster_does_not() -> None:
 
 
 def test_more_replicas_than_exist_are_never_met(replicated: LocalShards, prefix: str) -> None:
-    with Cluster.from_urls(replicated.urls, prefix=prefix, durability=Durability(replicas=2, timeout=0.1)) as c:
+    with Cluster.from_urls(
+        replicated.urls, prefix=prefix, durability=Durability(replicas=2, timeout=0.1, deadline=0.1)
+    ) as c:
         result = c.insert([KSM("k", 1.0, "m")], raise_on_error=False)
         [failure] = result.failures
         assert isinstance(failure.error, DurabilityError) and failure.error.replicas == 1
@@ -319,10 +325,3 @@ def test_redis_cluster_waits_on_each_master_and_after_a_redirect() -> None:
         assert isinstance(error, DurabilityError) and error.shard == f"127.0.0.1:{rc.servers[dst].port}"  # ...not met
         with rc.servers[dst].client() as r:
             assert r.zscore(layout.adds(other.encode()), "x") == 3.0
-
-
-def held_by_replica(replica: LocalServer, redis_key: bytes) -> dict[bytes, float]:
-    """A Redis Cluster replica's own copy of a sorted set (READONLY on one connection: no redirect)."""
-    with replica.client(single_connection_client=True) as r:
-        r.execute_command("READONLY")
-        return {bytes(m): float(s) for m, s in r.zrange(redis_key, 0, -1, withscores=True)}
