@@ -26,9 +26,11 @@ from zcluster import (
     PartialWriteError,
 )
 from zcluster._keys import KeyLayout
+from zcluster._retry import retrying
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
-from zcluster.state import StateStore
+from zcluster.state import BatchStats, StateStore
+from zcluster.state.batch import WriteBuffer
 from zcluster.testing import LocalRedisCluster, LocalServer, LocalShards
 from zcluster.testing.redis_cluster import held_by_replica
 
@@ -325,3 +327,24 @@ def test_redis_cluster_waits_on_each_master_and_after_a_redirect() -> None:
         assert isinstance(error, DurabilityError) and error.shard == f"127.0.0.1:{rc.servers[dst].port}"  # ...not met
         with rc.servers[dst].client() as r:
             assert r.zscore(layout.adds(other.encode()), "x") == 3.0
+
+
+def test_the_write_buffer_and_state_retries_do_not_resend_what_waited_out_its_deadline() -> None:
+    # The call asked for the confirmation until Durability.deadline already: a resend would only wait as
+    # long again (six times with the default 5 retries), so the DurabilityError is raised after one send.
+    with LocalShards(1, replicas=1) as s, Cluster.from_urls(s.urls, durability=SHORT) as c:
+        assert c.insert([KSM("warm", 1.0, "m")]).ok  # the scripts loaded: no NOSCRIPT below
+        s.replicas_of(0)[0].kill()
+        with s.servers[0].client() as r:
+            r.config_resetstat()
+            buffer = WriteBuffer(c, size=100, retries=5, stats=BatchStats())
+            buffer.add([Insert("k", 1.0, "m")])
+            with pytest.raises(PartialWriteError) as info:
+                buffer.flush()
+            assert isinstance(info.value.result.failures[0].error, DurabilityError)
+            assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 1  # sent once, not resent
+            r.config_resetstat()
+            later = ProducerState("j/1", P1, last_ack=20, begin=-1, max_clock=20)
+            with pytest.raises(PartialWriteError):
+                retrying(lambda: StateStore(c, "app").save_journal("j/1", 200, [later]), 5, "save")
+            assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 1
