@@ -7,9 +7,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from zcluster.errors import PartialReadError, PartialWriteError
+from zcluster.errors import DurabilityError, PartialReadError, PartialWriteError
+from zcluster.types import ShardFailure
 
-__all__ = ["backoff", "retrying"]
+__all__ = ["backoff", "retrying", "waited_out"]
 
 log = logging.getLogger(__name__)
 
@@ -21,15 +22,23 @@ def backoff(attempt: int) -> float:
     return float(min(0.2 * 2**attempt, 5.0))
 
 
+def waited_out(failures: list[ShardFailure]) -> bool:
+    """Whether a failure is a :class:`DurabilityError`: its call asked for the confirmation until
+    ``Durability.deadline`` already (or the server refused to give one), so a resend would only wait as
+    long again; the failure is raised instead."""
+    return any(isinstance(f.error, DurabilityError) for f in failures)
+
+
 def retrying(call: Callable[[], T], retries: int, what: str) -> T:
     """``call()``, again after a backoff while a shard fails, at most ``retries`` more times (for state
-    reads and writes, which are idempotent); then the last :class:`ShardError` propagates."""
+    reads and writes, which are idempotent); then the last :class:`ShardError` propagates (at once when
+    :func:`waited_out`)."""
     attempt = 0
     while True:
         try:
             return call()
         except (PartialReadError, PartialWriteError) as exc:
-            if attempt == retries:
+            if attempt == retries or waited_out(exc.failures):
                 raise
             log.warning("%s: retrying after a shard failure: %s", what, exc)
             time.sleep(backoff(attempt))

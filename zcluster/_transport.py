@@ -10,12 +10,17 @@ Durability (:class:`zcluster.Durability`): every pipeline that carries writes en
 pooled connection picked separately would wait for nothing). Whether a server has WAITAOF is read from
 its reply ("unknown command" before Redis 7.2), every time: the command travels in the same round trip
 as the writes, so this costs nothing, and a server upgraded in place is never misjudged from a cache.
+A confirmation that falls short is asked for again on the same connection (holding it), until
+``Durability.deadline``: after a failover the promoted replica has no replica of its own until the old
+master rejoins as one, and a durable write waits for that instead of failing after one ``timeout``. Only
+the waits are sent again, never the writes, so nothing is applied twice (increments included).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -114,13 +119,15 @@ class Transport:
         NOSCRIPT (restart, failover, SCRIPT FLUSH) reloads the scripts and resends; MOVED/ASK/TRYAGAIN
         follow the cluster, and so do a node that cannot be reached and CLUSTERDOWN (:mod:`zcluster._follow`).
         ``streamed`` overlaps the client's packing with the server's work. ``durability``: each pipeline
-        ends with its waits (see the module); when one falls short, raises :class:`DurabilityError` naming
-        the server, after every command was sent and answered.
+        ends with its waits (see the module), asked again until ``durability.deadline`` while they fall
+        short; then raises :class:`DurabilityError` naming the server, after every command was sent and
+        answered. With ``durability``, replies are raw (no redis-py response callbacks): it is for writes.
         """
-        return follow(self.topology, shard, commands, lambda node, todo: self._once(node, todo, streamed, durability))
+        waits = _Waits(durability)  # one per call: its deadline spans the call's resends to other nodes
+        return follow(self.topology, shard, commands, lambda node, todo: self._once(node, todo, streamed, waits))
 
-    def _once(self, shard: Shard, commands: list[Command], streamed: bool, durability: Durability | None) -> list[Any]:
-        waits = _Waits(durability)
+    def _once(self, shard: Shard, commands: list[Command], streamed: bool, waits: _Waits) -> list[Any]:
+        waits.begin()
         step = self.pipeline_calls
         chunks: list[list[Command]]
         if isinstance(commands, SharedCommands):
@@ -165,8 +172,10 @@ class _Waits:
     (replicas that received the writes). ``WAITAOF <n>`` is not used for replicas: it counts only replicas
     that fsynced to an AOF of their own, so replicas with ``appendonly no`` would never count (tested:
     Valkey answers ``[1, 0]`` where WAIT says 1), and the same Durability would mean something else
-    before Redis 7.2. The first shortfall is kept and raised by :meth:`check` once the call is done, so
-    every reply of the call is read first and each connection goes back to its pool clean.
+    before Redis 7.2. A shortfall the server did not refuse is asked again on the same connection until
+    the deadline (counted from the call's first waits, across its resends); the last shortfall is kept
+    and raised by :meth:`check` once the call is done, so every reply of the call is read first and each
+    connection goes back to its pool clean.
     """
 
     def __init__(self, durability: Durability | None) -> None:
@@ -178,25 +187,72 @@ class _Waits:
                 self.commands.append(("WAITAOF", 1, 0, ms))
             if durability.replicas:
                 self.commands.append(("WAIT", durability.replicas, ms))
+        self.until: float | None = None  # when asking again stops (set when the call first sends its waits)
         self.shortfall: DurabilityError | None = None
         self.on_replica = False  # a WAIT refused because the node is a replica (a failed-over master)
+        self.asked_again = False  # logged once per call
+
+    def begin(self) -> None:
+        """Forget what an earlier attempt of the call (on a node since replaced) judged; keep the deadline."""
+        self.shortfall = None
+        self.on_replica = False
 
     def pipeline(self, node: Shard, commands: list[Command]) -> list[Any]:
-        """:func:`pipeline` of ``commands`` and the waits on one connection; the commands' replies."""
+        """:func:`pipeline` of ``commands`` (with waits: one raw round trip, the connection held while the
+        waits are asked again); the commands' replies."""
         if not self.commands:
             return pipeline(node.client, commands)
-        replies = pipeline(node.client, [*commands, *self.commands])
-        self._judge(node.name, replies[len(commands) :])
-        return replies[: len(commands)]
+        return self.streamed(node, [commands])
 
     def streamed(self, node: Shard, chunks: list[list[Command]]) -> list[Any]:
         """:func:`_streamed` with the waits sent after the last chunk on the same connection."""
         if not self.commands or not chunks:
             return _streamed(node.client, chunks)
-        replies = _streamed(node.client, [*chunks[:-1], [*chunks[-1], *self.commands]])
+        asked = self.durability
+        assert asked is not None
+        if self.until is None:
+            self.until = time.monotonic() + asked.waits_for
         n = len(self.commands)
-        self._judge(node.name, replies[-n:])
+
+        def settle(conn: Any, replies: list[Any]) -> None:
+            if self.shortfall is not None:  # an earlier pipeline of the call fell short for good
+                return
+            self._judge(node.name, replies[-n:])
+            while self._again():
+                self._judge(node.name, self._ask(conn))
+
+        replies = _streamed(node.client, [*chunks[:-1], [*chunks[-1], *self.commands]], settle)
         return replies[:-n]
+
+    def _again(self) -> bool:
+        """Whether to ask again: a shortfall the server did not refuse (a refusal stays one), time left."""
+        short = self.shortfall
+        if short is None or short.reason or self.until is None:
+            return False
+        left = self.until - time.monotonic()
+        if left <= 0:
+            return False
+        if not self.asked_again:
+            self.asked_again = True
+            log.warning(
+                "%s: %s; asking again for up to %.1f s (Durability.deadline)", short.shard, short.shortfall, left
+            )
+        self.shortfall = None
+        return True
+
+    def _ask(self, conn: Any) -> list[Any]:
+        """The waits again on ``conn`` (they cover its writes), none blocking past the deadline."""
+        assert self.until is not None and self.durability is not None
+        ms = max(1, min(self.durability.timeout_ms, round((self.until - time.monotonic()) * 1000)))
+        commands = [(*c[:-1], ms) for c in self.commands]
+        conn.send_packed_command(conn.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(conn.read_response())
+            except redis.ResponseError as exc:
+                replies.append(exc)
+        return replies
 
     def _judge(self, name: str, replies: list[Any]) -> None:
         asked = self.durability
@@ -223,7 +279,7 @@ class _Waits:
             self.shortfall = DurabilityError(name, asked, replicas, local, "; ".join(reasons))
 
     def check(self) -> None:
-        """Raise the first shortfall seen, if any."""
+        """Raise the shortfall seen, if any."""
         if self.shortfall is not None:
             raise self.shortfall
 
@@ -265,8 +321,11 @@ def _hiredis_packed(commands: list[Command]) -> list[bytes]:
     return [b"".join([_pack_command(command) for command in commands])]
 
 
-def _streamed(client: redis.Redis, chunks: list[list[Command]]) -> list[Any]:
-    """Send chunk k+1 before reading chunk k's replies, so the client packs while the server works.
+def _streamed(
+    client: redis.Redis, chunks: list[list[Command]], then: Callable[[Any, list[Any]], None] | None = None
+) -> list[Any]:
+    """Send chunk k+1 before reading chunk k's replies, so the client packs while the server works;
+    ``then(connection, replies)`` runs before the connection goes back to the pool.
 
     Replies are raw (no redis-py response callbacks) and in order; error replies are values. A lost
     connection resends every chunk on a fresh one only under a retry policy given in the connection
@@ -298,7 +357,10 @@ def _streamed(client: redis.Redis, chunks: list[list[Command]]) -> list[Any]:
         return replies
 
     try:
-        return list(conn.retry.call_with_retry(once, lambda _error: conn.disconnect()))
+        replies = list(conn.retry.call_with_retry(once, lambda _error: conn.disconnect()))
+        if then is not None:
+            then(conn, replies)
+        return replies
     except BaseException:
         conn.disconnect()  # replies may be left unread on it: never hand it back in that state
         raise

@@ -84,11 +84,12 @@ class Cluster(Inspection, Aggregates):
     :class:`PartialReadError` (or fill ``ReadResult.errors`` with ``strict=False``); ``keys`` raises
     :class:`PartialScanError` after yielding every reachable shard's keys.
 
-    Durability (``durability=Durability(replicas=n, local_aof=..., timeout=...)``, default none): after
-    each shard's writes of ``insert``/``delete``/``apply``, on the connection that sent them, the cluster
-    waits until ``n`` replicas of that shard's master acknowledged them (``WAIT``) and/or the master
-    fsynced them to its AOF (``WAITAOF``, Redis >= 7.2 and Valkey; older servers cannot confirm it). A
-    shard not confirmed within ``timeout`` is a failed shard whose error is a :class:`DurabilityError`:
+    Durability (``durability=Durability(replicas=n, local_aof=..., timeout=..., deadline=...)``, default
+    none): after each shard's writes of ``insert``/``delete``/``apply`` (and increments), on the connection
+    that sent them, the cluster waits until ``n`` replicas of that shard's master acknowledged them
+    (``WAIT``) and/or the master fsynced them to its AOF (``WAITAOF``, Redis >= 7.2 and Valkey; older
+    servers cannot confirm it), asking again until ``deadline`` (60 s: a failover and the old master's
+    rejoin as a replica). A shard not confirmed by then is a failed shard whose error is a :class:`DurabilityError`:
     its tuples are unconfirmed although the master executed them (resending is safe). ``forget`` and the
     reads do not wait. See :class:`zcluster.Durability` for the exact semantics.
 

@@ -18,7 +18,7 @@ is true::
     │   ├── PartialReadError         reads: ``results`` holds the answers, ``errors`` the unanswered items
     │   └── PartialScanError         keys(): the failed shards, after every reachable shard was scanned
     ├── RedirectLoopError            a Redis Cluster kept redirecting one command (a shard's failure)
-    ├── DurabilityError              replicas or the AOF did not confirm a shard's writes in time
+    ├── DurabilityError              replicas or the AOF did not confirm a shard's writes by the deadline
     ├── InconsistentDataError        the server holds what the 2P-set layout forbids (a foreign write)
     ├── WriteRefusedError            (ValueError) a write to a key of another kind, or an overflowing total
     ├── ReplicaLate                  (TimeoutError) a farm call returned without this replica
@@ -155,11 +155,12 @@ class DurabilityError(ZClusterError):
     :class:`zcluster.Durability`; ``replicas`` is how many replicas acknowledged the writes (None when no
     replica was asked for), ``local_aof`` whether the server confirmed its AOF fsync (None when not asked
     for); ``reason`` says why when the server could not answer at all (no WAITAOF before Redis 7.2,
-    ``appendonly no``, a refused command). That master answered the writes it was sent (each applied or
-    stale, unless its own reply was an error), and they may be lost if it fails before they reach the
-    replicas or its disk. Resending them is safe (writes are idempotent) and waits again. The cluster
-    reports the shard's tuples as unconfirmed: a :class:`ShardFailure` carrying this error in a
-    :class:`PartialWriteError`.
+    ``appendonly no``, a refused command: reported at once); otherwise the confirmation was asked for until
+    ``asked.deadline`` and the message says what to do. That master answered the writes it was sent (each
+    applied or stale, unless its own reply was an error), and they may be lost if it fails before they
+    reach the replicas or its disk. Resending them is safe (writes are idempotent, increments fenced) and
+    waits again. The cluster reports the shard's tuples as unconfirmed: a :class:`ShardFailure` carrying
+    this error in a :class:`PartialWriteError`.
     """
 
     def __init__(
@@ -176,16 +177,30 @@ class DurabilityError(ZClusterError):
         self.local_aof = local_aof
         self.reason = reason
         parts = []
+        todo = []
         if asked.replicas:
             parts.append(
                 f"{asked.replicas} replica(s) asked, {replicas if replicas is not None else 'no'} acknowledged"
             )
+            if not reason and (replicas or 0) < asked.replicas:
+                todo.append(
+                    "the shard has fewer replicas in sync than Durability asks (a replica promoted by a failover "
+                    "has none until the old master is back): restore a replica (a failed-over master, restarted, "
+                    "rejoins as one) or lower Durability(replicas=...); Durability(deadline=...) is how long a "
+                    "write waits for one"
+                )
         if asked.local_aof:
             parts.append(f"the master's AOF fsync asked, {'confirmed' if local_aof else 'not confirmed'}")
+            if not reason and not local_aof:
+                todo.append(
+                    "the master did not fsync its AOF in time: check its disk, or raise Durability(timeout=...)"
+                )
+        self.shortfall = "; ".join(parts)
         because = f" ({reason})" if reason else ""
+        advice = "".join(f". {t[0].upper()}{t[1:]}" for t in todo)
         super().__init__(
-            f"{shard}: durability not confirmed within {asked.timeout:g}s: {'; '.join(parts)}{because}; "
-            "the writes were executed on the master but may be lost if it fails; resending them is safe"
+            f"{shard}: durability not confirmed within {asked.waits_for:g}s: {self.shortfall}{because}; "
+            f"the writes were executed on the master but may be lost if it fails; resending them is safe{advice}"
         )
 
     def __reduce__(self) -> tuple[type[DurabilityError], tuple[object, ...]]:  # picklable (Spark ships errors)

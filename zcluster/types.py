@@ -231,26 +231,40 @@ class Durability:
       Valkey; the server needs ``appendonly yes``). A server without WAITAOF, or with the AOF off, cannot
       confirm it: every write is then reported not met, with that reason.
     * ``timeout``: seconds each wait command may block. Shards wait in parallel; with both asked a shard
-      waits up to twice that, and a resend after a lost script cache or a cluster redirect waits again.
-      The connection's ``socket_timeout``, if set, must exceed it, or the wait fails as a timeout.
+      waits up to twice that per ask. The connection's ``socket_timeout``, if set, must exceed it, or the
+      wait fails as a timeout.
+    * ``deadline``: seconds a shard's call keeps asking for a confirmation that fell short (the waits sent
+      again on the same connection, each blocking up to ``timeout``) before it reports the shard failed,
+      counted from the call's first send (so a failover the call waits out counts in it); never less than
+      one ``timeout``. Default 60 s:
+      longer than a Redis Cluster failover with Redis's default ``cluster-node-timeout`` (15 s; the replica
+      is promoted some 16-20 s after its master died) plus the restarted master's rejoin as the new
+      master's replica (measured here, with a 2 s node timeout: promoted ~4 s after the kill, a write
+      confirmed 0.2-0.7 s after the node's restart). Until a shard has as many replicas in sync as
+      asked, its writes cannot be confirmed: a promoted replica has none until the old master is back, so
+      a durable write waits for that. A refusal (no WAITAOF, ``appendonly no``) is reported at once.
 
     The waits run on the connection that sent the writes, right after them: ``WAIT`` and ``WAITAOF``
-    cover only the writes of their own connection. A shard whose writes are not confirmed in time is a
-    failure of that shard: its tuples are unconfirmed, the :class:`ShardFailure`'s error is a
-    :class:`zcluster.errors.DurabilityError`, and ``insert``/``delete``/``apply`` raise
+    cover only the writes of their own connection. A shard whose writes are not confirmed within the
+    deadline is a failure of that shard: its tuples are unconfirmed, the :class:`ShardFailure`'s error is a
+    :class:`zcluster.errors.DurabilityError` (saying what to do), and ``insert``/``delete``/``apply`` raise
     :class:`zcluster.PartialWriteError` (or return the failure with ``raise_on_error=False``). The writes
-    were executed on the master; resending them is safe and waits again. The waits cover what the call
+    were executed on the master; resending them is safe and waits again (the exactly-once applier and
+    the Spark sink do not resend them: they already waited the deadline). A resend after a lost script
+    cache, a cluster redirect or a failover waits again, within the same deadline. The waits cover what the call
     wrote: a tuple the master already held is stale and writes nothing, so its resend confirms what the
     connection last wrote, not the earlier write that made it stale (a replica that stayed connected but
     lagged can thus be counted early after a resend on another connection).
 
     A picklable, hashable value: :class:`zcluster.ClusterConfig` carries it to Spark executors.
-    Raises :class:`zcluster.ConfigError` unless ``replicas >= 0``, ``timeout > 0`` and something is asked.
+    Raises :class:`zcluster.ConfigError` unless ``replicas >= 0``, ``timeout > 0``, ``deadline > 0`` and
+    something is asked.
     """
 
     replicas: int = 0
     local_aof: bool = False
     timeout: float = 1.0
+    deadline: float = 60.0
 
     def __post_init__(self) -> None:
         if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 0:
@@ -260,8 +274,16 @@ class Durability:
         timeout = self.timeout
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
             raise ConfigError(f"Durability.timeout must be a finite number of seconds > 0, got {timeout!r}")
+        deadline = self.deadline
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not 0 < deadline < math.inf:
+            raise ConfigError(f"Durability.deadline must be a finite number of seconds > 0, got {deadline!r}")
         if not self.replicas and not self.local_aof:
             raise ConfigError("Durability asks for nothing: give replicas > 0 and/or local_aof=True")
+
+    @property
+    def waits_for(self) -> float:
+        """Seconds a shard's call asks for its confirmation at most: ``deadline``, at least ``timeout``."""
+        return float(max(self.deadline, self.timeout))
 
     @property
     def timeout_ms(self) -> int:

@@ -26,17 +26,20 @@ from zcluster import (
     PartialWriteError,
 )
 from zcluster._keys import KeyLayout
+from zcluster._retry import retrying
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
-from zcluster.state import StateStore
+from zcluster.state import BatchStats, StateStore
+from zcluster.state.batch import WriteBuffer
 from zcluster.testing import LocalRedisCluster, LocalServer, LocalShards
+from zcluster.testing.redis_cluster import held_by_replica
 
 KSM = KeyScoreMember
 P1 = ProducerID(bytes.fromhex("010203040506"))
 # Writes expected to be confirmed wait long: a replica that just came online may ack its first write only
 # with its once-a-second REPLCONF ACK (Redis 7.0 streams to a disk-synced replica after its first ACK).
 ONE = Durability(replicas=1, timeout=5.0)
-SHORT = Durability(replicas=1, timeout=0.2)  # for writes expected to fall short
+SHORT = Durability(replicas=1, timeout=0.2, deadline=0.2)  # for writes expected to fall short: asked once
 
 
 def has_waitaof(server: LocalServer) -> bool:
@@ -77,6 +80,9 @@ def replicated() -> Iterator[LocalShards]:
         {"replicas": 1, "timeout": float("nan")},
         {"replicas": 1, "timeout": float("inf")},
         {"local_aof": 1},
+        {"replicas": 1, "deadline": 0},
+        {"replicas": 1, "deadline": float("inf")},
+        {"replicas": 1, "deadline": "60"},
     ],
 )
 def test_invalid_durability_is_a_config_error(kwargs: dict[str, object]) -> None:
@@ -217,7 +223,9 @@ def test_a_view_asks_for_durability_its_cluster_does_not() -> None:
 
 
 def test_more_replicas_than_exist_are_never_met(replicated: LocalShards, prefix: str) -> None:
-    with Cluster.from_urls(replicated.urls, prefix=prefix, durability=Durability(replicas=2, timeout=0.1)) as c:
+    with Cluster.from_urls(
+        replicated.urls, prefix=prefix, durability=Durability(replicas=2, timeout=0.1, deadline=0.1)
+    ) as c:
         result = c.insert([KSM("k", 1.0, "m")], raise_on_error=False)
         [failure] = result.failures
         assert isinstance(failure.error, DurabilityError) and failure.error.replicas == 1
@@ -321,8 +329,22 @@ def test_redis_cluster_waits_on_each_master_and_after_a_redirect() -> None:
             assert r.zscore(layout.adds(other.encode()), "x") == 3.0
 
 
-def held_by_replica(replica: LocalServer, redis_key: bytes) -> dict[bytes, float]:
-    """A Redis Cluster replica's own copy of a sorted set (READONLY on one connection: no redirect)."""
-    with replica.client(single_connection_client=True) as r:
-        r.execute_command("READONLY")
-        return {bytes(m): float(s) for m, s in r.zrange(redis_key, 0, -1, withscores=True)}
+def test_the_write_buffer_and_state_retries_do_not_resend_what_waited_out_its_deadline() -> None:
+    # The call asked for the confirmation until Durability.deadline already: a resend would only wait as
+    # long again (six times with the default 5 retries), so the DurabilityError is raised after one send.
+    with LocalShards(1, replicas=1) as s, Cluster.from_urls(s.urls, durability=SHORT) as c:
+        assert c.insert([KSM("warm", 1.0, "m")]).ok  # the scripts loaded: no NOSCRIPT below
+        s.replicas_of(0)[0].kill()
+        with s.servers[0].client() as r:
+            r.config_resetstat()
+            buffer = WriteBuffer(c, size=100, retries=5, stats=BatchStats())
+            buffer.add([Insert("k", 1.0, "m")])
+            with pytest.raises(PartialWriteError) as info:
+                buffer.flush()
+            assert isinstance(info.value.result.failures[0].error, DurabilityError)
+            assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 1  # sent once, not resent
+            r.config_resetstat()
+            later = ProducerState("j/1", P1, last_ack=20, begin=-1, max_clock=20)
+            with pytest.raises(PartialWriteError):
+                retrying(lambda: StateStore(c, "app").save_journal("j/1", 200, [later]), 5, "save")
+            assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 1

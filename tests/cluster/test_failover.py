@@ -19,11 +19,22 @@ from typing import Any
 import pytest
 
 import zcluster
-from zcluster import Cluster, ConfigError, Durability, KeyMember, KeyScoreMember, PartialWriteError, ShardError
+from zcluster import (
+    Cluster,
+    ConfigError,
+    Durability,
+    DurabilityError,
+    KeyMember,
+    KeyScoreMember,
+    PartialWriteError,
+    ShardError,
+)
+from zcluster._keys import KeyLayout
 from zcluster._topology import ClusterTopology
 from zcluster.journal.files import FileJournals
 from zcluster.state import Consumer, StateStore
 from zcluster.testing import LocalRedisCluster, LocalServer
+from zcluster.testing.redis_cluster import held_by_replica
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 pytestmark = pytest.mark.cluster
@@ -31,6 +42,7 @@ pytestmark = pytest.mark.cluster
 KSM = KeyScoreMember
 ONE = Durability(replicas=1, timeout=5.0)
 KEYS = [f"user:{i}" for i in range(300)]
+REJOIN_AFTER = 15.0  # seconds between a promotion and the killed node's restart: longer than the old retries
 _names = itertools.count()
 
 
@@ -326,3 +338,68 @@ def test_the_exactly_once_consumer_runs_through_a_failover_mid_poll(tmp_path: Pa
         assert got == expected
         assert all(StateStore(cluster, app).load_journal(j).offset == store.end(j) for j in journals)
         assert name(heir) in cluster.shards
+
+
+def test_a_durable_write_rides_out_a_failover_until_the_killed_master_rejoins_as_a_replica() -> None:
+    # Issue 27 (3b): after a failover the promoted replica has no replica of its own, so WAIT 1 cannot be
+    # acknowledged until the killed node is back (as its replica). The call keeps asking, within
+    # Durability.deadline (default), instead of failing after one WAIT timeout.
+    durable = Durability(replicas=1)
+    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url, durability=durable) as c:
+        layout = KeyLayout(c.prefix)
+        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
+        victim = master_index(rc, c, KEYS[0])
+        (heir,) = rc.replicas_of(victim)
+        on_victim = [k for k in KEYS if c.shard_of(k) == name(rc.servers[victim])]
+        promoted: list[float] = []
+
+        def heal() -> None:  # an operator brings the node back a while after the failover; it rejoins as a replica
+            wait_role(heir, "master")
+            promoted.append(time.monotonic())
+            time.sleep(REJOIN_AFTER)
+            rc.start(victim)
+
+        healer = threading.Thread(target=heal)
+        rc.kill(victim)
+        killed = time.monotonic()
+        healer.start()
+        try:
+            result = c.insert([KSM(k, 2.0, "after") for k in KEYS])
+            confirmed = time.monotonic()
+        finally:
+            healer.join()
+        report("master killed: promoted after", promoted[0] - killed)
+        report(
+            f"durable write confirmed after (the node restarted {REJOIN_AFTER:g} s after promotion)", confirmed - killed
+        )
+        assert result.ok and result.applied_count == len(KEYS)
+        assert confirmed - promoted[0] >= REJOIN_AFTER  # confirmed by the rejoined node, not by luck
+        # the rejoined node (started empty) holds the writes: they were confirmed on it
+        replica = rc.servers[victim]
+        wait_role(replica, "slave")
+        for k in on_victim[:20]:
+            assert held_by_replica(replica, layout.adds(k.encode())) == {b"before": 1.0, b"after": 2.0}
+        assert members(c, KEYS) == {k: ["after", "before"] for k in KEYS}
+
+
+def test_a_durable_write_whose_shard_never_gets_a_replica_back_fails_after_the_deadline_saying_what_to_do() -> None:
+    durable = Durability(replicas=1, timeout=0.5, deadline=3.0)
+    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url, durability=durable) as c:
+        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
+        victim = master_index(rc, c, KEYS[0])
+        (heir,) = rc.replicas_of(victim)
+        rc.kill(victim)
+        wait_role(heir, "master")
+        started = time.monotonic()
+        with pytest.raises(PartialWriteError) as info:
+            c.insert([KSM(k, 2.0, "after") for k in KEYS])
+        assert time.monotonic() - started >= durable.deadline  # it kept asking for the whole deadline
+        [failure] = info.value.result.failures
+        assert set(failure.indices) == {i for i, k in enumerate(KEYS) if c.shard_of(k) == name(heir)}
+        error = failure.error  # the failure is the shard the call was sent to; its error names the node that fell short
+        assert isinstance(error, DurabilityError) and error.shard == name(heir) and error.replicas == 0
+        text = str(error)
+        assert f"{name(heir)}: durability not confirmed within 3s: 1 replica(s) asked, 0 acknowledged" in text
+        assert "fewer replicas" in text and "restore a replica" in text and "Durability(replicas=...)" in text
+        # the writes were executed on the promoted master: only their confirmation is missing
+        assert members(c, KEYS) == {k: ["after", "before"] for k in KEYS}

@@ -81,7 +81,9 @@ class PositionedSink:
     ``retries``: resends of unconfirmed writes. ``history`` holds a :class:`BatchStats` per batch.
 
     Errors: a mapper failure or a refused write is a :class:`zcluster.MapperError` naming the partition and
-    offset; shard failures are retried, then fail the batch; Spark runs a failed batch again.
+    offset; shard failures are retried, then fail the batch. A failed batch ends the query (Spark does not
+    run a failed ``foreachBatch`` again by itself; see :class:`zcluster.spark.ZClusterSink`): start it again
+    from its checkpoint, and Spark runs the batch again; its increments count once (the fences).
     """
 
     def __init__(

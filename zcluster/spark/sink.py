@@ -210,8 +210,20 @@ class ZClusterSink:
     packages the mapper uses, zcluster among them, must be installed into the workers' Python.
     Errors: a mapper failure raises :class:`zcluster.MapperError` (journal, offset, kind) and fails
     the batch; shard failures are retried ``retries`` times (writes, checkpoints and progress alike, with
-    backoff up to 5 s), then fail the batch. A failed batch is not recorded as committed, and Spark runs
-    it again.
+    backoff up to 5 s), then fail the batch. With a :class:`zcluster.Durability` on the cluster's config
+    (``ClusterConfig.of(url, cluster=True, durability=Durability(replicas=1))``), writes and checkpoints
+    wait for their confirmation up to ``Durability.deadline`` (60 s by default), riding out a Redis Cluster
+    failover and the old master's rejoin as a replica; a :class:`zcluster.DurabilityError` after it fails
+    the batch at once (no resend: it would wait as long again).
+
+    A failed batch ends the query: a task that raises is retried by Spark up to ``spark.task.maxFailures``
+    times (4 on a cluster; once in ``local[n]``), but Spark never runs a failed ``foreachBatch`` again by
+    itself: the query stops, ``query.exception()`` holds the error and ``awaitTermination()`` raises it (a
+    ``StreamingQueryException``). Nothing of that batch is recorded as committed, neither by Spark nor by
+    the sink. What to do: fix the cause the error names, then start the query again with the same
+    ``checkpointLocation`` (a supervisor can do it): Spark runs the failed batch again with the same
+    batch id, and what the failed attempt applied counts once (the journal checkpoints skip it, 2P-set
+    writes are idempotent, increments fenced).
     """
 
     def __init__(

@@ -5,7 +5,9 @@ Rows need ``key``, ``score`` and ``member`` columns and may have ``op`` (``"inse
 ``prefix``, ``max_size``, ``batch`` (tuples per write call). Every write is a CRDT write, so a retried task
 or a replayed micro-batch rewrites the same tuples harmlessly: the writer is idempotent. Unconfirmed
 tuples are resent as the sink's are (same buffer, 5 retries with backoff); a shard that keeps failing
-fails the task, and Spark retries it.
+fails the task, which Spark retries up to ``spark.task.maxFailures`` times (4 on a cluster, once in
+``local[n]``); then the write fails, and a streaming query ends (start it again from its checkpoint: the
+batch is written again, harmlessly).
 """
 
 from __future__ import annotations

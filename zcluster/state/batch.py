@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from zcluster._retry import backoff
+from zcluster._retry import backoff, waited_out
 from zcluster.errors import InvalidTupleError, MapperError, PartialWriteError
 from zcluster.types import Count, Delete, Incr, Increment, Insert, Store, Write, WriteResult
 
@@ -74,7 +74,9 @@ _COUNTERS = frozenset(f.name for f in fields(BatchStats) if f.type == "int" and 
 
 class WriteBuffer:
     """Buffers writes and sends them in batches of ``size``; unconfirmed tuples are resent (idempotent, or
-    fenced) up to ``retries`` times, then :class:`PartialWriteError` propagates.
+    fenced) up to ``retries`` times, then :class:`PartialWriteError` propagates. A
+    :class:`zcluster.DurabilityError` is raised at once: its call already asked for the confirmation until
+    ``Durability.deadline`` (riding out a failover), and a resend would only wait as long again.
 
     Increments (:class:`zcluster.Incr`, :class:`zcluster.Count`) need a ``source`` (the applier's
     ``<app>/<journal>``): each is fenced at its delivery position (``base`` + the offset of the envelope that
@@ -182,7 +184,7 @@ class WriteBuffer:
             self.stats.applied += result.applied_count
             if result.ok:
                 return
-            if attempt == self.retries:
+            if attempt == self.retries or waited_out(result.failures):
                 raise PartialWriteError(result)
             log.warning(
                 "retrying %d unconfirmed write(s): %s",

@@ -15,7 +15,7 @@ from zcluster.errors import ZClusterError
 from zcluster.testing._local import LocalGroup, LocalServer
 from zcluster.testing._replication import replica_problems
 
-__all__ = ["LocalRedisCluster"]
+__all__ = ["LocalRedisCluster", "held_by_replica"]
 
 _NODE_OPTIONS = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf")
 
@@ -185,3 +185,11 @@ class LocalRedisCluster(LocalGroup):
                     with s.client() as c:
                         c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
         return moved
+
+
+def held_by_replica(replica: LocalServer, redis_key: bytes) -> dict[bytes, float]:
+    """A Redis Cluster replica's own copy of a sorted set, member -> score (``READONLY`` on one connection:
+    the replica answers from its own data instead of redirecting to its master)."""
+    with replica.client(single_connection_client=True) as r:
+        r.execute_command("READONLY")
+        return {bytes(m): float(s) for m, s in r.zrange(redis_key, 0, -1, withscores=True)}
