@@ -11,8 +11,15 @@ the open fragment, stopping with an OffsetOutOfRangeError at a lost range.
 
 Damage, and what becomes of it (offsets once handed out are never reused for other bytes):
 
-* A fragment file shorter than its name says (:meth:`JournalDir.check_fragments`, run by recovery): moved
-  whole to ``_quarantine/``; a lost-range marker takes its place.
+* A fragment file shorter than its name says, or whose bytes fail the checksum in its name
+  (:meth:`JournalDir.check_fragments`, run by recovery; the checksum also by every reader, before it
+  returns any byte of the fragment, once per process and file version): moved whole to ``_quarantine/``;
+  a lost-range marker takes its place.
+* A fragment file missing (removed): the bytes no file holds, between the sealed pieces or between them
+  and the open fragment's begin, are a lost range (:meth:`JournalDir.gaps`) as soon as they are missing;
+  recovery writes its marker. What cannot be seen: the *last* sealed fragment removed while no open
+  fragment follows it (nothing on disk remembers the end then; a consumer checkpoint past the new end
+  shows it), and an open fragment removed with no writer of this process alive.
 * An open fragment holding damaged records (found when a writer scans it, or when it rolls): *sealed*
   at once: each run of valid records becomes a fragment file, each damaged range a lost-range marker (its
   bytes copied to ``_quarantine/``), and the open fragment is removed; appends go on in a new one. The
@@ -31,11 +38,14 @@ It knows nothing of other journals, metadata, positions or when to roll: that is
 from __future__ import annotations
 
 import bisect
+import contextlib
+import fcntl
 import functools
 import json
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -66,7 +76,9 @@ from zcluster.message.errors import JournalError, OffsetOutOfRangeError
 _MARK_SPACING = 1 << 16  # file bytes between remembered record boundaries: at most ~1000 per 64 MiB open fragment
 _EVERYWHERE = 1 << 62  # a journal offset past every record boundary
 
-__all__ = ["JournalDir", "LostRange", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
+__all__ = ["JournalDir", "LostRange", "Piece", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
+
+_MISSING = "no fragment file holds these bytes: a fragment file was removed"
 
 
 class RecoveryReport(NamedTuple):
@@ -93,6 +105,17 @@ class LostRange(NamedTuple):
     reason: str
     quarantined: str | None = None
     found_at: float | None = None
+
+
+class Piece(NamedTuple):
+    """A sealed piece of a journal: a fragment file (`crc`: the CRC-32 its name gives, None for one written
+    before checksums) or a lost-range marker (`lost`); `name`: its file."""
+
+    begin: int
+    end: int
+    lost: bool
+    name: str
+    crc: int | None = None
 
 
 class ScanCursor:
@@ -149,6 +172,18 @@ class JournalDir:
         self._marks_key: tuple[int, int, float] | None = None
         self._mark_j: list[int] = []
         self._mark_f: list[int] = []
+        # Fragment files whose checksum held: name -> (inode, size, mtime) of the version checked.
+        self._verified: dict[str, tuple[int, int, int]] = {}
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the writer locks: `lock` (this process's threads) and the flock (other processes)."""
+        with self.lock:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         if self.open_fd is not None:
@@ -158,55 +193,123 @@ class JournalDir:
 
     # -- fragments and lost ranges -------------------------------------------------------------------
 
-    def fragments(self) -> list[tuple[int, int]]:
-        """The [begin, end) ranges of the complete fragment files, in offset order."""
-        return [(b, e) for b, e, lost in self.pieces() if not lost]
-
-    def pieces(self) -> list[tuple[int, int, bool]]:
-        """(begin, end, lost) of the fragment files and the lost ranges, in offset order."""
+    def pieces(self) -> list[Piece]:
+        """The fragment files and the lost-range markers, in offset order."""
         out = []
         for n in os.listdir(self.dir):
             r = parse_fragment_name(n)
             if r is not None:
-                out.append((r[0], r[1], False))
-            elif (r := parse_lost_name(n)) is not None:
-                out.append((r[0], r[1], True))
+                out.append(Piece(r[0], r[1], False, n, r[2]))
+            elif (m := parse_lost_name(n)) is not None:
+                out.append(Piece(m[0], m[1], True, n))
         out.sort()
         return out
 
     def pieces_end(self) -> int:
         """The end of the sealed part of the journal (fragment files and lost ranges)."""
-        return max((e for _, e, _ in self.pieces()), default=0)
+        return max((p.end for p in self.pieces()), default=0)
+
+    def _open_head(self) -> tuple[int, float] | None:
+        """(begin, creation time) of the open fragment now, or None if there is none (or its header is damaged)."""
+        try:
+            fd = os.open(self.dir / OPEN_NAME, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            hdr = unpack_header(os.pread(fd, HEADER.size, 0))
+        finally:
+            os.close(fd)
+        return None if hdr is None else (hdr.begin, hdr.created)
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """The journal byte ranges [begin, end) that no file holds: missing fragment files, between the
+        sealed pieces (from offset 0) or between them and the open fragment. Bytes from the open fragment's
+        begin on are never a gap: a seal in progress renames its pieces into place last first, while the
+        open fragment still holds them (the listing is taken between two reads of the open fragment's
+        header that agree, so it sees no seal half done)."""
+        head = self._open_head()
+        while True:
+            pieces = self.pieces()
+            now = self._open_head()
+            if now == head:
+                break
+            head = now
+        limit = None if head is None else head[0]
+        out, pos = [], 0
+        for p in pieces:
+            if p.begin > pos and (limit is None or pos < limit):
+                out.append((pos, p.begin if limit is None else min(p.begin, limit)))
+            pos = max(pos, p.end)
+        if limit is not None and limit > pos:
+            out.append((pos, limit))
+        return out
 
     def lost_ranges(self) -> list[LostRange]:
-        """The journal's lost ranges, in offset order, with what their markers recorded."""
-        return [self._lost_range(b, e) for b, e, lost in self.pieces() if lost]
+        """The journal's lost ranges, in offset order, with what their markers recorded; a gap (a fragment
+        file missing, :meth:`gaps`) that recovery has not recorded yet is one too."""
+        out = [self._lost_range(p.begin, p.end) for p in self.pieces() if p.lost]
+        out += [LostRange(b, e, _MISSING) for b, e in self.gaps()]
+        return sorted(out, key=lambda r: r.begin)
 
     def _lost_range(self, b: int, e: int) -> LostRange:
         try:
             doc = json.loads((self.dir / lost_name(b, e)).read_text())
+        except FileNotFoundError:
+            return LostRange(b, e, _MISSING)  # a gap
         except (OSError, ValueError):
             doc = {}
         at = doc.get("time")
         return LostRange(b, e, str(doc.get("reason", "damaged")), doc.get("quarantined"), at)
 
-    def lost_error(self, pos: int) -> OffsetOutOfRangeError | None:
+    def lost_error(self, pos: int, *, gaps: bool = False) -> OffsetOutOfRangeError | None:
         """The error a reader gets at `pos` if a lost range holds it, else None (its attributes name the
-        range and the offset to read on from)."""
-        for b, e, lost in self.pieces():
-            if lost and b <= pos < e:
-                r = self._lost_range(b, e)
-                where = f"; what survives of them is in {r.quarantined}" if r.quarantined else ""
-                return OffsetOutOfRangeError(
-                    f"journal {self.name!r}: bytes {b}..{e} were lost ({r.reason}{where}); "
-                    f"reading can go on at offset {e}",
-                    journal=self.name,
-                    lost_begin=b,
-                    lost_end=e,
-                    resume_offset=e,
-                    reason=r.reason,
-                )
+        range and the offset to read on from). A gap (:meth:`gaps`) is looked for when no piece holds `pos`
+        and it lies before the end of the sealed pieces, or always with `gaps` (the readers that found the
+        open fragment beginning past `pos`)."""
+        pieces = self.pieces()
+        hit = next((p for p in pieces if p.begin <= pos < p.end), None)
+        if hit is not None:
+            return self._lost_error(self._lost_range(hit.begin, hit.end)) if hit.lost else None
+        if gaps or pos < max((p.end for p in pieces), default=0):
+            gap = next(((b, e) for b, e in self.gaps() if b <= pos < e), None)
+            if gap is not None:
+                return self._lost_error(self._lost_range(*gap))
         return None
+
+    def _lost_error(self, r: LostRange) -> OffsetOutOfRangeError:
+        b, e = r.begin, r.end
+        where = f"; what survives of them is in {r.quarantined}" if r.quarantined else ""
+        return OffsetOutOfRangeError(
+            f"journal {self.name!r}: bytes {b}..{e} were lost ({r.reason}{where}); reading can go on at offset {e}",
+            journal=self.name,
+            lost_begin=b,
+            lost_end=e,
+            resume_offset=e,
+            reason=r.reason,
+        )
+
+    def intact(self, p: Piece) -> bool:
+        """Whether fragment file `p` holds the bytes its checksum names (True when its name has none: it
+        was written before checksums, nothing can be checked). Each version of a file (inode, size,
+        modification time) is read once per process; a file found short is not intact."""
+        if p.crc is None:
+            return True
+        path = self.dir / p.name
+        st = os.stat(path)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._verified.get(p.name) == key:
+            return True
+        crc, left = 0, p.end - p.begin
+        with open(path, "rb", buffering=0) as f:
+            while left > 0 and (data := f.read(min(left, max(self._chunk_size, 1 << 16)))):
+                crc = zlib.crc32(data, crc)
+                left -= len(data)
+        if left or crc != p.crc:
+            return False
+        if len(self._verified) >= 1 << 14:  # fragments removed since: forget them all, rarely
+            self._verified.clear()
+        self._verified[p.name] = key
+        return True
 
     # -- writer (under `lock` and the flock) -----------------------------------------------------------
 
@@ -219,23 +322,45 @@ class JournalDir:
             self._report(RecoveryReport(self.name, 0, None, tuple(removed)))
 
     def check_fragments(self) -> None:
-        """Move every fragment file shorter than its name says to ``_quarantine/``, leaving a lost range in
-        its place (reported). The marker is written first: a crash in between leaves both, and this redoes it."""
-        for b, e in self.fragments():
-            path = self.dir / fragment_name(b, e)
+        """Move every fragment file shorter than its name says, or failing its checksum, to ``_quarantine/``,
+        leaving a lost range in its place (reported). The marker is written first: a crash in between
+        leaves both, and this redoes it."""
+        for p in self.pieces():
+            if p.lost:
+                continue
+            path = self.dir / p.name
             try:
                 size = os.stat(path).st_size
+                if size < p.end - p.begin:
+                    why, what = f"fragment file {p.name} held {size} of {p.end - p.begin} bytes", "short"
+                elif not self.intact(p):
+                    why, what = f"fragment file {p.name}: its bytes fail the checksum in its name", "damaged"
+                else:
+                    continue
             except FileNotFoundError:
                 continue
-            if size >= e - b:
-                continue
-            qpath = self._quarantine_dir() / f"{fragment_name(b, e)}-{time.time_ns()}.short"
-            tmp, final = self._write_marker(b, e, qpath, f"fragment file {path.name} held {size} of {e - b} bytes")
+            qpath = self._quarantine_dir() / f"{p.name}-{time.time_ns()}.{what}"
+            tmp, final = self._write_marker(p.begin, p.end, qpath, why)
             os.rename(tmp, final)
             os.rename(path, qpath)
             if self._fsync:
                 fsync_dir(self.dir)
-            self._report(RecoveryReport(self.name, 0, qpath, (), ((b, e),)))
+            self._report(RecoveryReport(self.name, 0, qpath, (), ((p.begin, p.end),)))
+
+    def mark_gaps(self) -> None:
+        """Write the marker of every gap (:meth:`gaps`: fragment files missing), reported. Run after
+        :meth:`sync`, which finishes an interrupted seal (whose pieces are not a gap)."""
+        for b, e in self.gaps():
+            tmp, final = self._write_marker(b, e, None, _MISSING)
+            os.rename(tmp, final)
+            if self._fsync:
+                fsync_dir(self.dir)
+            self._report(RecoveryReport(self.name, 0, None, (), ((b, e),)))
+
+    def check_now(self) -> None:
+        """:meth:`check_fragments` under the writer locks (a reader that found a fragment failing its checksum)."""
+        with self.locked():
+            self.check_fragments()
 
     def drop_open(self) -> None:
         if self.open_fd is not None:
@@ -264,8 +389,8 @@ class JournalDir:
             strict = unpack_header(head)
             hdr = strict or unpack_header(head, lenient=True)
             pieces = self.pieces()
-            sealed_end = max((e for _, e, _ in pieces), default=0)
-            if strict is not None and any(b == strict.begin for b, _, _ in pieces):
+            sealed_end = max((p.end for p in pieces), default=0)
+            if strict is not None and any(p.begin == strict.begin for p in pieces):
                 # Rolled or sealed already: the process died before removing it. Set aside, not deleted:
                 # a damaged begin offset could look like this too.
                 os.close(fd)
@@ -283,19 +408,15 @@ class JournalDir:
             if strict is None:
                 seal = True  # a damaged header whose begin offset still fits: its records are sealed
             elif hdr.begin < sealed_end:
-                if any(b < hdr.begin < e for b, e, _ in pieces):
+                if any(p.begin < hdr.begin < p.end for p in pieces):
                     os.close(fd)
                     raise JournalError(
                         f"journal {self.name!r} in {self.dir}: open fragment begins at {hdr.begin}, "
                         f"inside fragments ending at {sealed_end}"
                     )
                 seal, known = True, max(known, sealed_end)  # a seal that was interrupted: done again
-            elif hdr.begin > sealed_end:
-                os.close(fd)
-                raise JournalError(
-                    f"journal {self.name!r} in {self.dir}: gap between fragments ending at {sealed_end} "
-                    f"and open fragment at {hdr.begin}"
-                )
+            elif hdr.begin > sealed_end:  # the fragment files before it were removed
+                self._mark_lost(sealed_end, hdr.begin, None, _MISSING)
             self.open_fd, self.open_ino = fd, s.st_ino
             self.open_begin, self.open_created = hdr.begin, hdr.created
             self.open_size, self.end = HEADER.size, hdr.begin
@@ -464,7 +585,7 @@ class JournalDir:
             if sp.kind == GOOD:
                 if sp.jend == sp.jbegin:
                     continue
-                tmp, fpos, jpos = self._write_fragment(sp)
+                tmp, fpos, jpos, crc = self._write_fragment(sp)
                 if fpos < sp.fend:  # a record rotted since it was read: seal around it too
                     os.unlink(tmp)
                     head = [Span(GOOD, sp.fbegin, fpos, sp.jbegin, jpos)] if fpos > sp.fbegin else []
@@ -474,7 +595,7 @@ class JournalDir:
                 if jpos != sp.jend:
                     os.unlink(tmp)
                     raise JournalError(f"journal {self.name!r}: sealing {OPEN_NAME} found {jpos} bytes, not {sp.jend}")
-                renames.append((tmp, self.dir / fragment_name(sp.jbegin, sp.jend)))
+                renames.append((tmp, self.dir / fragment_name(sp.jbegin, sp.jend, crc)))
                 continue
             qpath = self._quarantine_copy(sp.fbegin, sp.fend, "damaged" if sp.kind == LOST else "torn")
             if sp.kind == LOST and sp.jend > sp.jbegin:
@@ -500,12 +621,13 @@ class JournalDir:
         for report in reports:
             self._report(report)
 
-    def _write_fragment(self, sp: Span) -> tuple[Path, int, int]:
-        """Copy the payloads of the valid records of span `sp` into a temporary file; return it and the file
-        position and journal offset reached (short of the span's end if a record there is not valid)."""
+    def _write_fragment(self, sp: Span) -> tuple[Path, int, int, int]:
+        """Copy the payloads of the valid records of span `sp` into a temporary file; return it, the file
+        position and journal offset reached (short of the span's end if a record there is not valid) and
+        the CRC-32 of the bytes written."""
         tmp = self.dir / f"{TMP_PREFIX}{fragment_name(sp.jbegin, sp.jend)}"
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        pos, wpos = sp.fbegin, 0
+        pos, wpos, crc = sp.fbegin, 0, 0
         try:
             while pos < sp.fend:
                 n = min(max(self._chunk_size, RECORD.size), sp.fend - pos)
@@ -513,13 +635,14 @@ class JournalDir:
                 if not scan.records or scan.payload is None:
                     break
                 write_all(out, scan.payload, wpos)  # one write per read, not one per record
+                crc = zlib.crc32(scan.payload, crc)
                 wpos += len(scan.payload)
                 pos += scan.used
             if self._fsync:
                 os.fsync(out)
         finally:
             os.close(out)
-        return tmp, pos, sp.jbegin + wpos
+        return tmp, pos, sp.jbegin + wpos, crc
 
     # -- reader (no lock: readers see whole records only) -----------------------------------------------
 
@@ -621,18 +744,23 @@ class JournalDir:
         """Yield every whole chunk readable now from `pos` on, following roll-overs."""
         relisted = False
         while True:
-            covering = next(((b, e, lost) for b, e, lost in self.pieces() if b <= pos < e), None)
+            covering = next((p for p in self.pieces() if p.begin <= pos < p.end), None)
             if covering is not None:
-                b, e, lost = covering
-                if lost:
-                    raise self.lost_error(pos) or OffsetOutOfRangeError(f"journal {self.name!r}: {b}..{e} lost")
-                with open(self.dir / fragment_name(b, e), "rb", buffering=0) as f:
+                b, e = covering.begin, covering.end
+                if covering.lost:
+                    raise self._lost_error(self._lost_range(b, e))
+                if not self.intact(covering):  # no byte of it is returned: it becomes a lost range
+                    self.check_now()
+                    raise self.lost_error(pos) or JournalError(
+                        f"journal {self.name!r}: fragment {covering.name} fails its checksum"
+                    )
+                with open(self.dir / covering.name, "rb", buffering=0) as f:
                     f.seek(pos - b)
                     while pos < e:
                         chunk = f.read(min(self._chunk_size, e - pos))
                         if not chunk:
                             raise JournalError(
-                                f"journal {self.name!r}: fragment {fragment_name(b, e)} holds fewer bytes than "
+                                f"journal {self.name!r}: fragment {covering.name} holds fewer bytes than "
                                 "its name says (damaged); FileJournals.recover() moves it aside"
                             )
                         yield pos, chunk
@@ -643,6 +771,8 @@ class JournalDir:
                 fd = os.open(self.dir / OPEN_NAME, os.O_RDONLY)
             except FileNotFoundError:
                 if relisted:
+                    if (lost := self.lost_error(pos)) is not None:  # fragment files missing: a gap
+                        raise lost from None
                     return
                 relisted = True  # it may have been rolled between listing and opening: list again
                 continue
@@ -650,7 +780,9 @@ class JournalDir:
                 hdr = unpack_header(os.pread(fd, HEADER.size, 0))
                 if hdr is None or hdr.begin > pos:
                     if relisted:
-                        raise JournalError(f"journal {self.name!r}: no fragment holds offset {pos}")
+                        raise self.lost_error(pos, gaps=True) or JournalError(
+                            f"journal {self.name!r}: no fragment holds offset {pos}"
+                        )
                     relisted = True
                     continue
                 chunk = self._chunk_size

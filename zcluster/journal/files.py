@@ -38,8 +38,6 @@ OSError); fragments written by other tools into the directory.
 from __future__ import annotations
 
 import builtins
-import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -190,7 +188,7 @@ class FileJournals:
 
     def update_metadata(self, journal: str, metadata: Mapping[str, str]) -> None:
         st = self._state(journal)
-        with st.lock, self._flocked(st):
+        with st.locked():
             doc = self._read_meta(st.dir)
             doc["metadata"].update(metadata)
             self._write_json(st.dir / META_NAME, doc)
@@ -270,14 +268,6 @@ class FileJournals:
                     )
         return st
 
-    @contextlib.contextmanager
-    def _flocked(self, st: JournalDir) -> Iterator[None]:
-        fcntl.flock(st.lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(st.lock_fd, fcntl.LOCK_UN)
-
     def append(self, journal: str, data: bytes) -> AppendResult:
         """Append `data` atomically (see the module docstring); return its [begin, end) byte range."""
         return self.append_many(journal, (data,))[0]
@@ -286,7 +276,7 @@ class FileJournals:
         """Append `items` contiguously as one atomic record: readers see all of them or none."""
         payload = b"".join(items)
         st = self._state(journal)
-        with st.lock, self._flocked(st):
+        with st.locked():
             st.sync()
             begin = st.end
             if payload:
@@ -303,7 +293,7 @@ class FileJournals:
     def roll(self, journal: str) -> bool:
         """Roll the open fragment of `journal` into a fragment file now; False if it held no data."""
         st = self._state(journal)
-        with st.lock, self._flocked(st):
+        with st.locked():
             st.sync()
             if st.open_fd is None or st.end == st.open_begin:
                 return False
@@ -317,7 +307,7 @@ class FileJournals:
         rolled = []
         for spec in self.list(""):
             st = self._state(spec.name)
-            with st.lock, self._flocked(st):
+            with st.locked():
                 st.sync()
                 if st.open_fd is not None and st.end > st.open_begin and self._aged(st):
                     st.roll()
@@ -328,10 +318,11 @@ class FileJournals:
         """Bring `journal` to a clean state (see the module docstring); return what was done, or None."""
         st = self._state(journal)
         before = len(self.recovered)
-        with st.lock, self._flocked(st):
+        with st.locked():
             st.remove_temporaries()
             st.check_fragments()
             st.sync()
+            st.mark_gaps()
         return self.recovered[-1] if len(self.recovered) > before else None
 
     def lost_ranges(self, journal: str) -> builtins.list[LostRange]:
