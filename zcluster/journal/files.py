@@ -58,7 +58,13 @@ from zcluster.journal.store import (
     validate_journal_name,
     validate_labels,
 )
-from zcluster.message.errors import JournalExistsError, JournalNotFoundError, OffsetOutOfRangeError
+from zcluster.message.errors import (
+    JournalError,
+    JournalExistsError,
+    JournalListError,
+    JournalNotFoundError,
+    OffsetOutOfRangeError,
+)
 from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector, parse_selector
 
@@ -107,9 +113,24 @@ class FileJournals:
         self._cond = threading.Condition()
         self.recovered: builtins.list[RecoveryReport] = []
         """Every non-trivial recovery this instance performed, in order."""
+        self.unrecovered: dict[str, Exception] = {}
+        """The journals (or unreadable directories) the recovery at opening failed for, and why (each logged
+        at ERROR). The other journals were recovered: one journal's damage does not close the root. Using
+        such a journal fails again (its writers recover it first); listing fails while a directory is
+        unreadable (:class:`zcluster.message.JournalListError`)."""
         if recover:
-            for spec in self.list(""):
-                self.recover(spec.name)
+            try:
+                specs = self.list("")
+            except JournalListError as exc:
+                log.error("%s; the other journals are recovered", exc)
+                self.unrecovered.update(exc.unreadable)
+                specs = exc.listed
+            for spec in specs:
+                try:
+                    self.recover(spec.name)
+                except (JournalError, OSError) as exc:
+                    log.error("journal %r under %s not recovered (the others are): %s", spec.name, self.root, exc)
+                    self.unrecovered[spec.name] = exc
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -194,10 +215,20 @@ class FileJournals:
             self._write_json(st.dir / META_NAME, doc)
 
     def list(self, selector: LabelSelector | str) -> builtins.list[JournalSpec]:
-        """Journals under the root whose labels match `selector`, sorted by name."""
+        """Journals under the root whose labels match `selector`, sorted by name.
+
+        A directory under the root that cannot be read (e.g. no permission) may hold journals, so nothing
+        is dropped silently: :class:`zcluster.message.JournalListError` names each one (its path under the
+        root: the journal's name when it is a journal) and carries the journals that could be listed."""
         sel = parse_selector(selector) if isinstance(selector, str) else selector
         out: builtins.list[JournalSpec] = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        unreadable: dict[str, OSError] = {}
+
+        def failed(exc: OSError, where: str | None = None) -> None:
+            path = Path(where or exc.filename or self.root)
+            unreadable[path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else str(path)] = exc
+
+        for dirpath, dirnames, filenames in os.walk(self.root, onerror=failed):
             dirnames[:] = [n for n in dirnames if not n.startswith((".", "_"))]
             if META_NAME in filenames:
                 dirnames.clear()
@@ -205,9 +236,21 @@ class FileJournals:
                     doc = self._read_meta(Path(dirpath))
                 except FileNotFoundError:
                     continue  # destroyed while listing
+                except OSError as exc:
+                    failed(exc, dirpath)
+                    continue
                 if sel.matches(doc["labels"]):
                     out.append(JournalSpec(doc["name"], doc["labels"]))
-        return sorted(out, key=lambda s: s.name)
+        out.sort(key=lambda s: s.name)
+        if unreadable:
+            what = "; ".join(f"{where} ({exc.strerror or exc})" for where, exc in sorted(unreadable.items()))
+            raise JournalListError(
+                f"journals under {self.root}: cannot read {what}; the journals there are not listed "
+                f"({len(out)} other journal(s) are)",
+                unreadable,
+                out,
+            )
+        return out
 
     @staticmethod
     def _read_meta(d: Path) -> dict[str, Any]:
