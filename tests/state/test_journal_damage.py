@@ -10,10 +10,11 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_lost_ranges import app, cluster, committed, mapper, members  # noqa: F401 (fixtures)
+from test_lost_ranges import committed, mapper, members
 
 from zcluster import Cluster, PollError
 from zcluster.journal import FileJournals
@@ -23,6 +24,17 @@ from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
 from zcluster.state import Consumer, StateStore
 from zcluster.testing import LocalShards
+
+
+@pytest.fixture
+def cluster(shards: LocalShards) -> Iterator[Cluster]:
+    with Cluster.from_urls(shards.urls, prefix=f"jd{uuid.uuid4().hex[:8]}:") as c:
+        yield c
+
+
+@pytest.fixture
+def app() -> str:
+    return f"dmg{uuid.uuid4().hex[:8]}"
 
 
 def per_append(root: Path, frames: list[bytes], name: str = "j") -> list[tuple[int, int]]:
