@@ -5,6 +5,9 @@ complete fragments ``<begin>-<end>.frag`` plus one hidden open fragment ``.open`
 module is the store: the journals under a root, their metadata and group positions, the locks, when to
 roll, blocking reads; :mod:`zcluster.journal._fragments` does the work inside one journal's directory.
 
+Why this module is long: the store's whole contract (management, listing, positions, writer, recovery of
+a root journal by journal, blocking reads) is one class; the work inside a directory is elsewhere.
+
 Guarantees:
 
 * Appends are atomic per call (one CRC-checked record; a reader never sees part of it) and serialised
