@@ -71,7 +71,7 @@ from typing import Any
 from zcluster import Cluster, Durability, KeyMember, PollError
 from zcluster.farm import Farm, FarmConfig, Walker
 from zcluster.journal import FileJournals
-from zcluster.journal._filefmt import fragment_name
+from zcluster.journal._filefmt import find_fragment
 from zcluster.journal.publishing import AsyncPublisher
 from zcluster.message import OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
@@ -431,7 +431,8 @@ class Soak:
                 lines = [json.loads(x) for x in written.splitlines()]
                 assert [d["event"] for d in lines] == [d["event"] for d in events], "the fragment holds others"
                 assert store.roll(journal), "nothing to seal"
-                path = store.root.joinpath(*journal.split("/"), fragment_name(begin, end))
+                where = store.root.joinpath(*journal.split("/"))
+                path = where / find_fragment(where, begin, end)
                 path.write_bytes(path.read_bytes()[:-3])  # the disk cut it short
                 store.recover(journal)
                 assert (begin, end) in [(r.begin, r.end) for r in store.lost_ranges(journal)]

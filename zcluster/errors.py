@@ -34,6 +34,7 @@ is true::
     │   ├── EmptyPartitionsError     (LookupError) a mapping found no journal
     │   ├── JournalError             a journal operation failed
     │   │   ├── JournalNotFoundError (LookupError)
+    │   │   ├── JournalListError     directories a journal listing could not read; ``listed``: the rest
     │   │   ├── OffsetOutOfRangeError (ValueError)
     │   │   └── JournalExistsError   (ValueError) a journal of that name exists
     │   └── SequencerError           the Sequencer was used out of order, or its replay failed

@@ -12,7 +12,7 @@ from cli_helpers import doc, fails, ok, rows, run
 
 from zcluster import Cluster, Insert, PollError
 from zcluster.journal import FileJournals
-from zcluster.journal._filefmt import fragment_name
+from zcluster.journal._filefmt import find_fragment
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
@@ -42,7 +42,7 @@ class Setup:
             fj.append("ok", frame(0, b"\x02" * 6))
             fj.append("ok", frame(1, b"\x03" * 6, Flags.CONTINUE_TXN))  # a transaction left open
         self.lost = (ranges[2].begin, ranges[2].end)
-        path = root / "j" / fragment_name(*self.lost)
+        path = root / "j" / find_fragment(root / "j", *self.lost)
         path.write_bytes(path.read_bytes()[:-3])
         self.store = FileJournals(root)
         self.cluster = Cluster.from_urls(shards.urls, prefix=f"cli{uuid.uuid4().hex[:8]}:")

@@ -15,7 +15,7 @@ import pytest
 from journal_helpers import ndjson, read_all
 
 from zcluster.journal import FileJournals
-from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD, fragment_name
+from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD, find_fragment
 from zcluster.message import (
     DecodeError,
     Frame,
@@ -61,7 +61,7 @@ def test_truncated_sealed_fragment_is_quarantined_and_its_offsets_are_never_reus
     with FileJournals(root, fragment_bytes=64) as fj:
         assert fj.roll("j")
     b, e = sealed(root)[-1]
-    path = root / "j" / fragment_name(b, e)
+    path = root / "j" / find_fragment(root / "j", b, e)
     data = path.read_bytes()
     path.write_bytes(data[:-10])
 
@@ -90,7 +90,7 @@ def test_message_reader_reports_the_lost_range_and_resumes_after_it(tmp_path: Pa
     with FileJournals(root, fragment_bytes=64) as fj:
         fj.roll("j")
     b, e = sealed(root)[1]
-    (root / "j" / fragment_name(b, e)).write_bytes(b"")  # a fragment emptied
+    (root / "j" / find_fragment(root / "j", b, e)).write_bytes(b"")  # a fragment emptied
     with FileJournals(root, fragment_bytes=64) as fj:
         spec = JournalSpec("j", ndjson("j").labels)
         it = ReadUncommittedIter(fj, spec, 0)
@@ -243,7 +243,7 @@ def test_a_seal_interrupted_midway_is_done_again(tmp_path: Path) -> None:
         assert [r.lost for r in fj.recovered] == [((18, 27),)]
     assert sealed(root) == [(0, 18), (27, 45)]
     # As if the sealing process died after renaming the later pieces, before the first and the unlink.
-    (root / "j" / fragment_name(0, 18)).unlink()
+    (root / "j" / find_fragment(root / "j", 0, 18)).unlink()
     open_path.write_bytes(damaged_open)
     with FileJournals(root) as fj:
         assert [r.lost for r in fj.recovered if r.lost] == [((18, 27),)]

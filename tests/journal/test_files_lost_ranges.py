@@ -9,7 +9,7 @@ import pytest
 from journal_helpers import ndjson
 
 from zcluster.journal import FileJournals
-from zcluster.journal._filefmt import fragment_name
+from zcluster.journal._filefmt import find_fragment
 from zcluster.journal.frames import LOST_ROW, lost_error, read_frames, read_range_frames
 from zcluster.message import OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
@@ -21,7 +21,7 @@ def damaged(root: Path, lost: int) -> tuple[FileJournals, tuple[int, int]]:
     with FileJournals(root, fragment_bytes=1) as fj:  # one fragment file per append
         fj.create(ndjson("j"))
         ranges = [(r.begin, r.end) for r in (fj.append("j", line) for line in LINES)]
-    path = root / "j" / fragment_name(*ranges[lost])
+    path = root / "j" / find_fragment(root / "j", *ranges[lost])
     path.write_bytes(path.read_bytes()[:4])
     return FileJournals(root, fragment_bytes=1), ranges[lost]
 

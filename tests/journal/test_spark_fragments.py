@@ -27,7 +27,8 @@ def test_available_now_query_reads_only_whole_fragments(tmp_path: Path) -> None:
         (root / "pv/part-000" / ".tmp-00000000000000099999-00000000000000100000.frag").write_bytes(b'{"torn":')
         with open(root / "pv/part-000" / OPEN_NAME, "ab") as f:
             f.write(b"\x00\x00\x01\x00garbage")
-        frags = sorted(p for p in (root / "pv/part-000").iterdir() if re.fullmatch(r"\d{20}-\d{20}\.frag", p.name))
+        named = re.compile(r"\d{20}-\d{20}(-[0-9a-f]{8})?\.frag")
+        frags = sorted(p for p in (root / "pv/part-000").iterdir() if named.fullmatch(p.name))
         whole = b"".join(p.read_bytes() for p in frags)
         in_open = fj.end("pv/part-000") - len(whole)
     assert len(frags) >= 3 and in_open > 0  # some data is still in the open (invisible) fragment

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from zcluster import Cluster
-from zcluster.journal._filefmt import fragment_name
+from zcluster.journal._filefmt import find_fragment
 from zcluster.journal.files import FileJournals
 from zcluster.spark import ZClusterSink, run_available_now
 from zcluster.spark.observe import figures
@@ -106,7 +106,7 @@ def _damaged(root: Path) -> tuple[FileJournals, tuple[int, int]]:
         r = fj.append("timelines", b'{"lost": true}\n')
     with FileJournals(root) as fj:
         publish(fj, traffic, producers=1, messages=30, seed=5)
-    path = root / "timelines" / fragment_name(r.begin, r.end)
+    path = root / "timelines" / find_fragment(root / "timelines", r.begin, r.end)
     path.write_bytes(path.read_bytes()[:-3])
     store = FileJournals(root)
     assert [(x.begin, x.end) for x in store.lost_ranges("timelines")] == [(r.begin, r.end)]

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from zcluster import Cluster, PollError
 from zcluster.journal import FileJournals
-from zcluster.journal._filefmt import fragment_name
+from zcluster.journal._filefmt import find_fragment
 from zcluster.metrics import ApplierMetrics
 from zcluster.state import BatchStats, Consumer
 from zcluster.testing import LocalShards
@@ -51,7 +51,7 @@ def test_a_consumers_polls_become_counters_a_histogram_and_lag_gauges(shards: Lo
             fj.roll("a")
             r = fj.append("a", b'{"x": 1}\n')  # a fragment file of its own
             fj.append("a", b'{"x": 2}\n')
-        path = tmp_path / "journals" / "a" / fragment_name(r.begin, r.end)
+        path = tmp_path / "journals" / "a" / find_fragment(tmp_path / "journals" / "a", r.begin, r.end)
         path.write_bytes(path.read_bytes()[:-2])
         damaged = FileJournals(tmp_path / "journals")
         behind = Consumer(cluster, damaged, timeline_mapper, app, metrics=metrics)

@@ -15,7 +15,7 @@ import pytest
 
 from zcluster import Cluster, ConfigError, Insert, PollError
 from zcluster.journal import FileJournals
-from zcluster.journal._filefmt import fragment_name
+from zcluster.journal._filefmt import find_fragment
 from zcluster.journal.frames import read_frames
 from zcluster.message import Flags, OffsetOutOfRangeError, build_uuid, format_uuid
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
@@ -43,7 +43,7 @@ def damage(root: Path, frames: list[bytes], lost: set[int]) -> tuple[FileJournal
         fj.create(JournalSpec("j", {"content-type": CT}))
         ranges = [(r.begin, r.end) for r in (fj.append("j", f) for f in frames)]
     for i in lost:
-        path = root / "j" / fragment_name(*ranges[i])
+        path = root / "j" / find_fragment(root / "j", *ranges[i])
         path.write_bytes(path.read_bytes()[:-3])
     store = FileJournals(root, fragment_bytes=1)
     assert [(r.begin, r.end) for r in store.lost_ranges("j")] == sorted(ranges[i] for i in lost)

@@ -2,16 +2,22 @@
 
 A journal directory holds:
 
-* ``<begin>-<end>.frag``: a complete fragment holding the journal's bytes [begin, end) verbatim
-  (offsets zero-padded to 20 digits, so name order is offset order). Written under a temporary hidden
-  name and renamed into place once complete: a directory listing only ever shows whole fragments.
+* ``<begin>-<end>-<crc>.frag``: a complete fragment holding the journal's bytes [begin, end) verbatim
+  (offsets zero-padded to 20 digits, so name order is offset order; ``crc``: the CRC-32 of those bytes, 8
+  hex digits). Written under a temporary hidden name and renamed into place once complete: a directory
+  listing only ever shows whole fragments. The checksum is in the name, as Gazette names fragments by
+  their content's: it appears atomically with the bytes (one rename), needs no second file that could be
+  lost apart from them, and leaves the bytes verbatim for Spark and other file-source readers (a header
+  or trailer would not). Fragments written before checksums (``<begin>-<end>.frag``) are read as they
+  are: nothing can check their bytes.
 * ``.open``: the fragment being appended to, hidden from Spark and other file-source readers (names
   starting with ``.`` or ``_`` are ignored). It starts with a header (magic, begin offset, creation
   time) and holds one *record* per append: payload length and CRC-32, then the payload. A record is
   visible to readers only once whole and its CRC matches, so a writer crashing mid-append leaves a torn
   tail that no reader ever returns.
 * ``_lost-<begin>-<end>``: a *lost range*: journal bytes [begin, end) that were appended but can no longer
-  be read (a damaged record of the open fragment, a fragment file found short). Its bytes, as far as they
+  be read (a damaged record of the open fragment, a fragment file found short or failing its checksum, a
+  fragment file missing: a gap between the sealed pieces). Its bytes, as far as they
   survive, are in ``_quarantine/`` (the marker, a small JSON document, names the file). Together the
   fragments and lost ranges cover the journal from offset 0 without holes, so offsets are never reused.
 * ``_journal.json`` (labels, metadata, the identity ``uid``), ``_lock`` (the append lock, ``fcntl.flock``),
@@ -33,6 +39,7 @@ holds therefore reads as a torn append.
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import zlib
@@ -49,6 +56,7 @@ __all__ = [
     "Record",
     "Scan",
     "Span",
+    "find_fragment",
     "fragment_name",
     "lost_name",
     "pack_header",
@@ -75,7 +83,7 @@ HEADER = struct.Struct(">8sQd")  # magic, begin offset, creation time (Unix seco
 RECORD = struct.Struct(">II")  # payload length, CRC-32 of the payload
 _UNPACK_RECORD = RECORD.unpack_from
 
-_FRAGMENT = re.compile(r"(\d{20})-(\d{20})\.frag")
+_FRAGMENT = re.compile(r"(\d{20})-(\d{20})(?:-([0-9a-f]{8}))?\.frag")
 _LOST = re.compile(r"_lost-(\d{20})-(\d{20})")
 
 
@@ -93,17 +101,30 @@ Read = Callable[[int, int], bytes]
 """``read(n, pos)``: up to n bytes of the open fragment file from position pos (``os.pread``)."""
 
 
-def fragment_name(begin: int, end: int) -> str:
-    return f"{begin:020d}-{end:020d}.frag"
+def fragment_name(begin: int, end: int, crc: int | None = None) -> str:
+    """The name of the fragment file of bytes [begin, end) whose CRC-32 is `crc` (None: the name of a
+    fragment written before checksums)."""
+    return f"{begin:020d}-{end:020d}.frag" if crc is None else f"{begin:020d}-{end:020d}-{crc:08x}.frag"
 
 
-def parse_fragment_name(name: str) -> tuple[int, int] | None:
-    """(begin, end) of a fragment file name, or None if `name` is not a fragment."""
+def parse_fragment_name(name: str) -> tuple[int, int, int | None] | None:
+    """(begin, end, CRC-32 of the bytes or None when the name has none) of a fragment file name, or None
+    if `name` is not a fragment."""
     m = _FRAGMENT.fullmatch(name)
     if m is None:
         return None
     begin, end = int(m[1]), int(m[2])
-    return (begin, end) if begin < end else None
+    return (begin, end, None if m[3] is None else int(m[3], 16)) if begin < end else None
+
+
+def find_fragment(directory: os.PathLike[str] | str, begin: int, end: int) -> str:
+    """The name of the fragment file of bytes [begin, end) in `directory`, with or without a checksum
+    (FileNotFoundError if there is none)."""
+    for name in os.listdir(directory):
+        r = parse_fragment_name(name)
+        if r is not None and r[:2] == (begin, end):
+            return name
+    raise FileNotFoundError(f"no fragment file of bytes {begin}..{end} in {directory}")
 
 
 def lost_name(begin: int, end: int) -> str:

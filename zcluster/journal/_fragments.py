@@ -11,8 +11,15 @@ the open fragment, stopping with an OffsetOutOfRangeError at a lost range.
 
 Damage, and what becomes of it (offsets once handed out are never reused for other bytes):
 
-* A fragment file shorter than its name says (:meth:`JournalDir.check_fragments`, run by recovery): moved
-  whole to ``_quarantine/``; a lost-range marker takes its place.
+* A fragment file shorter than its name says, or whose bytes fail the checksum in its name
+  (:meth:`JournalDir.check_fragments`, run by recovery; the checksum also by every reader, before it
+  returns any byte of the fragment, once per process and file version): moved whole to ``_quarantine/``;
+  a lost-range marker takes its place.
+* A fragment file missing (removed): the bytes no file holds, between the sealed pieces or between them
+  and the open fragment's begin, are a lost range (:meth:`JournalDir.gaps`) as soon as they are missing;
+  recovery writes its marker. What cannot be seen: the *last* sealed fragment removed while no open
+  fragment follows it (nothing on disk remembers the end then; a consumer checkpoint past the new end
+  shows it), and an open fragment removed with no writer of this process alive.
 * An open fragment holding damaged records (found when a writer scans it, or when it rolls): *sealed*
   at once: each run of valid records becomes a fragment file, each damaged range a lost-range marker (its
   bytes copied to ``_quarantine/``), and the open fragment is removed; appends go on in a new one. The
@@ -31,11 +38,14 @@ It knows nothing of other journals, metadata, positions or when to roll: that is
 from __future__ import annotations
 
 import bisect
+import contextlib
+import fcntl
 import functools
 import json
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -55,18 +65,17 @@ from zcluster.journal._filefmt import (
     lost_name,
     pack_header,
     pack_record,
-    parse_fragment_name,
-    parse_lost_name,
     plan_damage,
     scan_at,
     unpack_header,
 )
-from zcluster.message.errors import JournalError, OffsetOutOfRangeError
+from zcluster.journal._pieces import MISSING, LostRange, Piece, SealedPieces
+from zcluster.message.errors import JournalError
 
 _MARK_SPACING = 1 << 16  # file bytes between remembered record boundaries: at most ~1000 per 64 MiB open fragment
 _EVERYWHERE = 1 << 62  # a journal offset past every record boundary
 
-__all__ = ["JournalDir", "LostRange", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
+__all__ = ["JournalDir", "LostRange", "Piece", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
 
 
 class RecoveryReport(NamedTuple):
@@ -81,18 +90,6 @@ class RecoveryReport(NamedTuple):
     quarantined: Path | None
     removed: tuple[str, ...]
     lost: tuple[tuple[int, int], ...] = ()
-
-
-class LostRange(NamedTuple):
-    """A lost range of a journal: bytes [begin, end) that were appended but can no longer be read; why
-    (``reason``), where what survives of them was moved (``quarantined``, relative to the journal's
-    directory) and when it was found (``found_at``, a Unix time; None if unknown)."""
-
-    begin: int
-    end: int
-    reason: str
-    quarantined: str | None = None
-    found_at: float | None = None
 
 
 class ScanCursor:
@@ -121,7 +118,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class JournalDir:
+class JournalDir(SealedPieces):
     """One journal directory and its in-process state. Writer fields are valid only while holding `lock`
     and the flock of `lock_fd`; `report` receives every non-trivial recovery."""
 
@@ -149,6 +146,18 @@ class JournalDir:
         self._marks_key: tuple[int, int, float] | None = None
         self._mark_j: list[int] = []
         self._mark_f: list[int] = []
+        # Fragment files whose checksum held: name -> (inode, size, mtime) of the version checked.
+        self._verified: dict[str, tuple[int, int, int]] = {}
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the writer locks: `lock` (this process's threads) and the flock (other processes)."""
+        with self.lock:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         if self.open_fd is not None:
@@ -157,56 +166,6 @@ class JournalDir:
         os.close(self.lock_fd)
 
     # -- fragments and lost ranges -------------------------------------------------------------------
-
-    def fragments(self) -> list[tuple[int, int]]:
-        """The [begin, end) ranges of the complete fragment files, in offset order."""
-        return [(b, e) for b, e, lost in self.pieces() if not lost]
-
-    def pieces(self) -> list[tuple[int, int, bool]]:
-        """(begin, end, lost) of the fragment files and the lost ranges, in offset order."""
-        out = []
-        for n in os.listdir(self.dir):
-            r = parse_fragment_name(n)
-            if r is not None:
-                out.append((r[0], r[1], False))
-            elif (r := parse_lost_name(n)) is not None:
-                out.append((r[0], r[1], True))
-        out.sort()
-        return out
-
-    def pieces_end(self) -> int:
-        """The end of the sealed part of the journal (fragment files and lost ranges)."""
-        return max((e for _, e, _ in self.pieces()), default=0)
-
-    def lost_ranges(self) -> list[LostRange]:
-        """The journal's lost ranges, in offset order, with what their markers recorded."""
-        return [self._lost_range(b, e) for b, e, lost in self.pieces() if lost]
-
-    def _lost_range(self, b: int, e: int) -> LostRange:
-        try:
-            doc = json.loads((self.dir / lost_name(b, e)).read_text())
-        except (OSError, ValueError):
-            doc = {}
-        at = doc.get("time")
-        return LostRange(b, e, str(doc.get("reason", "damaged")), doc.get("quarantined"), at)
-
-    def lost_error(self, pos: int) -> OffsetOutOfRangeError | None:
-        """The error a reader gets at `pos` if a lost range holds it, else None (its attributes name the
-        range and the offset to read on from)."""
-        for b, e, lost in self.pieces():
-            if lost and b <= pos < e:
-                r = self._lost_range(b, e)
-                where = f"; what survives of them is in {r.quarantined}" if r.quarantined else ""
-                return OffsetOutOfRangeError(
-                    f"journal {self.name!r}: bytes {b}..{e} were lost ({r.reason}{where}); "
-                    f"reading can go on at offset {e}",
-                    journal=self.name,
-                    lost_begin=b,
-                    lost_end=e,
-                    resume_offset=e,
-                    reason=r.reason,
-                )
-        return None
 
     # -- writer (under `lock` and the flock) -----------------------------------------------------------
 
@@ -219,23 +178,45 @@ class JournalDir:
             self._report(RecoveryReport(self.name, 0, None, tuple(removed)))
 
     def check_fragments(self) -> None:
-        """Move every fragment file shorter than its name says to ``_quarantine/``, leaving a lost range in
-        its place (reported). The marker is written first: a crash in between leaves both, and this redoes it."""
-        for b, e in self.fragments():
-            path = self.dir / fragment_name(b, e)
+        """Move every fragment file shorter than its name says, or failing its checksum, to ``_quarantine/``,
+        leaving a lost range in its place (reported). The marker is written first: a crash in between
+        leaves both, and this redoes it."""
+        for p in self.pieces():
+            if p.lost:
+                continue
+            path = self.dir / p.name
             try:
                 size = os.stat(path).st_size
+                if size < p.end - p.begin:
+                    why, what = f"fragment file {p.name} held {size} of {p.end - p.begin} bytes", "short"
+                elif not self.intact(p):
+                    why, what = f"fragment file {p.name}: its bytes fail the checksum in its name", "damaged"
+                else:
+                    continue
             except FileNotFoundError:
                 continue
-            if size >= e - b:
-                continue
-            qpath = self._quarantine_dir() / f"{fragment_name(b, e)}-{time.time_ns()}.short"
-            tmp, final = self._write_marker(b, e, qpath, f"fragment file {path.name} held {size} of {e - b} bytes")
+            qpath = self._quarantine_dir() / f"{p.name}-{time.time_ns()}.{what}"
+            tmp, final = self._write_marker(p.begin, p.end, qpath, why)
             os.rename(tmp, final)
             os.rename(path, qpath)
             if self._fsync:
                 fsync_dir(self.dir)
-            self._report(RecoveryReport(self.name, 0, qpath, (), ((b, e),)))
+            self._report(RecoveryReport(self.name, 0, qpath, (), ((p.begin, p.end),)))
+
+    def mark_gaps(self) -> None:
+        """Write the marker of every gap (:meth:`gaps`: fragment files missing), reported. Run after
+        :meth:`sync`, which finishes an interrupted seal (whose pieces are not a gap)."""
+        for b, e in self.gaps():
+            tmp, final = self._write_marker(b, e, None, MISSING)
+            os.rename(tmp, final)
+            if self._fsync:
+                fsync_dir(self.dir)
+            self._report(RecoveryReport(self.name, 0, None, (), ((b, e),)))
+
+    def check_now(self) -> None:
+        """:meth:`check_fragments` under the writer locks (a reader that found a fragment failing its checksum)."""
+        with self.locked():
+            self.check_fragments()
 
     def drop_open(self) -> None:
         if self.open_fd is not None:
@@ -264,8 +245,8 @@ class JournalDir:
             strict = unpack_header(head)
             hdr = strict or unpack_header(head, lenient=True)
             pieces = self.pieces()
-            sealed_end = max((e for _, e, _ in pieces), default=0)
-            if strict is not None and any(b == strict.begin for b, _, _ in pieces):
+            sealed_end = max((p.end for p in pieces), default=0)
+            if strict is not None and any(p.begin == strict.begin for p in pieces):
                 # Rolled or sealed already: the process died before removing it. Set aside, not deleted:
                 # a damaged begin offset could look like this too.
                 os.close(fd)
@@ -283,19 +264,15 @@ class JournalDir:
             if strict is None:
                 seal = True  # a damaged header whose begin offset still fits: its records are sealed
             elif hdr.begin < sealed_end:
-                if any(b < hdr.begin < e for b, e, _ in pieces):
+                if any(p.begin < hdr.begin < p.end for p in pieces):
                     os.close(fd)
                     raise JournalError(
                         f"journal {self.name!r} in {self.dir}: open fragment begins at {hdr.begin}, "
                         f"inside fragments ending at {sealed_end}"
                     )
                 seal, known = True, max(known, sealed_end)  # a seal that was interrupted: done again
-            elif hdr.begin > sealed_end:
-                os.close(fd)
-                raise JournalError(
-                    f"journal {self.name!r} in {self.dir}: gap between fragments ending at {sealed_end} "
-                    f"and open fragment at {hdr.begin}"
-                )
+            elif hdr.begin > sealed_end:  # the fragment files before it were removed
+                self._mark_lost(sealed_end, hdr.begin, None, MISSING)
             self.open_fd, self.open_ino = fd, s.st_ino
             self.open_begin, self.open_created = hdr.begin, hdr.created
             self.open_size, self.end = HEADER.size, hdr.begin
@@ -464,7 +441,7 @@ class JournalDir:
             if sp.kind == GOOD:
                 if sp.jend == sp.jbegin:
                     continue
-                tmp, fpos, jpos = self._write_fragment(sp)
+                tmp, fpos, jpos, crc = self._write_fragment(sp)
                 if fpos < sp.fend:  # a record rotted since it was read: seal around it too
                     os.unlink(tmp)
                     head = [Span(GOOD, sp.fbegin, fpos, sp.jbegin, jpos)] if fpos > sp.fbegin else []
@@ -474,7 +451,7 @@ class JournalDir:
                 if jpos != sp.jend:
                     os.unlink(tmp)
                     raise JournalError(f"journal {self.name!r}: sealing {OPEN_NAME} found {jpos} bytes, not {sp.jend}")
-                renames.append((tmp, self.dir / fragment_name(sp.jbegin, sp.jend)))
+                renames.append((tmp, self.dir / fragment_name(sp.jbegin, sp.jend, crc)))
                 continue
             qpath = self._quarantine_copy(sp.fbegin, sp.fend, "damaged" if sp.kind == LOST else "torn")
             if sp.kind == LOST and sp.jend > sp.jbegin:
@@ -500,12 +477,13 @@ class JournalDir:
         for report in reports:
             self._report(report)
 
-    def _write_fragment(self, sp: Span) -> tuple[Path, int, int]:
-        """Copy the payloads of the valid records of span `sp` into a temporary file; return it and the file
-        position and journal offset reached (short of the span's end if a record there is not valid)."""
+    def _write_fragment(self, sp: Span) -> tuple[Path, int, int, int]:
+        """Copy the payloads of the valid records of span `sp` into a temporary file; return it, the file
+        position and journal offset reached (short of the span's end if a record there is not valid) and
+        the CRC-32 of the bytes written."""
         tmp = self.dir / f"{TMP_PREFIX}{fragment_name(sp.jbegin, sp.jend)}"
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        pos, wpos = sp.fbegin, 0
+        pos, wpos, crc = sp.fbegin, 0, 0
         try:
             while pos < sp.fend:
                 n = min(max(self._chunk_size, RECORD.size), sp.fend - pos)
@@ -513,13 +491,14 @@ class JournalDir:
                 if not scan.records or scan.payload is None:
                     break
                 write_all(out, scan.payload, wpos)  # one write per read, not one per record
+                crc = zlib.crc32(scan.payload, crc)
                 wpos += len(scan.payload)
                 pos += scan.used
             if self._fsync:
                 os.fsync(out)
         finally:
             os.close(out)
-        return tmp, pos, sp.jbegin + wpos
+        return tmp, pos, sp.jbegin + wpos, crc
 
     # -- reader (no lock: readers see whole records only) -----------------------------------------------
 
@@ -621,18 +600,23 @@ class JournalDir:
         """Yield every whole chunk readable now from `pos` on, following roll-overs."""
         relisted = False
         while True:
-            covering = next(((b, e, lost) for b, e, lost in self.pieces() if b <= pos < e), None)
+            covering = next((p for p in self.pieces() if p.begin <= pos < p.end), None)
             if covering is not None:
-                b, e, lost = covering
-                if lost:
-                    raise self.lost_error(pos) or OffsetOutOfRangeError(f"journal {self.name!r}: {b}..{e} lost")
-                with open(self.dir / fragment_name(b, e), "rb", buffering=0) as f:
+                b, e = covering.begin, covering.end
+                if covering.lost:
+                    raise self._lost_error(self._lost_range(b, e))
+                if not self.intact(covering):  # no byte of it is returned: it becomes a lost range
+                    self.check_now()
+                    raise self.lost_error(pos) or JournalError(
+                        f"journal {self.name!r}: fragment {covering.name} fails its checksum"
+                    )
+                with open(self.dir / covering.name, "rb", buffering=0) as f:
                     f.seek(pos - b)
                     while pos < e:
                         chunk = f.read(min(self._chunk_size, e - pos))
                         if not chunk:
                             raise JournalError(
-                                f"journal {self.name!r}: fragment {fragment_name(b, e)} holds fewer bytes than "
+                                f"journal {self.name!r}: fragment {covering.name} holds fewer bytes than "
                                 "its name says (damaged); FileJournals.recover() moves it aside"
                             )
                         yield pos, chunk
@@ -643,6 +627,8 @@ class JournalDir:
                 fd = os.open(self.dir / OPEN_NAME, os.O_RDONLY)
             except FileNotFoundError:
                 if relisted:
+                    if (lost := self.lost_error(pos)) is not None:  # fragment files missing: a gap
+                        raise lost from None
                     return
                 relisted = True  # it may have been rolled between listing and opening: list again
                 continue
@@ -650,7 +636,9 @@ class JournalDir:
                 hdr = unpack_header(os.pread(fd, HEADER.size, 0))
                 if hdr is None or hdr.begin > pos:
                     if relisted:
-                        raise JournalError(f"journal {self.name!r}: no fragment holds offset {pos}")
+                        raise self.lost_error(pos, gaps=True) or JournalError(
+                            f"journal {self.name!r}: no fragment holds offset {pos}"
+                        )
                     relisted = True
                     continue
                 chunk = self._chunk_size

@@ -5,6 +5,9 @@ complete fragments ``<begin>-<end>.frag`` plus one hidden open fragment ``.open`
 module is the store: the journals under a root, their metadata and group positions, the locks, when to
 roll, blocking reads; :mod:`zcluster.journal._fragments` does the work inside one journal's directory.
 
+Why this module is long: the store's whole contract (management, listing, positions, writer, recovery of
+a root journal by journal, blocking reads) is one class; the work inside a directory is elsewhere.
+
 Guarantees:
 
 * Appends are atomic per call (one CRC-checked record; a reader never sees part of it) and serialised
@@ -38,8 +41,6 @@ OSError); fragments written by other tools into the directory.
 from __future__ import annotations
 
 import builtins
-import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -60,7 +61,13 @@ from zcluster.journal.store import (
     validate_journal_name,
     validate_labels,
 )
-from zcluster.message.errors import JournalExistsError, JournalNotFoundError, OffsetOutOfRangeError
+from zcluster.message.errors import (
+    JournalError,
+    JournalExistsError,
+    JournalListError,
+    JournalNotFoundError,
+    OffsetOutOfRangeError,
+)
 from zcluster.message.journals import AppendResult, JournalSpec
 from zcluster.message.labels import LabelSelector, parse_selector
 
@@ -114,9 +121,24 @@ class FileJournals:
         self._cond = threading.Condition()
         self.recovered: builtins.list[RecoveryReport] = []
         """Every non-trivial recovery this instance performed, in order."""
+        self.unrecovered: dict[str, Exception] = {}
+        """The journals (or unreadable directories) the recovery at opening failed for, and why (each logged
+        at ERROR). The other journals were recovered: one journal's damage does not close the root. Using
+        such a journal fails again (its writers recover it first); listing fails while a directory is
+        unreadable (:class:`zcluster.message.JournalListError`)."""
         if recover:
-            for spec in self.list(""):
-                self.recover(spec.name)
+            try:
+                specs = self.list("")
+            except JournalListError as exc:
+                log.error("%s; the other journals are recovered", exc)
+                self.unrecovered.update(exc.unreadable)
+                specs = exc.listed
+            for spec in specs:
+                try:
+                    self.recover(spec.name)
+                except (JournalError, OSError) as exc:
+                    log.error("journal %r under %s not recovered (the others are): %s", spec.name, self.root, exc)
+                    self.unrecovered[spec.name] = exc
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -195,16 +217,26 @@ class FileJournals:
 
     def update_metadata(self, journal: str, metadata: Mapping[str, str]) -> None:
         st = self._state(journal)
-        with st.lock, self._flocked(st):
+        with st.locked():
             doc = self._read_meta(st.dir)
             doc["metadata"].update(metadata)
             self._write_json(st.dir / META_NAME, doc)
 
     def list(self, selector: LabelSelector | str) -> builtins.list[JournalSpec]:
-        """Journals under the root whose labels match `selector`, sorted by name."""
+        """Journals under the root whose labels match `selector`, sorted by name.
+
+        A directory under the root that cannot be read (e.g. no permission) may hold journals, so nothing
+        is dropped silently: :class:`zcluster.message.JournalListError` names each one (its path under the
+        root: the journal's name when it is a journal) and carries the journals that could be listed."""
         sel = parse_selector(selector) if isinstance(selector, str) else selector
         out: builtins.list[JournalSpec] = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        unreadable: dict[str, OSError] = {}
+
+        def failed(exc: OSError, where: str | None = None) -> None:
+            path = Path(where or exc.filename or self.root)
+            unreadable[path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else str(path)] = exc
+
+        for dirpath, dirnames, filenames in os.walk(self.root, onerror=failed):
             dirnames[:] = [n for n in dirnames if not n.startswith((".", "_"))]
             if META_NAME in filenames:
                 dirnames.clear()
@@ -212,9 +244,21 @@ class FileJournals:
                     doc = self._read_meta(Path(dirpath))
                 except FileNotFoundError:
                     continue  # destroyed while listing
+                except OSError as exc:
+                    failed(exc, dirpath)
+                    continue
                 if sel.matches(doc["labels"]):
                     out.append(JournalSpec(doc["name"], doc["labels"]))
-        return sorted(out, key=lambda s: s.name)
+        out.sort(key=lambda s: s.name)
+        if unreadable:
+            what = "; ".join(f"{where} ({exc.strerror or exc})" for where, exc in sorted(unreadable.items()))
+            raise JournalListError(
+                f"journals under {self.root}: cannot read {what}; the journals there are not listed "
+                f"({len(out)} other journal(s) are)",
+                unreadable,
+                out,
+            )
+        return out
 
     @staticmethod
     def _read_meta(d: Path) -> dict[str, Any]:
@@ -275,14 +319,6 @@ class FileJournals:
                     )
         return st
 
-    @contextlib.contextmanager
-    def _flocked(self, st: JournalDir) -> Iterator[None]:
-        fcntl.flock(st.lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(st.lock_fd, fcntl.LOCK_UN)
-
     def append(self, journal: str, data: bytes) -> AppendResult:
         """Append `data` atomically (see the module docstring); return its [begin, end) byte range."""
         return self.append_many(journal, (data,))[0]
@@ -291,7 +327,7 @@ class FileJournals:
         """Append `items` contiguously as one atomic record: readers see all of them or none."""
         payload = b"".join(items)
         st = self._state(journal)
-        with st.lock, self._flocked(st):
+        with st.locked():
             st.sync()
             begin = st.end
             if payload:
@@ -308,7 +344,7 @@ class FileJournals:
     def roll(self, journal: str) -> bool:
         """Roll the open fragment of `journal` into a fragment file now; False if it held no data."""
         st = self._state(journal)
-        with st.lock, self._flocked(st):
+        with st.locked():
             st.sync()
             if st.open_fd is None or st.end == st.open_begin:
                 return False
@@ -322,7 +358,7 @@ class FileJournals:
         rolled = []
         for spec in self.list(""):
             st = self._state(spec.name)
-            with st.lock, self._flocked(st):
+            with st.locked():
                 st.sync()
                 if st.open_fd is not None and st.end > st.open_begin and self._aged(st):
                     st.roll()
@@ -333,10 +369,11 @@ class FileJournals:
         """Bring `journal` to a clean state (see the module docstring); return what was done, or None."""
         st = self._state(journal)
         before = len(self.recovered)
-        with st.lock, self._flocked(st):
+        with st.locked():
             st.remove_temporaries()
             st.check_fragments()
             st.sync()
+            st.mark_gaps()
         return self.recovered[-1] if len(self.recovered) > before else None
 
     def lost_ranges(self, journal: str) -> builtins.list[LostRange]:

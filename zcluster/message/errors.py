@@ -8,6 +8,8 @@ raise them without importing another. Each is also importable from the module th
 
 from __future__ import annotations
 
+from typing import Any
+
 from zcluster.errors import ZClusterError
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "FramingError",
     "JournalError",
     "JournalExistsError",
+    "JournalListError",
     "JournalNotFoundError",
     "MessageError",
     "OffsetOutOfRangeError",
@@ -91,6 +94,18 @@ class JournalNotFoundError(JournalError, LookupError):
 
 class JournalExistsError(JournalError, ValueError):
     """A journal of that name already exists (or its name collides with an existing journal's path)."""
+
+
+class JournalListError(JournalError):
+    """Listing journals met directories it could not read (e.g. no permission): ``unreadable`` maps each
+    one's path under the store's root (a journal's name, when the directory is a journal) to the OSError;
+    ``listed`` holds the journals that could be listed and match (a caller may go on with those, but must
+    not take them for every journal)."""
+
+    def __init__(self, message: str, unreadable: dict[str, OSError], listed: list[Any]) -> None:
+        super().__init__(message)
+        self.unreadable = unreadable
+        self.listed = listed
 
 
 class OffsetOutOfRangeError(JournalError, ValueError):

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from zcluster.errors import PollError
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
+from zcluster.message.errors import JournalListError
 from zcluster.state.applier import Applier, Mapper
 from zcluster.state.batch import BatchStats
 from zcluster.types import Store
@@ -93,11 +94,19 @@ class Consumer:
         :class:`zcluster.state.JournalMismatchError`, :class:`zcluster.ShardError`, a lost range's
         :class:`zcluster.message.OffsetOutOfRangeError`, ...) keeps its previous checkpoint and the next poll
         continues from there; the other journals are applied all the same, then :class:`PollError` is
-        raised naming every failed journal. Listing the journals failing raises at once."""
+        raised naming every failed journal. A journal directory the store cannot list
+        (:class:`zcluster.message.JournalListError`, e.g. no permission) is a failed journal too, named by
+        its path under the store's root; any other listing failure raises at once."""
         started = time.perf_counter()
         stats = BatchStats()
         failures: list[JournalFailure] = []
-        for spec in self.store.list(self.selector):
+        try:
+            specs = self.store.list(self.selector)
+        except JournalListError as exc:
+            specs = exc.listed
+            for where, error in exc.unreadable.items():
+                failures.append(JournalFailure(where, self._offset(where, error), error))
+        for spec in specs:
             try:
                 end = self.store.end(spec.name)
                 self.applier.apply_range(self.store, spec.name, spec.labels["content-type"], 0, end, stats)
