@@ -29,6 +29,8 @@ LAYERS = [
         "zcluster._topology",
         "zcluster._encode",
         "zcluster._retry",
+        "zcluster._pipelines",
+        "zcluster._durability",
     ],
     ["zcluster._transport", "zcluster._follow", "zcluster._writes", "zcluster._reads", "zcluster._aggregate_keys"],
     ["zcluster._inspect", "zcluster._aggregates"],

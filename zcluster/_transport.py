@@ -5,30 +5,24 @@ Nothing here knows about sorted sets: the cluster hands over lists of commands p
 (or per-command errors) back. Resending is always safe because every command the cluster sends is either
 a read or an idempotent write.
 
-Durability (:class:`zcluster.Durability`): every pipeline that carries writes ends with ``WAIT`` and/or
-``WAITAOF`` on its own connection (they cover only the writes of the connection that sends them; a
-pooled connection picked separately would wait for nothing). Whether a server has WAITAOF is read from
-its reply ("unknown command" before Redis 7.2), every time: the command travels in the same round trip
-as the writes, so this costs nothing, and a server upgraded in place is never misjudged from a cache.
-A confirmation that falls short is asked for again on the same connection (holding it), until
-``Durability.deadline``: after a failover the promoted replica has no replica of its own until the old
-master rejoins as one, and a durable write waits for that instead of failing after one ``timeout``. Only
-the waits are sent again, never the writes, so nothing is applied twice (increments included).
+Pipelines themselves are :mod:`zcluster._pipelines`; the durability waits that end a write's pipeline,
+:mod:`zcluster._durability`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import redis
 from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
 
+from zcluster._durability import Waits
 from zcluster._follow import demoted, follow, node_down, redirected
+from zcluster._pipelines import Command, SharedCommands
 from zcluster._scripts import Script
 from zcluster._topology import Shard, Topology
 from zcluster.errors import DurabilityError, ShardError
@@ -41,14 +35,6 @@ R = TypeVar("R")
 
 SHARD_ERRORS = (redis.RedisError, OSError, ShardError, DurabilityError)
 """Errors that mean "this shard could not do it"; anything else is a bug and propagates."""
-
-Command = tuple[Any, ...]
-
-_pack_command: Callable[[Command], bytes] | None
-try:  # a dependency of redis[hiredis]; without it, redis-py's packer
-    from hiredis import pack_command as _pack_command
-except ImportError:  # pragma: no cover
-    _pack_command = None
 
 
 class Transport:
@@ -123,10 +109,10 @@ class Transport:
         short; then raises :class:`DurabilityError` naming the server, after every command was sent and
         answered. With ``durability``, replies are raw (no redis-py response callbacks): it is for writes.
         """
-        waits = _Waits(durability)  # one per call: its deadline spans the call's resends to other nodes
+        waits = Waits(durability)  # one per call: its deadline spans the call's resends to other nodes
         return follow(self.topology, shard, commands, lambda node, todo: self._once(node, todo, streamed, waits))
 
-    def _once(self, shard: Shard, commands: list[Command], streamed: bool, waits: _Waits) -> list[Any]:
+    def _once(self, shard: Shard, commands: list[Command], streamed: bool, waits: Waits) -> list[Any]:
         waits.begin()
         step = self.pipeline_calls
         chunks: list[list[Command]]
@@ -163,209 +149,6 @@ class Transport:
             if node_down(exc):
                 self.topology.unreachable(shard, seen)
             raise
-
-
-class _Waits:
-    """The durability waits of one shard call: appended to each of its pipelines, judged per reply.
-
-    With ``local_aof``: ``WAITAOF 1 0 <ms>`` (the master's own fsync); with ``replicas``: ``WAIT <n> <ms>``
-    (replicas that received the writes). ``WAITAOF <n>`` is not used for replicas: it counts only replicas
-    that fsynced to an AOF of their own, so replicas with ``appendonly no`` would never count (tested:
-    Valkey answers ``[1, 0]`` where WAIT says 1), and the same Durability would mean something else
-    before Redis 7.2. A shortfall the server did not refuse is asked again on the same connection until
-    the deadline (counted from the call's first waits, across its resends); the last shortfall is kept
-    and raised by :meth:`check` once the call is done, so every reply of the call is read first and each
-    connection goes back to its pool clean.
-    """
-
-    def __init__(self, durability: Durability | None) -> None:
-        self.durability = durability
-        self.commands: list[Command] = []
-        if durability is not None:
-            ms = durability.timeout_ms
-            if durability.local_aof:
-                self.commands.append(("WAITAOF", 1, 0, ms))
-            if durability.replicas:
-                self.commands.append(("WAIT", durability.replicas, ms))
-        self.until: float | None = None  # when asking again stops (set when the call first sends its waits)
-        self.shortfall: DurabilityError | None = None
-        self.on_replica = False  # a WAIT refused because the node is a replica (a failed-over master)
-        self.asked_again = False  # logged once per call
-
-    def begin(self) -> None:
-        """Forget what an earlier attempt of the call (on a node since replaced) judged; keep the deadline."""
-        self.shortfall = None
-        self.on_replica = False
-
-    def pipeline(self, node: Shard, commands: list[Command]) -> list[Any]:
-        """:func:`pipeline` of ``commands`` (with waits: one raw round trip, the connection held while the
-        waits are asked again); the commands' replies."""
-        if not self.commands:
-            return pipeline(node.client, commands)
-        return self.streamed(node, [commands])
-
-    def streamed(self, node: Shard, chunks: list[list[Command]]) -> list[Any]:
-        """:func:`_streamed` with the waits sent after the last chunk on the same connection."""
-        if not self.commands or not chunks:
-            return _streamed(node.client, chunks)
-        asked = self.durability
-        assert asked is not None
-        if self.until is None:
-            self.until = time.monotonic() + asked.waits_for
-        n = len(self.commands)
-
-        def settle(conn: Any, replies: list[Any]) -> None:
-            if self.shortfall is not None:  # an earlier pipeline of the call fell short for good
-                return
-            self._judge(node.name, replies[-n:])
-            while self._again():
-                self._judge(node.name, self._ask(conn))
-
-        replies = _streamed(node.client, [*chunks[:-1], [*chunks[-1], *self.commands]], settle)
-        return replies[:-n]
-
-    def _again(self) -> bool:
-        """Whether to ask again: a shortfall the server did not refuse (a refusal stays one), time left."""
-        short = self.shortfall
-        if short is None or short.reason or self.until is None:
-            return False
-        left = self.until - time.monotonic()
-        if left <= 0:
-            return False
-        if not self.asked_again:
-            self.asked_again = True
-            log.warning(
-                "%s: %s; asking again for up to %.1f s (Durability.deadline)", short.shard, short.shortfall, left
-            )
-        self.shortfall = None
-        return True
-
-    def _ask(self, conn: Any) -> list[Any]:
-        """The waits again on ``conn`` (they cover its writes), none blocking past the deadline."""
-        assert self.until is not None and self.durability is not None
-        ms = max(1, min(self.durability.timeout_ms, round((self.until - time.monotonic()) * 1000)))
-        commands = [(*c[:-1], ms) for c in self.commands]
-        conn.send_packed_command(conn.pack_commands(commands))
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(conn.read_response())
-            except redis.ResponseError as exc:
-                replies.append(exc)
-        return replies
-
-    def _judge(self, name: str, replies: list[Any]) -> None:
-        asked = self.durability
-        if asked is None or self.shortfall is not None:
-            return
-        local: bool | None = None
-        replicas: int | None = None
-        reasons: list[str] = []
-        for command, reply in zip(self.commands, replies, strict=True):
-            if isinstance(reply, BaseException):
-                text = str(reply).strip()
-                self.on_replica |= "replica" in text.lower()
-                if command[0] == "WAITAOF" and "unknown command" in text.lower():
-                    reasons.append("the server has no WAITAOF (Redis < 7.2): its AOF fsync cannot be confirmed")
-                else:
-                    reasons.append(f"{command[0]} refused: {text}")
-                if command[0] == "WAITAOF":
-                    local = False
-            elif command[0] == "WAITAOF":
-                local = int(reply[0]) >= 1
-            else:
-                replicas = int(reply)
-        if (asked.local_aof and not local) or (replicas or 0) < asked.replicas or reasons:
-            self.shortfall = DurabilityError(name, asked, replicas, local, "; ".join(reasons))
-
-    def check(self) -> None:
-        """Raise the shortfall seen, if any."""
-        if self.shortfall is not None:
-            raise self.shortfall
-
-
-class _Chunk(list[Command]):
-    """One pipeline's commands and, once packed, their RESP bytes."""
-
-    packed: Any = None
-
-
-class SharedCommands(list[Command]):
-    """Commands that several servers receive alike (a farm's replicas of the same shape): split into
-    pipeline chunks and packed into RESP once, by whichever sender gets there first."""
-
-    def __init__(self, commands: Iterable[Command] = ()) -> None:
-        super().__init__(commands)
-        self._chunks: dict[int, list[_Chunk]] = {}
-
-    def chunks(self, step: int) -> list[_Chunk]:
-        got = self._chunks.get(step)
-        if got is None:
-            got = self._chunks[step] = [_Chunk(self[lo : lo + step]) for lo in range(0, len(self), step)]
-        return got
-
-
-def pipeline(client: redis.Redis, commands: Sequence[Command]) -> list[Any]:
-    """One non-transactional pipeline round trip; error replies are values."""
-    pipe = client.pipeline(transaction=False)
-    for command in commands:
-        pipe.execute_command(*command)
-    return list(pipe.execute(raise_on_error=False))
-
-
-def _hiredis_packed(commands: list[Command]) -> list[bytes]:
-    """The RESP bytes of ``commands`` (whose arguments are str, bytes, int or float, as every command
-    built here), one hiredis call each: redis-py's own packer first walks every argument in Python,
-    which took about a fifth of the client's profiled time for calls of many small arguments."""
-    assert _pack_command is not None
-    return [b"".join([_pack_command(command) for command in commands])]
-
-
-def _streamed(
-    client: redis.Redis, chunks: list[list[Command]], then: Callable[[Any, list[Any]], None] | None = None
-) -> list[Any]:
-    """Send chunk k+1 before reading chunk k's replies, so the client packs while the server works;
-    ``then(connection, replies)`` runs before the connection goes back to the pool.
-
-    Replies are raw (no redis-py response callbacks) and in order; error replies are values. A lost
-    connection resends every chunk on a fresh one only under a retry policy given in the connection
-    options (redis-py's default has none): otherwise the shard's calls are reported unconfirmed and the
-    caller decides (the applier resends them; writes are idempotent).
-    """
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    packer = conn.pack_commands if _pack_command is None else _hiredis_packed
-
-    def pack(chunk: list[Command]) -> Any:
-        if type(chunk) is not _Chunk:
-            return packer(chunk)
-        if chunk.packed is None:  # two senders may both pack it: the bytes are the same
-            chunk.packed = packer(chunk)
-        return chunk.packed
-
-    def once() -> list[Any]:
-        replies: list[Any] = []
-        conn.send_packed_command(pack(chunks[0]))
-        for i, chunk in enumerate(chunks):
-            if i + 1 < len(chunks):
-                conn.send_packed_command(pack(chunks[i + 1]))
-            for _ in chunk:
-                try:
-                    replies.append(conn.read_response())
-                except redis.ResponseError as exc:
-                    replies.append(exc)
-        return replies
-
-    try:
-        replies = list(conn.retry.call_with_retry(once, lambda _error: conn.disconnect()))
-        if then is not None:
-            then(conn, replies)
-        return replies
-    except BaseException:
-        conn.disconnect()  # replies may be left unread on it: never hand it back in that state
-        raise
-    finally:
-        pool.release(conn)
 
 
 def _by_shard(encoded: list[tuple[int, bytes]]) -> dict[int, list[int]]:

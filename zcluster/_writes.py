@@ -17,9 +17,10 @@ from typing import Any, NamedTuple, Protocol
 from redis.exceptions import NoScriptError, ResponseError
 
 from zcluster._encode import DELETE, INSERT, Encoder
+from zcluster._pipelines import SharedCommands
 from zcluster._scripts import Script
 from zcluster._topology import Shard, StandaloneTopology
-from zcluster._transport import SharedCommands, Transport
+from zcluster._transport import Transport
 from zcluster.errors import InvalidTupleError, ShardError, WriteRefusedError
 from zcluster.types import Delete, Durability, Insert, ShardFailure, WriteResult
 
