@@ -83,7 +83,9 @@ def triples(items: Sequence[tuple[Position, Any]]) -> list[tuple[int, int, int]]
             out.append(triple)
             continue
         # A position is an int or a tuple (or list) of them, nothing else that iterates (bytes, sets, dicts).
-        parts = (position,) if isinstance(position, int) else tuple(position) if isinstance(position, tuple | list) else ()
+        parts = (
+            (position,) if isinstance(position, int) else tuple(position) if isinstance(position, tuple | list) else ()
+        )
         if not 1 <= len(parts) <= 3 or not all(
             isinstance(p, int) and not isinstance(p, bool) and 0 <= p < MAX_POSITION for p in parts
         ):

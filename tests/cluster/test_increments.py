@@ -209,7 +209,7 @@ def test_forget_refuses_aggregate_keys_unchanged_and_forgets_the_others(any_clus
     c = any_cluster.view(any_cluster.prefix, floors=True)
     c.insert([("set", 50.0, "old"), ("set", 500.0, "new")])
     lb = [(1, Incr("points", "low", 50)), (2, Incr("points", "high", 500))]
-    c.increment("j", lb + [(3, Count("hits", "f", 7))])
+    c.increment("j", [*lb, (3, Count("hits", "f", 7))])
     with pytest.raises(WriteRefusedError, match=r"'points' is a sums \(Incr\) aggregate key") as info:
         c.forget(["set", "points", "hits"], 100)
     assert info.value.index == 1 and sorted(info.value.refused) == [1, 2]
@@ -294,7 +294,7 @@ def test_positions_and_pairs_of_any_other_type_are_invalid_tuples_naming_the_ite
             c.increment("j", [ok, (position, Incr("p", "a", 1))])  # type: ignore[list-item]
         assert info.value.index == 1, position
     for item in (Incr("p", "a", 1), Count("p", "a", 1), (2, Incr("p", "a", 1), 3), (2,), None, "ab", 7):
-        with pytest.raises(InvalidTupleError, match="position|pair") as info:
+        with pytest.raises(InvalidTupleError, match=r"position|pair") as info:
             c.increment("j", [ok, item])  # type: ignore[list-item]
         assert info.value.index == 1, item
     assert c.select(["p"]) == {"p": []}
