@@ -360,9 +360,12 @@ class Aggregates(Reporting):
 
         ``source`` names the stream the increments come from (a journal, a Kafka topic-partition, any
         sequence the caller owns; up to 1 KB, no ``|``); a position is where an increment sits in it: an
-        offset, an (offset, offset) pair, or a full (c, m, j) triple of non-negative ints below 2**53. Shorter
-        positions get j = the index among the consecutive items with that same position, so keep a
-        position's increments in one call, in a fixed order. Positions must not decrease within a call.
+        offset, an (offset, offset) pair, or a full (c, m, j) triple of non-negative ints below 2**53 (an int,
+        or a tuple or list of ints; nothing else). Shorter positions get j = the index among the consecutive
+        items with that same position, so keep a position's increments in one call, in a fixed order.
+        Positions must strictly increase within a call: a position names one increment of its source, so two
+        items with the same full position (whatever their keys) are an :class:`InvalidTupleError` naming both,
+        never one applied and the other taken for its duplicate.
 
         Guarantees: per (key, source) the server keeps the position of the last increment applied (the
         key's fence) and applies an increment only above it, in the same script call; so sending the same
@@ -370,13 +373,16 @@ class Aggregates(Reporting):
         an increment found at or below the fence. Within a call a key's increments go in order, and once
         one of them is unconfirmed (its shard failed) or refused, none after it is sent: resend the
         unconfirmed ones, in order, before anything later of that source. Increments of different sources
-        never fence each other. ``ttl`` (seconds) is set on a key when this call creates it, not refreshed
-        (per-hour or per-day keys expire on their own; a replay after a key expired counts again).
+        never fence each other. ``ttl`` (seconds, 1 to 10**10) is set on a key when this call creates it, not
+        refreshed (per-hour or per-day keys expire on their own; a replay after a key expired counts again).
 
-        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item or a decreasing position;
-        :class:`WriteRefusedError` for a key of another kind or a total that would overflow (nothing of that
-        increment applied; the error's ``result`` says what the rest did); :class:`PartialWriteError` for a
-        failed shard (resending is safe). With ``raise_on_error=False`` both are in the result's ``failures``.
+        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item or a position not above the one
+        before it; :class:`ConfigError` (nothing sent) for a bad ``source`` or ``ttl``;
+        :class:`WriteRefusedError` for a key of another kind (also at or below the fence: never taken for a
+        duplicate) or a total that would leave int64 (counters) or stop being a finite double (sums; nothing
+        of that increment applied; the error's ``result`` says what the rest did); :class:`PartialWriteError`
+        for a failed shard (resending is safe). With ``raise_on_error=False`` both are in the result's
+        ``failures``.
         """
         started = time.perf_counter()
         items = items if isinstance(items, list | tuple) else list(items)
