@@ -108,6 +108,8 @@ def build(specs: list[tuple[str, Any]], forms: list[str], steps: list[int], tag:
             items.append(((last, 0, 0) if last >= 0 else -1, ok))
         else:  # below the item before (or negative)
             items.append(((last - 1, 5, 5) if last >= 1 else -1, ok))
+        if problem in ("delta", "key"):  # a good position: the next item's must be above it
+            last, c = c, c + 1
     return items, bad
 
 
