@@ -3,18 +3,20 @@
 --
 -- KEYS, per group: K+ (the totals) and K- (the key's fences: a hash, source -> "c:m:j:n", the position of
 -- the last increment applied from that source and n, how many of that source's increments the key holds;
--- a farm compares replicas by both, and n tells a replica that lost increments from one that has them all). A key whose K- is a hash is an aggregate key; a 2P-set key has a
--- sorted set (or nothing) there, and the 2P-set write script reads K- before it writes, so each kind refuses
--- the other's writes (WRONGTYPE) before touching anything.
+-- a farm compares replicas by both, and n tells a replica that lost increments from one that has them all).
+-- A key whose K- is a hash is an aggregate key; a 2P-set key has a sorted set (or nothing) there, and the
+-- 2P-set write script reads K- before it writes, so each kind refuses the other's writes (WRONGTYPE) before
+-- touching anything.
 -- ARGV[1] = "s" (sums: K+ is a sorted set, member -> total, deltas are doubles) or "c" (counters: K+ is a
 -- hash, field -> total, deltas are integers); ARGV[2] = seconds to live set on both keys when this call
 -- creates them ("0": none); then per group: the source, the increment count n, and n quintuples:
 -- position (three non-negative integers c, m, j below 2^53, compared in that order), member, delta.
--- Within a group positions must increase (the client sends a source's increments of a key in order).
+-- Within a group positions must strictly increase (the client sends a source's increments of a key in order,
+-- and a position names one increment of its source).
 --
 -- Returns one character per increment, in ARGV order: "1" applied, "0" at or below the source's fence
 -- (applied before: a resend, a replay, a zombie), "k" the key is of another kind (nothing of its group
--- applied), "o" the total would overflow (counters) or stop being a number (sums): not applied, and
+-- applied; at or below the fence too, where no total's command tells the kind, so TYPE does), "o" the total would overflow (counters) or stop being a finite number (sums): not applied, and
 -- "s" after an "o" of its group: not sent to the server's totals, so that no later increment of a source
 -- is ever applied before an earlier one. The fence always ends at the last increment applied. Any other
 -- error of a total's command (NOREPLICAS, OOM: refused at a script's first write, so before anything was
@@ -22,6 +24,7 @@
 local sums = ARGV[1] == "s"
 local ttl = tonumber(ARGV[2])
 local out = {}
+local HUGE = 2 ^ 970
 
 -- The key's kind ("new", "mine" or "other": not an aggregate of this call's kind, as far as K- tells) and
 -- the source's fence. A 2P-set's K- is a sorted set (HGET answers WRONGTYPE) or absent (then K+ tells);
@@ -50,18 +53,40 @@ while pos <= #ARGV do
   if k == "other" then
     for _ = 1, n do out[#out + 1] = "k" end
   else
-    local moved, failed = false, false
+    local moved, failed, checked = false, false, false
     for i = first, last, 5 do
       if failed then
         out[#out + 1] = "s"
       else
         local c, m, j = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
         if c < fc or (c == fc and (m < fm or (m == fm and j <= fj))) then
+          if not checked and not moved then
+            -- No total command proved the key's kind yet: a sums key's fences look like a counters key's,
+            -- so an increment of the other kind must not pass for a resend (once per group, only here).
+            checked = true
+            local t = redis.call("TYPE", totals)["ok"]
+            if t ~= "none" and t ~= (sums and "zset" or "hash") then
+              for _ = first, last, 5 do out[#out + 1] = "k" end
+              break
+            end
+          end
           out[#out + 1] = "0"
         else
           local r
           if sums then
-            r = redis.pcall("ZINCRBY", totals, ARGV[i + 4], ARGV[i + 3])
+            local d = tonumber(ARGV[i + 4])
+            if d >= HUGE or d <= -HUGE then
+              -- Only a delta this large can carry a finite total past the largest double (a finite total
+              -- plus less than 2^970 rounds to at most DBL_MAX): check it before, as ZINCRBY would keep inf.
+              local before = redis.pcall("ZSCORE", totals, ARGV[i + 3])
+              if type(before) == "table" then
+                r = before -- WRONGTYPE: the other kind of aggregate, handled below
+              else
+                local after = tonumber(before or "0") + d
+                if after == math.huge or after == -math.huge then r = {err = "ERR total would overflow"} end
+              end
+            end
+            r = r or redis.pcall("ZINCRBY", totals, ARGV[i + 4], ARGV[i + 3])
           else
             r = redis.pcall("HINCRBY", totals, ARGV[i + 3], ARGV[i + 4])
           end

@@ -156,6 +156,8 @@ local function bounded(adds, rems, floorkey, floor, pos, count)
           if not (floor and s <= floor) then
             redis.call("ZADD", rems, stext, m)
             grew = true
+          else
+            redis.call("ZCARD", rems) -- no tombstone: K- still refuses the write first (see the header)
           end
           redis.call("ZREM", adds, m)
           if nadds then nadds = nadds - 1 end
@@ -276,7 +278,11 @@ local function single(adds, rems, floor, stext, m)
   if i then
     if s < i then return "0" end
     -- The tombstone first: K- refuses the write before K+ loses m when it is not a 2P-set's (see the header).
-    if not (floor and s <= floor) then redis.call("ZADD", rems, stext, m) end
+    if not (floor and s <= floor) then
+      redis.call("ZADD", rems, stext, m)
+    else
+      redis.call("ZCARD", rems) -- no tombstone: K- still refuses the write first (see the header)
+    end
     redis.call("ZREM", adds, m)
     return "1"
   end

@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from zcluster.cluster import Cluster
 
 
+KIND_NAMES = {
+    "s": "a sums (Incr) aggregate key",
+    "c": "a counters (Count) aggregate key",
+    "a": "an aggregate key (fences whose totals expired)",
+}
+"""How a refusal names an aggregate key's kind (``lua/aggregate.lua``'s and ``lua/forget.lua``'s letters)."""
+
+
 class KeyState(NamedTuple):
     """One aggregate key's state on one cluster (``lua/aggregate.lua``): ``kind`` ("" nothing, "2" a 2P-set,
     "s" sums, "c" counters, "a" fences whose totals expired), its fences as the server's canonical text

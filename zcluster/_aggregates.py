@@ -49,38 +49,47 @@ Position = int | tuple[int, int] | tuple[int, int, int]
 """Where an increment comes from in its source: an offset, (offset, offset) or a full (c, m, j) triple."""
 
 MAX_POSITION = 1 << 53  # positions travel as Lua numbers (doubles)
+MAX_TTL = 10**10  # seconds; Redis refuses an EXPIRE whose deadline in ms overflows int64, after the totals moved
 _SLICE = 2048  # increments per shard sent while the next are built (see IncrementPlan.send)
 _EXACT = 1 << 53  # integers a double holds exactly
 INT64 = (-(1 << 63), (1 << 63) - 1)
 _REASONS = {
     ord("k"): "its key is of another kind (a 2P-set, or the other kind of aggregate)",
-    ord("o"): "its total would leave the int64 range (counters) or stop being a number (sums)",
+    ord("o"): "its total would leave the int64 range (counters) or stop being a finite number (sums)",
     ord("s"): "an earlier increment of its key and source in the call was refused",
 }
 
 
 def triples(items: Sequence[tuple[Position, Any]]) -> list[tuple[int, int, int]]:
     """Each item's position as a (c, m, j) triple: a shorter position gets j = its index among the
-    consecutive items with that same position. Positions must not decrease (InvalidTupleError)."""
+    consecutive items with that same position. Positions must strictly increase: a position names one
+    increment of its source (and a key's fence is the last position applied), so two items with one full
+    position would be one increment twice. Anything else is :class:`InvalidTupleError` naming the item."""
     out: list[tuple[int, int, int]] = []
     last: tuple[int, int, int] = (-1, -1, -1)
     run_of: tuple[int, int] | None = None
     j = 0
-    for i, (position, item) in enumerate(items):
+    for i, pair in enumerate(items):
+        if type(pair) is not tuple or len(pair) != 2:
+            _not_a_pair(i, pair)
+        position, item = pair
         if type(position) is int and 0 <= position < MAX_POSITION:  # the common case, inline
             j = j + 1 if run_of is not None and run_of[0] == position and run_of[1] == 0 else 0
             run_of = (position, 0)
             triple = (position, 0, j)
-            if triple < last:
-                raise InvalidTupleError(i, item, f"position {triple} is below the one before it ({last})")
+            if triple <= last:
+                _not_increasing(i, item, triple, last)
             last = triple
             out.append(triple)
             continue
-        parts = (position,) if isinstance(position, int) else tuple(position)
+        # A position is an int or a tuple (or list) of them, nothing else that iterates (bytes, sets, dicts).
+        parts = (
+            (position,) if isinstance(position, int) else tuple(position) if isinstance(position, tuple | list) else ()
+        )
         if not 1 <= len(parts) <= 3 or not all(
             isinstance(p, int) and not isinstance(p, bool) and 0 <= p < MAX_POSITION for p in parts
         ):
-            raise InvalidTupleError(i, item, f"position {position!r} must be 1 to 3 ints in [0, 2**53)")
+            raise InvalidTupleError(i, item, f"position {position!r} must be an int or 1 to 3 ints in [0, 2**53)")
         if len(parts) == 3:
             triple = (parts[0], parts[1], parts[2])
             run_of = None
@@ -89,11 +98,29 @@ def triples(items: Sequence[tuple[Position, Any]]) -> list[tuple[int, int, int]]
             j = j + 1 if head == run_of else 0
             run_of = head
             triple = (head[0], head[1], j)
-        if triple < last:
-            raise InvalidTupleError(i, item, f"position {triple} is below the one before it ({last})")
+        if triple <= last:
+            _not_increasing(i, item, triple, last)
         last = triple
         out.append(triple)
     return out
+
+
+def _not_a_pair(i: int, pair: Any) -> None:
+    if isinstance(pair, Incr | Count):
+        raise InvalidTupleError(i, pair, "an increment needs its position: give (position, increment)")
+    if not isinstance(pair, tuple | list) or len(pair) != 2:
+        raise InvalidTupleError(i, pair, "expected a (position, Incr or Count) pair")
+
+
+def _not_increasing(i: int, item: Any, triple: tuple[int, int, int], last: tuple[int, int, int]) -> None:
+    if triple < last:
+        raise InvalidTupleError(i, item, f"position {triple} is below the one before it ({last})")
+    raise InvalidTupleError(
+        i,
+        item,
+        f"position {triple} is item #{i - 1}'s too: a position names one increment of its source "
+        "(give each increment its own j, or a shorter position, whose j counts them)",
+    )
 
 
 class _Call:
@@ -333,9 +360,12 @@ class Aggregates(Reporting):
 
         ``source`` names the stream the increments come from (a journal, a Kafka topic-partition, any
         sequence the caller owns; up to 1 KB, no ``|``); a position is where an increment sits in it: an
-        offset, an (offset, offset) pair, or a full (c, m, j) triple of non-negative ints below 2**53. Shorter
-        positions get j = the index among the consecutive items with that same position, so keep a
-        position's increments in one call, in a fixed order. Positions must not decrease within a call.
+        offset, an (offset, offset) pair, or a full (c, m, j) triple of non-negative ints below 2**53 (an int,
+        or a tuple or list of ints; nothing else). Shorter positions get j = the index among the consecutive
+        items with that same position, so keep a position's increments in one call, in a fixed order.
+        Positions must strictly increase within a call: a position names one increment of its source, so two
+        items with the same full position (whatever their keys) are an :class:`InvalidTupleError` naming both,
+        never one applied and the other taken for its duplicate.
 
         Guarantees: per (key, source) the server keeps the position of the last increment applied (the
         key's fence) and applies an increment only above it, in the same script call; so sending the same
@@ -343,13 +373,16 @@ class Aggregates(Reporting):
         an increment found at or below the fence. Within a call a key's increments go in order, and once
         one of them is unconfirmed (its shard failed) or refused, none after it is sent: resend the
         unconfirmed ones, in order, before anything later of that source. Increments of different sources
-        never fence each other. ``ttl`` (seconds) is set on a key when this call creates it, not refreshed
-        (per-hour or per-day keys expire on their own; a replay after a key expired counts again).
+        never fence each other. ``ttl`` (seconds, 1 to 10**10) is set on a key when this call creates it, not
+        refreshed (per-hour or per-day keys expire on their own; a replay after a key expired counts again).
 
-        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item or a decreasing position;
-        :class:`WriteRefusedError` for a key of another kind or a total that would overflow (nothing of that
-        increment applied; the error's ``result`` says what the rest did); :class:`PartialWriteError` for a
-        failed shard (resending is safe). With ``raise_on_error=False`` both are in the result's ``failures``.
+        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item or a position not above the one
+        before it; :class:`ConfigError` (nothing sent) for a bad ``source`` or ``ttl``;
+        :class:`WriteRefusedError` for a key of another kind (also at or below the fence: never taken for a
+        duplicate) or a total that would leave int64 (counters) or stop being a finite double (sums; nothing
+        of that increment applied; the error's ``result`` says what the rest did); :class:`PartialWriteError`
+        for a failed shard (resending is safe). With ``raise_on_error=False`` both are in the result's
+        ``failures``.
         """
         started = time.perf_counter()
         items = items if isinstance(items, list | tuple) else list(items)
@@ -357,8 +390,8 @@ class Aggregates(Reporting):
             src = blob(source, 0, source, "source")
             if not src or len(src) > 1024 or b"|" in src:
                 raise ConfigError(f"source {source!r} must be 1 to 1024 bytes without '|'")
-            if ttl is not None:
-                positive(ttl, "ttl")
+            if ttl is not None and positive(ttl, "ttl") > MAX_TTL:
+                raise ConfigError(f"ttl must be at most {MAX_TTL} seconds (about 317 years), got {ttl!r}")
             applied, failures, refused = self._increments.send(src, items, ttl or 0)
         if refused:
             failures.append(refusal(refused, [(b"", [item for _, item in items], None)], len(items), applied, failures))

@@ -215,8 +215,9 @@ class InconsistentDataError(ZClusterError):
 class WriteRefusedError(ZClusterError, ValueError):
     """The server refused write ``index`` of a call for good (resending cannot help): a write to a key of
     another kind (an :class:`zcluster.Incr` to a 2P-set key, an Insert to a sums key, a Count to a sums
-    key, ...), or an increment whose total would overflow (counters) or stop being a number (sums). Nothing
-    of that write was applied. ``refused`` lists every refused index of the call with its reason; ``result``
+    key, ...; also :meth:`zcluster.Cluster.forget` of an aggregate key, ``value`` then the key), or an
+    increment whose total would overflow (counters) or stop being a finite number (sums). Nothing of that
+    write was applied. ``refused`` lists every refused index of the call with its reason; ``result``
     (a :class:`zcluster.WriteResult`) says what the rest of the call did."""
 
     def __init__(self, index: int, value: object, reason: str, refused: dict[int, str], result: WriteResult) -> None:

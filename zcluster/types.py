@@ -58,7 +58,8 @@ class Incr(NamedTuple):
     Totals are doubles: sums of integers are exact while every total stays within 2**53 in magnitude; past
     that, and for fractional deltas, each addition rounds as IEEE-754 addition does (a replay never adds
     twice, so the rounding is the same on every replica and every run). A total that would stop being a
-    number (infinity minus infinity) is refused. Applied once per position: see
+    finite number (past the largest double, about 1.8e308) is refused, never kept as infinity. Applied once
+    per position: see
     :meth:`zcluster.Cluster.increment`."""
 
     key: Blob

@@ -200,3 +200,115 @@ def test_increments_during_a_slot_migration_count_once() -> None:
         assert len(rounds) > 1, "the writer made progress during the migration"
         c.increment("w", [item for items in rounds for item in items])  # a replay of everything
         assert all(totals(c, k) == {"m": float(len(rounds))} for k in keys)
+
+
+# -- issue 27: aggregate keys meet 2P-set-only operations; bad increments ------------------------------------
+
+
+def test_forget_refuses_aggregate_keys_unchanged_and_forgets_the_others(any_cluster: Cluster) -> None:
+    c = any_cluster.view(any_cluster.prefix, floors=True)
+    c.insert([("set", 50.0, "old"), ("set", 500.0, "new")])
+    lb = [(1, Incr("points", "low", 50)), (2, Incr("points", "high", 500))]
+    c.increment("j", [*lb, (3, Count("hits", "f", 7))])
+    with pytest.raises(WriteRefusedError, match=r"'points' is a sums \(Incr\) aggregate key") as info:
+        c.forget(["set", "points", "hits"], 100)
+    assert info.value.index == 1 and sorted(info.value.refused) == [1, 2]
+    assert "counters (Count)" in info.value.refused[2]
+    assert info.value.result.applied == [True, False, False] and info.value.result.ok
+    assert totals(c, "points") == {"low": 50.0, "high": 500.0}  # nothing of the aggregate changed
+    assert c.counters(["hits"])["hits"] == {"f": 7}
+    assert c.fences(["points"])["points"] == {"j": Fence((2, 0, 0), 2)}
+    assert totals(c, "set") == {"new": 500.0}  # the 2P-set of the same call was forgotten
+    assert c.increment("j", lb).applied == [False, False]  # still fenced: nothing counts twice
+    # A retention pass over keys() (which lists aggregate keys) runs through, refusal by refusal.
+    c.insert([("set2", 1.0, "x")])
+    refused: list[object] = []
+    for batch in c.keys(batch_size=2):
+        try:
+            c.forget(batch, 100)
+        except WriteRefusedError as exc:
+            refused += [batch[i] for i in exc.refused]
+    assert sorted(map(str, refused)) == ["hits", "points"]
+    assert c.select(["set2"])["set2"] == [] and totals(c, "points") == {"low": 50.0, "high": 500.0}
+
+
+@pytest.mark.parametrize("max_size", [None, 5])
+def test_a_delete_at_or_below_a_floor_leaves_a_reused_key_s_totals_alone(any_cluster: Cluster, max_size: int) -> None:
+    """A key forgotten as a 2P-set keeps its floor; reused as a leaderboard, a delete at or below that floor
+    (no tombstone to write) removed the member's total before anything refused it."""
+    c = any_cluster.view(any_cluster.prefix, floors=True, max_size=max_size)
+    c.insert([("reused", 1.0, "m")])
+    c.forget(["reused"], 10)  # the key is empty now, its floor stays at 10
+    c.increment("j", [(1, Incr("reused", "a", 5))])
+    with pytest.raises(WriteRefusedError, match="aggregate"):
+        c.delete([("reused", 7.0, "a")])
+    assert totals(c, "reused") == {"a": 5.0}
+
+
+def test_equal_full_positions_in_one_call_are_an_invalid_tuple(any_cluster: Cluster) -> None:
+    c = any_cluster
+    for items in (
+        [((5, 0, 0), Incr("k", "a", 1)), ((5, 0, 0), Incr("k", "b", 1))],
+        [((5, 0, 0), Incr("k", "a", 1)), ((5, 0, 0), Incr("other", "b", 1))],  # a position is one increment
+        [((5, 0, 0), Incr("k", "a", 1)), (5, Incr("k", "b", 1))],  # 5 is (5, 0, 0) here: j counts from 0
+    ):
+        with pytest.raises(InvalidTupleError, match=r"item #0's too") as info:
+            c.increment("j", items)
+        assert info.value.index == 1
+    assert c.select(["k", "other"]) == {"k": [], "other": []}
+    # shorter positions count their j: one position's increments are all applied
+    assert c.increment("j", [(5, Incr("k", "a", 1)), (5, Incr("k", "b", 1))]).applied == [True, True]
+    assert c.increment("j", [((6, 0, 0), Incr("k", "a", 1)), ((6, 0, 1), Incr("k", "b", 1))]).ok
+
+
+def test_a_sums_total_never_becomes_infinite(any_cluster: Cluster) -> None:
+    c = any_cluster
+    with pytest.raises(WriteRefusedError, match="finite") as info:
+        c.increment("j", [(1, Incr("big", "a", 1e308)), (2, Incr("big", "a", 1e308)), (3, Incr("big", "b", 1))])
+    assert sorted(info.value.refused) == [1, 2]  # the key stops at its refused increment
+    assert info.value.result.applied == [True, False, False]
+    with pytest.raises(WriteRefusedError, match="finite"):
+        c.increment("j", [(2, Incr("big", "n", -1e308)), (3, Incr("big", "n", -1.7e308))])
+    assert totals(c, "big") == {"a": 1e308, "n": -1e308}
+    huge = 1.7976931348623157e308  # the largest double: reachable, and kept
+    assert c.increment("j", [(4, Incr("big", "a", huge - 1e308)), (5, Incr("big", "c", 2**1000))]).ok
+    assert totals(c, "big") == {"a": huge, "n": -1e308, "c": float(2**1000)}
+    assert c.fences(["big"])["big"]["j"] == Fence((5, 0, 0), 4)
+
+
+def test_a_ttl_redis_cannot_set_is_refused_before_anything_is_sent(any_cluster: Cluster) -> None:
+    c = any_cluster
+    for ttl in (10**16, 10**10 + 1, 0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="ttl"):
+            c.increment("j", [(1, Incr("t", "a", 1))], ttl=ttl)  # type: ignore[arg-type]
+    assert c.select(["t"]) == {"t": []} and c.fences(["t"])["t"] is None
+    assert c.increment("j", [(1, Incr("t", "a", 1))], ttl=10**10).ok  # the largest accepted
+
+
+def test_positions_and_pairs_of_any_other_type_are_invalid_tuples_naming_the_item(any_cluster: Cluster) -> None:
+    c = any_cluster
+    ok = (1, Incr("p", "a", 1))
+    bad_positions = [1.0, None, b"\x07", {3, 1}, {9: "x"}, "7", (1, 2, 3, 4), (), (1.0,), (True,), [1, -2]]
+    for position in bad_positions:
+        with pytest.raises(InvalidTupleError, match="position") as info:
+            c.increment("j", [ok, (position, Incr("p", "a", 1))])  # type: ignore[list-item]
+        assert info.value.index == 1, position
+    for item in (Incr("p", "a", 1), Count("p", "a", 1), (2, Incr("p", "a", 1), 3), (2,), None, "ab", 7):
+        with pytest.raises(InvalidTupleError, match=r"position|pair") as info:
+            c.increment("j", [ok, item])  # type: ignore[list-item]
+        assert info.value.index == 1, item
+    assert c.select(["p"]) == {"p": []}
+    assert c.increment("j", [ok, ([2, 0], Incr("p", "a", 1))]).ok  # a list spells a position too
+
+
+def test_an_increment_of_the_other_kind_at_or_below_the_fence_is_refused_not_a_duplicate(any_cluster: Cluster) -> None:
+    c = any_cluster
+    c.increment("j", [(5, Incr("sums", "a", 1)), (5, Count("counts", "f", 1))])
+    for item in (Count("sums", "a", 1), Incr("counts", "f", 1)):
+        for position in (4, 5, 6):
+            with pytest.raises(WriteRefusedError, match="another kind"):
+                c.increment("j", [(position, item)])
+    result = c.increment("j", [(3, Count("sums", "a", 1)), (4, Count("sums", "a", 1))], raise_on_error=False)
+    assert result.refused is not None and sorted(result.refused.refused) == [0, 1]
+    assert c.increment("j", [(5, Incr("sums", "a", 1))]).applied == [False]  # a true duplicate stays one
+    assert totals(c, "sums") == {"a": 1.0} and c.counters(["counts"])["counts"] == {"f": 1}

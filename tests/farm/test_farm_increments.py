@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from farm_helpers import farm_of
 
-from zcluster import Count, Fence, Incr, QuorumError, WriteRefusedError
+from zcluster import Cluster, Count, Fence, Incr, QuorumError, WriteRefusedError
 from zcluster._aggregate_keys import KeyState, whole_keys_of
 from zcluster.farm import Farm, Walker
 from zcluster.farm._aggregates import leader, leads
@@ -158,3 +158,19 @@ def test_a_refused_increment_on_a_farm_raises_and_applies_nothing() -> None:
             assert [t.score for t in farm.select(["k"])["k"]] == [1.0]
         finally:
             farm.close()
+
+
+def test_forget_refuses_aggregate_keys_on_every_replica_and_forgets_the_others(trio: LocalShards) -> None:
+    prefix = "forget-agg:"
+    farm = Farm([Cluster.from_urls([u], prefix=prefix, floors=True) for u in trio.urls])
+    try:
+        farm.insert([("set", 50.0, "old"), ("set", 500.0, "new")])
+        farm.increment("j", [(1, Incr("points", "low", 50)), (2, Incr("points", "high", 500))])
+        with pytest.raises(WriteRefusedError, match=r"'points' is a sums \(Incr\) aggregate key") as info:
+            farm.forget(["points", "set"], 100)
+        assert list(info.value.refused) == [0] and info.value.result.applied == [False, True]
+        for replica in farm.clusters:
+            assert {str(t.member): t.score for t in replica.top(["points"])["points"]} == {"low": 50, "high": 500}
+            assert [str(t.member) for t in replica.select(["set"])["set"]] == ["new"]
+    finally:
+        farm.close()

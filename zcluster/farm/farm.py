@@ -27,7 +27,14 @@ from typing import Any, TypeVar
 from zcluster import _writes
 from zcluster._encode import check_limit, listed_keys
 from zcluster.cluster import Cluster
-from zcluster.errors import ConfigError, InvalidTupleError, PartialWriteError, QuorumError, ReplicaBusy
+from zcluster.errors import (
+    ConfigError,
+    InvalidTupleError,
+    PartialWriteError,
+    QuorumError,
+    ReplicaBusy,
+    WriteRefusedError,
+)
 from zcluster.farm import _merge, _quorum, _replicas, _strategies
 from zcluster.farm._aggregates import FarmAggregates
 from zcluster.farm._merge import Answer, Fix, KeyDiff
@@ -249,19 +256,30 @@ class Farm(FarmAggregates):
 
     def forget(self, keys: Iterable[Blob], up_to: float) -> int:
         """:meth:`Cluster.forget` on every replica; the most entries any replica removed. A replica that
-        failed raises :class:`PartialWriteError` naming its shards (the others did their part)."""
+        failed raises :class:`PartialWriteError` naming its shards (the others did their part). Aggregate
+        keys are refused on every replica holding one, unchanged, as :meth:`Cluster.forget` refuses them:
+        once every replica did its part, :class:`WriteRefusedError` names the first refused key and its kind
+        (its ``refused``: every key refused on some replica; ``result.failures``: the failed shards)."""
         key_list = list(keys)
         outcome = self._shared.replicas.each(lambda i: self.clusters[i].forget(key_list, up_to))
         failures = []
+        refused: dict[int, str] = {}
         for replica, res in zip(self.names, outcome, strict=True):
-            if isinstance(res, PartialWriteError):
+            if isinstance(res, WriteRefusedError):
+                for i, why in res.refused.items():
+                    refused.setdefault(i, f"{why} (replica {replica})")
+                failures += [_merge.named(replica, f) for f in res.result.failures]
+            elif isinstance(res, PartialWriteError):
                 failures += [_merge.named(replica, f) for f in res.result.failures]
             elif isinstance(res, ReplicaBusy):
                 failures.append(ShardFailure(_merge.shard_name(replica, "*"), res, tuple(range(len(key_list)))))
             elif isinstance(res, BaseException):
                 raise res
+        handled = [i not in refused and all(i not in f.indices for f in failures) for i in range(len(key_list))]
+        if refused:
+            first = min(refused)
+            raise WriteRefusedError(first, key_list[first], refused[first], refused, WriteResult(handled, failures))
         if failures:
-            handled = [all(i not in f.indices for f in failures) for i in range(len(key_list))]
             raise PartialWriteError(WriteResult(handled, failures))
         return max(int(r) for r in outcome if not isinstance(r, BaseException))
 

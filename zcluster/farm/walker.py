@@ -22,7 +22,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from zcluster.errors import PartialWriteError
+from zcluster._writes import REFUSED
+from zcluster.errors import PartialWriteError, WriteRefusedError
 from zcluster.farm._merge import Fix, merge_records, named
 from zcluster.farm._repair import TokenBucket
 from zcluster.farm._sweep import SweepStep, parse_position, sweep
@@ -185,6 +186,12 @@ class Walker:
                 report.floors_raised += len(forgotten)
             except PartialWriteError as exc:
                 report.failures += [named(farm.names[i], f) for f in exc.result.failures]
+            except WriteRefusedError as exc:
+                # A key that became an aggregate since it was read: left unchanged, counted as a failure
+                # (the next walk compares it as an aggregate).
+                report.floors_raised += sum(exc.result.applied)
+                report.failures += [named(farm.names[i], f) for f in exc.result.failures]
+                report.failures.append(named(farm.names[i], ShardFailure(REFUSED, exc, tuple(sorted(exc.refused)))))
         return fixes
 
 
