@@ -1,5 +1,6 @@
 """The inspection part of :class:`zcluster.Cluster`'s API: what operators, repairs and diffs read besides the
-sets' members (every record of a key, floors, fingerprints) and the servers' state (stats, ping, scripts).
+sets' members (every record of a key, floors, fingerprints) and the servers' state (stats, ping, scripts),
+and retention (``forget``: records dropped below a floor raised in the same call).
 A mixin: :class:`zcluster.Cluster` holds the connections and the layout it uses."""
 
 from __future__ import annotations
@@ -9,22 +10,26 @@ import time
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from zcluster import _reads
+from zcluster import _encode, _reads
+from zcluster._aggregate_keys import KIND_NAMES
 from zcluster._encode import Encoder, listed_keys, score_pairs
 from zcluster._keys import KeyLayout
 from zcluster._reporting import Reporting
 from zcluster._transport import Transport, in_order, read
-from zcluster.types import Blob, Delete, Insert, ReadResult, ShardStats, Write, from_bytes
+from zcluster.errors import ConfigError, PartialWriteError, WriteRefusedError
+from zcluster.types import Blob, Delete, Insert, ReadResult, ShardStats, Write, WriteResult, from_bytes
 
 
 class Inspection(Reporting):
-    """Records, floors, fingerprints, stats, ping and script loading of a Cluster (see :class:`zcluster.Cluster`)."""
+    """Records, floors and retention, fingerprints, stats, ping and script loading of a Cluster (see
+    :class:`zcluster.Cluster`)."""
 
     _transport: Transport
     _layout: KeyLayout
     _encoder: Encoder
     _write_sha: str
     _fingerprint_sha: str
+    _forget_sha: str
     floors: bool
     batch_size: int
     decode: bool
@@ -141,3 +146,51 @@ class Inspection(Reporting):
         """Load the scripts on every master now (they are otherwise loaded on first NOSCRIPT)."""
         for shard in self._transport.topology.masters():
             self._transport.load_scripts(shard)
+
+    def forget(self, keys: Iterable[Blob], up_to: float) -> int:
+        """Retention: drop every record (inserts and tombstones) of ``keys`` with score <= ``up_to``.
+
+        The keys' floors rise to ``up_to``, so later writes at or below it are stale: nothing forgotten
+        comes back through a late replay. Needs ``floors`` (a Cluster built with ``floors=True`` or a
+        ``max_size``); without them a forgotten tombstone would let an older insert resurrect. Returns
+        the number of entries removed. A failed shard raises :class:`PartialWriteError` whose result
+        has one entry per key (``applied[i]``: key ``i`` was handled; the failed keys are listed).
+
+        Only 2P-set keys are forgotten. An aggregate key (:class:`Incr` sums, :class:`Count` counters)
+        holds totals, not scored records: it is refused, atomically on its server, before anything of it
+        changes, and the call goes on with the other keys. Once every key was handled, the refusals raise
+        :class:`WriteRefusedError`, naming the first refused key and its kind; its ``refused`` maps each
+        refused key's index to why, and its ``result.applied[i]`` says key ``i`` was forgotten. So a
+        retention pass over :meth:`keys` (which lists aggregate keys too) runs through: per batch, catch
+        ``WriteRefusedError``; every key not in its ``refused`` was forgotten (the entries removed are not
+        counted then). Expire aggregate keys with ``increment``'s ``ttl`` instead.
+        """
+        started = time.perf_counter()
+        with self._reporting("forget", started):
+            if not self.floors:
+                raise ConfigError("forget() needs a Cluster with floors=True (or max_size)")
+            bound = _encode.score(up_to, 0, up_to)
+            key_list = listed_keys(keys)
+            encoded = self._encoder.keys(key_list)
+            layout, sha = self._layout, self._forget_sha
+            result = read(
+                self._transport,
+                key_list,
+                encoded,
+                lambda kb, _: [("EVALSHA", sha, 3, layout.adds(kb), layout.removes(kb), layout.floor(kb), bound)],
+                lambda key, replies: replies[0] if isinstance(replies[0], list) else int(replies[0]),
+            )
+        refused = {
+            i: f"key {key!r} is {KIND_NAMES[from_bytes(bytes(done[1]))]}, not a 2P-set: forget() left it unchanged"
+            for i, key in enumerate(key_list)
+            if isinstance(done := result.get(key), list)
+        }
+        handled = [key in result and i not in refused for i, key in enumerate(key_list)]
+        failures = _reads.merge_failures(result.errors.values())
+        self._report("forget", len(key_list), started, sum(handled), [f.shard for f in failures])
+        if refused:
+            first = min(refused)
+            raise WriteRefusedError(first, key_list[first], refused[first], refused, WriteResult(handled, failures))
+        if failures:
+            raise PartialWriteError(WriteResult(handled, failures))
+        return sum(result.values())

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from zcluster import _encode, _reads, _writes
-from zcluster._aggregate_keys import KIND_NAMES, WholeKeys
+from zcluster._aggregate_keys import WholeKeys
 from zcluster._aggregates import Aggregates, IncrementPlan
 from zcluster._encode import Encoder, blob, check_limit, listed_keys, positive, score_pairs
 from zcluster._inspect import Inspection
@@ -37,8 +37,6 @@ from zcluster.errors import (
     InconsistentDataError,
     InvalidTupleError,
     PartialScanError,
-    PartialWriteError,
-    WriteRefusedError,
 )
 from zcluster.instrumentation import Instrumentation, nop
 from zcluster.types import (
@@ -447,54 +445,6 @@ class Cluster(Inspection, Aggregates):
         masters = len(self._transport.topology.masters())
         index, _ = _reads.scan_position(position, masters)
         return f"{index + 1}:0" if index + 1 < masters else None
-
-    def forget(self, keys: Iterable[Blob], up_to: float) -> int:
-        """Retention: drop every record (inserts and tombstones) of ``keys`` with score <= ``up_to``.
-
-        The keys' floors rise to ``up_to``, so later writes at or below it are stale: nothing forgotten
-        comes back through a late replay. Needs ``floors`` (a Cluster built with ``floors=True`` or a
-        ``max_size``); without them a forgotten tombstone would let an older insert resurrect. Returns
-        the number of entries removed. A failed shard raises :class:`PartialWriteError` whose result
-        has one entry per key (``applied[i]``: key ``i`` was handled; the failed keys are listed).
-
-        Only 2P-set keys are forgotten. An aggregate key (:class:`Incr` sums, :class:`Count` counters)
-        holds totals, not scored records: it is refused, atomically on its server, before anything of it
-        changes, and the call goes on with the other keys. Once every key was handled, the refusals raise
-        :class:`WriteRefusedError`, naming the first refused key and its kind; its ``refused`` maps each
-        refused key's index to why, and its ``result.applied[i]`` says key ``i`` was forgotten. So a
-        retention pass over :meth:`keys` (which lists aggregate keys too) runs through: per batch, catch
-        ``WriteRefusedError``; every key not in its ``refused`` was forgotten (the entries removed are not
-        counted then). Expire aggregate keys with ``increment``'s ``ttl`` instead.
-        """
-        started = time.perf_counter()
-        with self._reporting("forget", started):
-            if not self.floors:
-                raise ConfigError("forget() needs a Cluster with floors=True (or max_size)")
-            bound = _encode.score(up_to, 0, up_to)
-            key_list = listed_keys(keys)
-            encoded = self._encoder.keys(key_list)
-            layout, sha = self._layout, self._forget_sha
-            result = read(
-                self._transport,
-                key_list,
-                encoded,
-                lambda kb, _: [("EVALSHA", sha, 3, layout.adds(kb), layout.removes(kb), layout.floor(kb), bound)],
-                lambda key, replies: replies[0] if isinstance(replies[0], list) else int(replies[0]),
-            )
-        refused = {
-            i: f"key {key!r} is {KIND_NAMES[from_bytes(bytes(done[1]))]}, not a 2P-set: forget() left it unchanged"
-            for i, key in enumerate(key_list)
-            if isinstance(done := result.get(key), list)
-        }
-        handled = [key in result and i not in refused for i, key in enumerate(key_list)]
-        failures = _reads.merge_failures(result.errors.values())
-        self._report("forget", len(key_list), started, sum(handled), [f.shard for f in failures])
-        if refused:
-            first = min(refused)
-            raise WriteRefusedError(first, key_list[first], refused[first], refused, WriteResult(handled, failures))
-        if failures:
-            raise PartialWriteError(WriteResult(handled, failures))
-        return sum(result.values())
 
     # -- plumbing -----------------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from zcluster.errors import PartialWriteError, ReplicaBusy, WriteRefusedError
 from zcluster.types import (
     NOT_PRESENT,
     Blob,
@@ -29,6 +30,7 @@ from zcluster.types import (
     ReadResult,
     ShardFailure,
     Write,
+    WriteResult,
     to_bytes,
 )
 
@@ -369,3 +371,28 @@ def _page(
         return visible[:need], fixes
     exact = [e for e in visible if order(e.score, e.member) >= max(floors)]
     return (exact[:need], fixes) if len(exact) >= need else (None, [])
+
+
+def raise_forget_failures(names: Sequence[str], keys: list[Blob], outcome: Sequence[Any]) -> None:
+    """What :meth:`Farm.forget <zcluster.farm.Farm.forget>` raises from its replicas' outcomes, if anything:
+    :class:`WriteRefusedError` for keys some replica refused (an aggregate key), else
+    :class:`PartialWriteError` for failed shards, each named by its replica; an unexpected error as is."""
+    failures: list[ShardFailure] = []
+    refused: dict[int, str] = {}
+    for replica, res in zip(names, outcome, strict=True):
+        if isinstance(res, WriteRefusedError):
+            for i, why in res.refused.items():
+                refused.setdefault(i, f"{why} (replica {replica})")
+            failures += [named(replica, f) for f in res.result.failures]
+        elif isinstance(res, PartialWriteError):
+            failures += [named(replica, f) for f in res.result.failures]
+        elif isinstance(res, ReplicaBusy):
+            failures.append(ShardFailure(shard_name(replica, "*"), res, tuple(range(len(keys)))))
+        elif isinstance(res, BaseException):
+            raise res
+    handled = [i not in refused and all(i not in f.indices for f in failures) for i in range(len(keys))]
+    if refused:
+        first = min(refused)
+        raise WriteRefusedError(first, keys[first], refused[first], refused, WriteResult(handled, failures))
+    if failures:
+        raise PartialWriteError(WriteResult(handled, failures))

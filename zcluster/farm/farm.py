@@ -30,10 +30,8 @@ from zcluster.cluster import Cluster
 from zcluster.errors import (
     ConfigError,
     InvalidTupleError,
-    PartialWriteError,
     QuorumError,
     ReplicaBusy,
-    WriteRefusedError,
 )
 from zcluster.farm import _merge, _quorum, _replicas, _strategies
 from zcluster.farm._aggregates import FarmAggregates
@@ -54,10 +52,8 @@ from zcluster.types import (
     KeyScoreMember,
     Presence,
     ReadResult,
-    ShardFailure,
     ShardStats,
     Write,
-    WriteResult,
 )
 
 __all__ = ["Farm"]
@@ -262,25 +258,7 @@ class Farm(FarmAggregates):
         (its ``refused``: every key refused on some replica; ``result.failures``: the failed shards)."""
         key_list = list(keys)
         outcome = self._shared.replicas.each(lambda i: self.clusters[i].forget(key_list, up_to))
-        failures = []
-        refused: dict[int, str] = {}
-        for replica, res in zip(self.names, outcome, strict=True):
-            if isinstance(res, WriteRefusedError):
-                for i, why in res.refused.items():
-                    refused.setdefault(i, f"{why} (replica {replica})")
-                failures += [_merge.named(replica, f) for f in res.result.failures]
-            elif isinstance(res, PartialWriteError):
-                failures += [_merge.named(replica, f) for f in res.result.failures]
-            elif isinstance(res, ReplicaBusy):
-                failures.append(ShardFailure(_merge.shard_name(replica, "*"), res, tuple(range(len(key_list)))))
-            elif isinstance(res, BaseException):
-                raise res
-        handled = [i not in refused and all(i not in f.indices for f in failures) for i in range(len(key_list))]
-        if refused:
-            first = min(refused)
-            raise WriteRefusedError(first, key_list[first], refused[first], refused, WriteResult(handled, failures))
-        if failures:
-            raise PartialWriteError(WriteResult(handled, failures))
+        _merge.raise_forget_failures(self.names, key_list, outcome)
         return max(int(r) for r in outcome if not isinstance(r, BaseException))
 
     def repair_now(self, writes: Iterable[tuple[int, Write]]) -> tuple[int, int]:
