@@ -68,9 +68,9 @@ shard holding many other keys."""
 MARKER = b"}layout"
 
 # Create-if-absent, atomically: concurrent clients all get the first one's marker back.
-_CREATE = "local v = redis.call('GET', KEYS[1]) if v then return v end redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
-
-Target = redis.Redis | Any  # a client, or a connection being set up (its own socket, no pool)
+_CREATE = (
+    "local v = redis.call('GET', KEYS[1]) if v then return v end redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
+)
 
 
 def marker_key(layout: KeyLayout) -> bytes:
@@ -106,15 +106,15 @@ class LayoutGuard:
         self.routing = "cluster" if self.cluster else str(getattr(topology, "routing", "jump"))
         self.names = [s.name for s in topology.shards]
         self.layout_id: str | None = None
+        self._candidate: str | None = None  # the id being settled (under the lock): published once all agree
         self._lock = threading.RLock()
-        self._local = threading.local()  # .busy: this thread is settling the layout (its own connections pass)
 
     # -- the connect hook -----------------------------------------------------------------------------------
 
     def connected(self, index: int, conn: Any) -> None:
         """redis-py's connect hook: the handshake, then the check; a refused connection is closed."""
         conn.on_connect()
-        if getattr(self._local, "busy", False) or (self.cluster and self.layout_id is not None):
+        if self.cluster and self.layout_id is not None:
             return
         try:
             if self.cluster:
@@ -132,28 +132,34 @@ class LayoutGuard:
                 self._compare(index, stored)
                 return
         with self._lock:
-            self._local.busy = True
-            try:
-                if self.layout_id is None:
-                    self._settle(index, conn)
-                    return
-                stored = self._get(index, conn)  # another thread may have settled it meanwhile
-                if stored is None:
-                    self._remark(index, conn)
-                else:
-                    self._compare(index, stored)
-            finally:
-                self._local.busy = False
+            if self.layout_id is None:
+                self._settle(index, conn)
+                return
+            stored = self._get(index, conn)  # another thread may have settled it meanwhile
+            if stored is None:
+                self._remark(index, conn)
+            else:
+                self._compare(index, stored)
 
     # -- standalone shards ----------------------------------------------------------------------------------
 
     def _settle(self, index: int, conn: Any) -> None:
         """Read every shard's marker; compare, or adopt an unmarked store; set ``layout_id``."""
-        shards = self.topology.shards
+        peers = {j: conn if j == index else _Peer(shard.client) for j, shard in enumerate(self.topology.shards)}
+        try:
+            self._settle_with(index, peers)
+            self.layout_id = self._candidate
+        finally:
+            self._candidate = None
+            for j, peer in peers.items():
+                if j != index:
+                    peer.close()
+
+    def _settle_with(self, index: int, peers: dict[int, Any]) -> None:
         stored: dict[int, dict[str, Any] | None] = {}
-        for j, shard in enumerate(shards):
+        for j, target in peers.items():
             try:
-                stored[j] = self._get(j, conn if j == index else shard.client)
+                stored[j] = self._get(j, target)
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 if j == index:
                     raise
@@ -164,11 +170,21 @@ class LayoutGuard:
             self._compare_fields(j, m)
         ids = {m["id"] for m in present.values()}
         if ids:
-            self.layout_id = ids.pop()
+            self._candidate = ids.pop()
+            recorded = next(iter(present.values()))["shards"]
             for j in [j for j, m in stored.items() if m is None]:
-                self._remark(j, conn if j == index else shards[j].client)
+                if recorded[j] != self.names[j]:
+                    raise LayoutMismatchError(
+                        f"{self._store()}: place {j} of layout {self._candidate} is {recorded[j]}, but this client "
+                        f"lists {self.names[j]} there, which holds no marker of the store: a shard replaced, or a "
+                        f"wrong URL. If {recorded[j]} moved with its data, its marker would have moved too: list it "
+                        "as it was. If its data is lost and this server replaces it, delete the marker "
+                        f"({self.key.decode('utf-8', 'backslashreplace')}) on every shard: the store is then "
+                        "adopted again after a check of its keys"
+                    )
+                self._remark(j, peers[j])
             return
-        self._adopt(index, conn, list(stored))
+        self._adopt({j: peers[j] for j in stored})
 
     def _check_peers(self, present: dict[int, dict[str, Any]]) -> None:
         by_id: dict[str, list[int]] = {}
@@ -197,9 +213,8 @@ class LayoutGuard:
                 )
             seen[k] = j
 
-    def _adopt(self, index: int, conn: Any, reachable: list[int]) -> None:
-        shards = self.topology.shards
-        targets = {j: conn if j == index else shards[j].client for j in reachable}
+    def _adopt(self, targets: dict[int, Any]) -> None:
+        shards, reachable = self.topology.shards, list(targets)
         sampled = 0
         for j, target in targets.items():
             self._not_cluster_node(j, target)
@@ -207,9 +222,9 @@ class LayoutGuard:
         value = self._marker(uuid.uuid4().hex, reachable[0])
         first = self._create(reachable[0], targets[reachable[0]], value)
         self._compare_fields(reachable[0], first)
-        self.layout_id = first["id"]
+        self._candidate = layout_id = first["id"]
         for j in reachable[1:]:
-            self._compare(j, self._create(j, targets[j], self._marker(self.layout_id, j)))
+            self._compare(j, self._create(j, targets[j], self._marker(layout_id, j)))
         what = (
             f"adopted the store {self._prefix()} written before layout markers ({sampled} key(s) sampled, each "
             "on the shard this list routes it to)"
@@ -228,13 +243,13 @@ class LayoutGuard:
             "" if len(reachable) == len(shards) else f" ({len(shards) - len(reachable)} unreachable: marked later)",
         )
 
-    def _remark(self, j: int, target: Target) -> None:
+    def _remark(self, j: int, target: Any) -> None:
         """Shard ``j`` lost its marker (restarted empty, or flushed) while its peers keep the layout: mark it
         again with the layout id, after checking that the keys it holds belong there."""
-        assert self.layout_id is not None
+        layout_id = self._current()
         self._not_cluster_node(j, target)
         sampled = self._sample(j, target)
-        self._compare(j, self._create(j, target, self._marker(self.layout_id, j)))
+        self._compare(j, self._create(j, target, self._marker(layout_id, j)))
         log.warning(
             "layout guard: %s had no marker of the store %s (restarted empty or flushed? %d key(s) sampled, all in "
             "place): marked again as place %d of layout %s",
@@ -242,10 +257,10 @@ class LayoutGuard:
             self._prefix(),
             sampled,
             j,
-            self.layout_id,
+            layout_id,
         )
 
-    def _sample(self, j: int, target: Target) -> int:
+    def _sample(self, j: int, target: Any) -> int:
         """How many keys of the prefix were sampled on shard ``j``; raises if one is not routed to ``j``."""
         pattern = self.layout.scan_pattern(None, include_removed=True)
         cursor, seen, misplaced = 0, 0, []
@@ -274,13 +289,8 @@ class LayoutGuard:
             )
         return seen
 
-    def _not_cluster_node(self, j: int, target: Target) -> None:
-        info = _run(target, "INFO", "cluster")
-        if isinstance(info, dict):  # a client parses INFO, a raw connection does not
-            enabled = str(info.get("cluster_enabled")) == "1"
-        else:
-            enabled = b"cluster_enabled:1" in info
-        if enabled:
+    def _not_cluster_node(self, j: int, target: Any) -> None:
+        if b"cluster_enabled:1" in _run(target, "INFO", "cluster"):
             raise LayoutMismatchError(
                 f"{self.names[j]} is a node of a Redis Cluster, listed as a standalone shard: open the store with "
                 "a redis+cluster:// seed URL (Cluster.from_cluster_url); nothing was marked"
@@ -293,40 +303,46 @@ class LayoutGuard:
         with self._lock:
             if self.layout_id is not None:
                 return
-            self._local.busy = True
-            try:
-                topology = self.topology
-                slot = self.layout.slot(b"")
-                shard = topology.shards[topology.shard_of(b"", slot)]
-                value = self._marker(uuid.uuid4().hex, None)
-                asking = False
-                for _ in range(5):
-                    try:
-                        pipe = shard.client.pipeline(transaction=False)
-                        if asking:
-                            pipe.execute_command("ASKING")
-                        pipe.execute_command("EVAL", _CREATE, 1, self.key, value)
-                        reply = pipe.execute()[-1]
-                        break
-                    except (MovedError, AskError) as exc:  # the map is stale: the transport reloads it later
-                        shard, asking = topology.redirect(exc.host, exc.port), isinstance(exc, AskError)
-                else:
-                    raise redis.ConnectionError(f"layout guard: the marker of {self._prefix()} kept moving")
-                stored = _parse(shard.name, reply)
-                self._compare_fields(-1, stored, shard.name)
-                self.layout_id = stored["id"]
-            finally:
-                self._local.busy = False
+            topology = self.topology
+            slot = self.layout.slot(b"")
+            shard = topology.shards[topology.shard_of(b"", slot)]
+            value = self._marker(uuid.uuid4().hex, None)
+            asking = False
+            for _ in range(5):
+                peer = _Peer(shard.client)
+                try:
+                    if asking:
+                        _run(peer, "ASKING")
+                    reply = _run(peer, "EVAL", _CREATE, 1, self.key, value)
+                    break
+                except (MovedError, AskError) as exc:  # the map is stale: the transport reloads it later
+                    shard, asking = topology.redirect(exc.host, exc.port), isinstance(exc, AskError)
+                finally:
+                    peer.close()
+            else:
+                raise redis.ConnectionError(f"layout guard: the marker of {self._prefix()} kept moving")
+            stored = _parse(shard.name, reply)
+            self._compare_fields(-1, stored, shard.name)
+            self.layout_id = stored["id"]
 
     # -- comparing ------------------------------------------------------------------------------------------
 
     def _compare(self, j: int, stored: dict[str, Any]) -> None:
+        k = stored.get("index")
+        layout_id = self._current()
+        same = stored["id"] == layout_id and len(stored.get("shards", ())) == len(self.names)
+        if same and isinstance(k, int) and k != j and 0 <= k < len(self.names):
+            raise LayoutMismatchError(
+                f"{self._store()}: {self.names[j]} (place {j}) answers with the marker of place {k} "
+                f"({self.names[k]}): the same server is listed twice (under two names?) or the list was "
+                "reordered; list each shard once, in the original order"
+            )
         self._compare_fields(j, stored)
-        if stored["id"] != self.layout_id:
+        if stored["id"] != layout_id:
             raise LayoutMismatchError(
                 f"{self._store()}: {self.names[j]} (place {j}) belongs to another store under the same prefix "
                 f"(layout {stored['id']}, made {_when(stored)} for {_listing(stored)}), while its peers hold layout "
-                f"{self.layout_id}: a shard of another store is listed; check the URLs"
+                f"{layout_id}: a shard of another store is listed; check the URLs"
             )
 
     def _compare_fields(self, j: int, stored: dict[str, Any], name: str | None = None) -> None:
@@ -371,6 +387,12 @@ class LayoutGuard:
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
+    def _current(self) -> str:
+        """The layout id being settled, else the settled one."""
+        layout_id = self._candidate or self.layout_id
+        assert layout_id is not None
+        return layout_id
+
     def _marker(self, layout_id: str, index: int | None) -> str:
         fields: dict[str, Any] = {"id": layout_id, "routing": self.routing}
         if index is not None:
@@ -378,7 +400,7 @@ class LayoutGuard:
         fields |= {"prefix": self._prefix(), "max_size": self.max_size, "created": round(time.time(), 3)}
         return json.dumps(fields)
 
-    def _get(self, j: int, target: Target) -> dict[str, Any] | None:
+    def _get(self, j: int, target: Any) -> dict[str, Any] | None:
         try:
             raw = _run(target, "GET", self.key)
         except (MovedError, AskError):
@@ -388,7 +410,7 @@ class LayoutGuard:
             ) from None
         return None if raw is None else _parse(self.names[j], raw)
 
-    def _create(self, j: int, target: Target, value: str) -> dict[str, Any]:
+    def _create(self, j: int, target: Any, value: str) -> dict[str, Any]:
         return _parse(self.names[j], _run(target, "EVAL", _CREATE, 1, self.key, value))
 
     def _prefix(self) -> str:
@@ -398,12 +420,27 @@ class LayoutGuard:
         return f"the store {self._prefix()}"
 
 
-def _run(target: Target, *command: Any) -> Any:
-    """``command`` on a client, or on a connection being set up (its raw reply; an error reply raises)."""
-    if isinstance(target, redis.Redis):
-        if command[0] == "SCAN":
-            return target.scan(command[1], match=command[3], count=command[5])
-        return target.execute_command(*command)
+class _Peer:
+    """A connection of its own to a client's server, for the guard only: never pooled, so that no connection
+    that did not pass the check can carry a command (it skips the connect hook: it is the check)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        pool = client.connection_pool
+        options = {k: v for k, v in pool.connection_kwargs.items() if k != "redis_connect_func"}
+        self.conn: Any = pool.connection_class(**options)
+
+    def send_command(self, *command: Any) -> None:
+        self.conn.send_command(*command)
+
+    def read_response(self) -> Any:
+        return self.conn.read_response()
+
+    def close(self) -> None:
+        self.conn.disconnect()
+
+
+def _run(target: Any, *command: Any) -> Any:
+    """``command`` on a guard connection or on a connection being set up: its raw reply; an error reply raises."""
     target.send_command(*command)
     return target.read_response()
 
