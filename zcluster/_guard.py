@@ -1,6 +1,9 @@
 """The layout guard: every shard records the layout of the store it belongs to, and a client whose shard list
 disagrees is refused (:class:`zcluster.LayoutMismatchError`) before it sends that shard anything.
 
+Why this module is long: each refusal names both layouts and the way forward, and those messages are most of
+its lines; the logic (settle, adopt, mark again, compare) is one class.
+
 Why: a standalone store routes keys by its shard list. A client with another list (a shard added, removed or
 reordered, another routing) reads the keys it routes elsewhere as absent and writes them anew, silently; with
 them go checkpoints, producer states, fences and dedup entries. Another ``max_size`` trims differently.
@@ -411,7 +414,19 @@ class LayoutGuard:
         return None if raw is None else _parse(self.names[j], raw)
 
     def _create(self, j: int, target: Any, value: str) -> dict[str, Any]:
-        return _parse(self.names[j], _run(target, "EVAL", _CREATE, 1, self.key, value))
+        try:
+            return _parse(self.names[j], _run(target, "EVAL", _CREATE, 1, self.key, value))
+        except (MovedError, AskError):
+            raise
+        except redis.ResponseError as exc:  # a server refusing writes (NOREPLICAS, READONLY, OOM) can still be read
+            log.warning(
+                "layout guard: %s refused the marker of the store %s (%s): checked by the sample of its keys only; "
+                "marked by a later connection once it accepts writes",
+                self.names[j],
+                self._prefix(),
+                exc,
+            )
+            return _parse(self.names[j], value)
 
     def _prefix(self) -> str:
         return repr(self.layout.prefix.decode("utf-8", "backslashreplace"))
