@@ -27,6 +27,7 @@ LAYERS = [
         "zcluster._urls",
         "zcluster._scripts",
         "zcluster._topology",
+        "zcluster._guard",
         "zcluster._encode",
         "zcluster._retry",
         "zcluster._pipelines",

@@ -12,9 +12,10 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 import mmh3
 import redis
@@ -122,6 +123,15 @@ class StandaloneTopology:
         if routing not in ("jump", "roshi"):
             raise ConfigError(f"unknown routing {routing!r}: use 'jump' or 'roshi'")
         self.routing = routing
+        places: dict[tuple[str, str], int] = {}
+        for i, url in enumerate(urls):  # one server twice would hold two places' keys: refused before connecting
+            where = (safe_name(url), urlsplit(url).path.strip("/") or "0")
+            if where in places:
+                raise ConfigError(
+                    f"shard {where[0]} (db {where[1]}) is listed twice, at places {places[where]} and {i}: "
+                    "list each shard once"
+                )
+            places[where] = i
         self.shards = [Shard(safe_name(u), client_from_url(u, **options)) for u in urls]
         n = len(self.shards)
         self._table = [jump_hash(slot, n) for slot in range(SLOTS)]
@@ -172,6 +182,8 @@ class ClusterTopology:
     """
 
     single_slot_calls = True
+    connect_hook: Callable[[redis.Redis], None] | None = None
+    """Applied to every client made from now on (the layout guard's, see :mod:`zcluster._guard`)."""
     REFRESH_MIN = 0.1
     REFRESH_MAX = 1.0
     SUSPECT_FOR = 60.0
@@ -209,6 +221,8 @@ class ClusterTopology:
             idx = self._index.get(name)
             if idx is None:
                 client = client_from_url(with_host(self._seed_url, host, port), **self._options)
+                if self.connect_hook is not None:
+                    self.connect_hook(client)
                 self.shards.append(Shard(name, client))
                 idx = self._index[name] = len(self.shards) - 1
             return idx

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from zcluster import _encode, _reads, _writes
+from zcluster import _encode, _guard, _reads, _writes
 from zcluster._aggregate_keys import WholeKeys
 from zcluster._aggregates import Aggregates, IncrementPlan
 from zcluster._encode import Encoder, blob, check_limit, listed_keys, positive, score_pairs
@@ -121,6 +121,7 @@ class Cluster(Inspection, Aggregates):
         self._setup(
             transport, True, max_size, floors, prefix, batch_size, decode, instrumentation, durability=durability
         )
+        _guard.install(topology, self._layout, self.max_size)  # checks each connection: LayoutMismatchError
 
     def _setup(
         self,

@@ -11,6 +11,7 @@ is true::
 
     ZClusterError
     ├── ConfigError                  (ValueError) a bad URL, prefix or option; nothing was done
+    │   └── LayoutMismatchError      a shard list, routing or max_size the store was not laid out with
     ├── InvalidTupleError            (ValueError) a bad tuple or key; nothing of the call was sent
     ├── ShardError                   some shards failed; ``failures`` names each (host:port) and why
     │   ├── PartialWriteError        writes: ``result`` says which tuples took effect, which are unknown
@@ -74,6 +75,15 @@ class ZClusterError(Exception):
 
 class ConfigError(ZClusterError, ValueError):
     """A cluster or server configuration is invalid (bad URL, prefix, option); nothing was done."""
+
+
+class LayoutMismatchError(ConfigError):
+    """The store's shards record another layout than this client's (see :mod:`zcluster._guard`): a shard
+    added, removed or reordered, the same server listed twice, another routing (standalone or Redis Cluster),
+    another ``max_size``, a shard of another store, or an unmarked store whose sampled keys this list routes
+    elsewhere. Raised when the client connects to a shard, before that connection carries anything; the
+    message names the shard, both layouts and the way forward. Every later call raises it again until the
+    client is opened with the store's layout."""
 
 
 class InvalidTupleError(ZClusterError, ValueError):

@@ -234,8 +234,9 @@ def test_routing_and_max_size(shards: LocalShards, prefix: str) -> None:
     ok([*args, "--routing", "roshi", "insert", *[x for i in range(8) for x in (f"k{i}", "1", "m")]])
     with Cluster.from_urls(shards.urls, prefix=prefix, routing="roshi") as c:
         assert all(p.inserted for p in c.score([KeyMember(f"k{i}", "m") for i in range(8)]).values())
-    ok([*args, "--max-size", "2", "insert", "s", "1", "a", "s", "2", "b", "s", "3", "c"])
-    assert [m["member"] for m in doc([*args, "select", "s"])["keys"][0]["members"]] == ["c", "b"]
+    bounded = [*(a for u in shards.urls for a in ("--url", u)), "--prefix", f"{prefix}b", "--max-size", "2"]
+    ok([*bounded, "insert", "s", "1", "a", "s", "2", "b", "s", "3", "c"])  # another store: another layout
+    assert [m["member"] for m in doc([*bounded, "select", "s"])["keys"][0]["members"]] == ["c", "b"]
 
 
 @pytest.mark.parametrize("score", ["nan", "NaN", "inf", "-inf", "1e400", "abc", "", "9007199254740993"])

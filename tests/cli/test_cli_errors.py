@@ -84,18 +84,25 @@ def half(shards: LocalShards, prefix: str) -> list[str]:
 
 @pytest.mark.parametrize("dead_first", [False, True])
 def test_keys_lists_the_reachable_shards_then_names_the_failed_one(
-    shards: LocalShards, prefix: str, half: list[str], dead_first: bool
+    shards: LocalShards, prefix: str, dead_first: bool
 ) -> None:
     dead = f"127.0.0.1:{free_port()}"
     urls = [shards.urls[0], f"redis://:{PASSWORD}@{dead}"]
-    args = [a for u in (urls[::-1] if dead_first else urls) for a in ("--url", u)]
+    listed = urls[::-1] if dead_first else urls
+    with Cluster.from_urls(listed, prefix=prefix) as c:  # the store's own layout: the layout guard checks it
+        wrote = c.insert([(f"h{i}", 1.0, "m") for i in range(12)], raise_on_error=False)
+        half = [f"h{i}" for i, applied in enumerate(wrote.applied) if applied]  # those of the live shard
+        removed = c.delete([(f"gone{i}", 1.0, "m") for i in range(12)], raise_on_error=False)
+        gone = [f"gone{i}" for i, applied in enumerate(removed.applied) if applied]
+    assert half and gone
+    args = [a for u in listed for a in ("--url", u)]
     result = fails([*args, "--prefix", prefix, "keys", "--count", "2"])
-    assert sorted(result.stdout.split()) == half
+    assert sorted(result.stdout.split()) == sorted(half)
     assert dead in _one_clean_error_line(result.stderr)
 
     result = fails([*args, "--prefix", prefix, "keys", "--include-removed", "--json"])
     document = json.loads(result.stdout)
-    assert sorted(document["keys"]) == sorted([*half, "gone"])
+    assert sorted(document["keys"]) == sorted([*half, *gone])
     assert [e["shard"] for e in document["errors"]] == [dead]
     assert "Connection" in document["errors"][0]["error"]
     assert dead in _one_clean_error_line(result.stderr)
@@ -176,3 +183,13 @@ def test_the_console_script_and_the_package_entry() -> None:
 def test_version_and_help_need_no_servers() -> None:
     assert "version" in ok(["--version"]).stdout
     assert "--cluster-url" in ok(["--help"]).stdout
+
+
+def test_a_shard_list_the_store_was_not_laid_out_with_is_a_usage_error(shards: LocalShards, prefix: str) -> None:
+    with Cluster.from_urls(shards.urls, prefix=prefix) as c:
+        c.insert([("k", 1.0, "m")])
+    reordered = ["--url", shards.urls[1], "--url", shards.urls[0], "--prefix", prefix]
+    result = fails([*reordered, "keys"], code=2)
+    assert "the list was reordered" in _one_clean_error_line(result.stderr)
+    result = fails(["--url", shards.urls[0], "--url", shards.urls[1], "--prefix", prefix, "--max-size", "3", "keys"], 2)
+    assert "max_size=None; this client has max_size=3" in _one_clean_error_line(result.stderr)

@@ -354,3 +354,16 @@ def test_a_task_pauses_the_collector_and_puts_it_back_as_it_was() -> None:
         assert not gc.isenabled()  # left off: it was off before
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_sink_whose_shard_list_disagrees_with_the_store_fails_the_batch(
+    spark: Any, setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """The layout guard: executors opening the store with its shards reordered refuse before writing."""
+    s = setup
+    s["cluster"].insert([("laid-out", 1.0, "m")])  # the store's layout is recorded on its shards
+    publish(s["store"], Traffic(s["names"]), producers=2, messages=20, seed=1)
+    sink = ZClusterSink(s["urls"][::-1], timeline_mapper, s["query"], journals=s["url"], prefix=s["prefix"])
+    with pytest.raises(Exception, match="the list was reordered"):
+        run_available_now(spark, sink, s["url"], tmp_path / "ckpt")
+    assert [k for batch in s["cluster"].keys() for k in batch] == ["laid-out"]  # nothing was written
