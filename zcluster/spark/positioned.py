@@ -40,7 +40,9 @@ class _Job:
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: rows in, one stats row out. A task's rows of a partition are applied in
-        offset order, each partition's writes flushed before the task ends."""
+        offset order, each partition's writes flushed before the task ends. Exact only when the task holds
+        every row of the batch of each of its partitions (:meth:`PositionedSink.__call__` shuffles them so):
+        a fence moved by another task's later offsets of the partition refuses this task's earlier ones."""
         stats = BatchStats()
         parts: dict[Any, list[dict[str, Any]]] = {}
         for batch in batches:
@@ -111,6 +113,8 @@ class PositionedSink:
         if missing:
             raise ConfigError(f"PositionedSink needs the columns {sorted(missing)}; the rows have {df.columns}")
         stats = BatchStats(batch_id=batch_id)
-        add_rows(stats, df.mapInArrow(self.job.run, TASK_SCHEMA).collect())
+        # Every row of a (topic, partition) into one task, whatever Spark's cut of the batch: see the class.
+        together = df.repartition(*(["topic"] if "topic" in df.columns else []), self.job.partition)
+        add_rows(stats, together.mapInArrow(self.job.run, TASK_SCHEMA).collect())
         stats.seconds = time.perf_counter() - started
         self.history.append(stats)
