@@ -93,7 +93,7 @@ def board_incr(doc: dict[str, Any]) -> tuple[str, str, int]:
 def row_mapper(row: dict[str, Any]) -> list[Any]:
     """The positioned sink's mapper: a frame row's event as one :class:`zcluster.Incr` (an ACK: none)."""
     doc = json.loads(row["data"])
-    return [Incr(*board_incr(doc))] if "user" in doc else []
+    return [Incr(*board_incr(doc))] if doc.get("user") is not None else []
 
 
 def every_frame(text_dir: str) -> dict[str, dict[str, int]]:
@@ -102,7 +102,7 @@ def every_frame(text_dir: str) -> dict[str, dict[str, int]]:
     for path in sorted(Path(text_dir).iterdir()):
         for line in path.read_text().splitlines():
             doc = json.loads(line)
-            if "user" in doc:
+            if doc.get("user") is not None:
                 key, member, delta = board_incr(doc)
                 board = totals.setdefault(key, {})
                 board[member] = board.get(member, 0) + delta
