@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     report["elapsed_s"] = time.perf_counter() - started
     print_report(report)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "spark-increments" + ("" if {"a_sink", "c_text_hand"} <= set(kinds) else "-" + "-".join(k[0] for k in kinds))
+    stem = "spark-increments" + ("" if {"a_sink", "c_text_hand"} <= set(kinds) else "-" + "".join(k[0] for k in kinds))
     stem += "-quick" if args.quick else ""
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {args.out / f'{stem}.json'}")
