@@ -78,6 +78,17 @@ def test_a_partition_split_over_two_tasks_counts_every_row_once(spark: Any, shar
         assert state(cluster) == model()
         again = sink.history[1]
         assert (again.delivered, again.increments, again.applied, again.fenced) == (ROWS, 2 * ROWS, 0, 2 * ROWS)
+    renamed = split_batch(spark).withColumnRenamed("partition", "part").withColumnRenamed("offset", "pos")
+    prefix = f"split{next(_ids)}:"
+
+    def by_part(row: dict[str, Any]) -> list[Any]:
+        return points({**row, "partition": row["part"]})
+
+    named = PositionedSink(shards.urls, by_part, f"split{next(_ids)}", partition="part", offset="pos", prefix=prefix)
+    named(renamed, 0)  # the columns named by the sink's options are the ones that bring rows together
+    with Cluster.from_urls(shards.urls, prefix=prefix) as cluster:
+        assert state(cluster) == model()
+        assert (named.history[0].applied, named.history[0].fenced) == (2 * ROWS, 0)
 
 
 def test_the_json_file_source_cutting_batches_into_tasks_counts_exactly(
