@@ -24,12 +24,27 @@ FLUSHALL with a fresh query name and checkpoint, the two kinds alternating (orde
       shards by crc32, no sequencing (:func:`bench_spark.hand_written_partition`): duplicates and rolled-back
       messages count too, so its totals are wrong; how many is reported.
 
-Each kind runs once untimed on a small journal set first. Rates are committed messages/s (every query reads
-every frame). Goal: (a)/(c) >= 1.0 at both shapes (of median messages/s). Results go to
-``bench/results/spark-increments.json`` and ``.png`` (``--quick``: ``spark-increments-quick.*``, not committed).
+The positioned sink (:class:`zcluster.spark.PositionedSink`, for rows with a partition and an offset) on the
+``zcluster-journal`` source's frame rows (``rows=frames``, ``numPartitions`` 2; ``journal`` as the partition,
+``begin`` as the offset), one ``Incr`` per frame holding an event (every row is a message there: duplicates and
+rolled-back messages count, as in (c); its totals are compared with that model after every run):
+
+  (p) the sink: it brings each partition's rows of a batch into one task (a repartition by the partition column),
+      so it is exact however Spark cuts a batch;
+  (q) the sink as it was before that (its task function through ``mapInArrow`` on the batch as Spark cut it):
+      exact here only because this source never splits a journal over tasks; the cost without the shuffle;
+  (r) (q) after the user's own ``df.repartition("partition")``: what a user had to write to be exact on a
+      source that splits a partition (the JSON file source, Kafka's ``minPartitions``).
+
+``--kinds`` picks the kinds run (default: all). Each kind runs once untimed on a small journal set first.
+Rates are committed messages/s (every query reads every frame). Goal: (a)/(c) >= 1.0 at both shapes (of median
+messages/s). Results go to ``bench/results/spark-increments.json`` and ``.png`` (``--quick``:
+``spark-increments-quick.*``, not committed; a subset of ``--kinds`` without (a) and (c):
+``spark-increments-<kinds' letters>[-quick].json``, no plot).
 
     python bench/bench_spark_increments.py --quick   # 100k committed messages per shape, 3 repetitions (~1-2 min)
     python bench/bench_spark_increments.py           # 500k per shape, 3 repetitions (~4 min)
+    python bench/bench_spark_increments.py --quick --kinds p_sink,q_unshuffled,r_user_repartition
 """
 
 from __future__ import annotations
@@ -55,11 +70,15 @@ from zcluster.testing.traffic import Traffic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MEMBERS = 50  # members per leaderboard: item<ts mod 50>
-KINDS = ("a_sink", "c_text_hand")
+KINDS = ("a_sink", "c_text_hand", "p_sink", "q_unshuffled", "r_user_repartition")
 LABELS = {
     "a_sink": "(a) zcluster-journal -> ZClusterSink, Incr (exactly once)",
     "c_text_hand": "(c) text source -> hand-written pipelined ZINCRBY",
+    "p_sink": "(p) frames -> PositionedSink (shuffles by partition)",
+    "q_unshuffled": "(q) frames -> PositionedSink's tasks, no shuffle",
+    "r_user_repartition": "(r) frames -> repartition(partition) -> (q)",
 }
+POSITIONED = ("p_sink", "q_unshuffled", "r_user_repartition")
 GOAL = 1.0  # (a)/(c), of messages/s
 
 
@@ -69,6 +88,25 @@ def board_incr(doc: dict[str, Any]) -> tuple[str, str, int]:
     ts = doc["ts"]
     delta = -1 if doc["op"] == "remove" else 1 + int(ts * 1000) % 9
     return f"board:{doc['user']}", f"item{int(ts) % MEMBERS}", delta
+
+
+def row_mapper(row: dict[str, Any]) -> list[Any]:
+    """The positioned sink's mapper: a frame row's event as one :class:`zcluster.Incr` (an ACK: none)."""
+    doc = json.loads(row["data"])
+    return [Incr(*board_incr(doc))] if doc.get("user") is not None else []
+
+
+def every_frame(text_dir: str) -> dict[str, dict[str, int]]:
+    """The positioned sink's model: every frame's event counted (duplicates and rolled-back ones too)."""
+    totals: dict[str, dict[str, int]] = {}
+    for path in sorted(Path(text_dir).iterdir()):
+        for line in path.read_text().splitlines():
+            doc = json.loads(line)
+            if doc.get("user") is not None:
+                key, member, delta = board_incr(doc)
+                board = totals.setdefault(key, {})
+                board[member] = board.get(member, 0) + delta
+    return totals
 
 
 def board_mapper(message: Any) -> list[Any]:
@@ -132,8 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--users", type=int, default=20_000, help="keys of the spread shape (default 20000)")
     ap.add_argument("--hot-users", type=int, default=50, help="keys of the hot shape (default 50)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
-    ap.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    ap.add_argument("--no-plot", action="store_true", help="skip the PNG (drawn when (a) and (c) both run)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="the kinds to run, comma-separated (default: all)")
     args = ap.parse_args(argv)
+    kinds = tuple(k for k in KINDS if k in args.kinds.split(","))
+    if not kinds or set(args.kinds.split(",")) - set(KINDS):
+        ap.error(f"--kinds: a comma-separated subset of {','.join(KINDS)}")
     args.messages = args.messages or (100_000 if args.quick else 500_000)
     steps = max(1, round(args.messages / (bs.PRODUCERS * bs.COMMITTED_PER_STEP)))
     logging.basicConfig(level=logging.WARNING)
@@ -144,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import zcluster.spark as zspark
     from zcluster import Cluster
+    from zcluster.spark.observe import TASK_SCHEMA, add_rows
+    from zcluster.state.batch import BatchStats
     from zcluster.testing import LocalShards
 
     # The hand-written writer is bench_spark's: executors cannot import that module, so it travels by value.
@@ -178,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{tr.transactions:,} transactions): {len(tr.totals):,} keys, {members:,} totals",
                     flush=True,
                 )
-                seconds[s.name] = {k: [] for k in KINDS}
+                seconds[s.name] = {k: [] for k in kinds}
                 wrong_c[s.name] = []
             print(f"published in {publish_s:.1f}s; {args.repeat} repetitions, local[2], 2 shards", flush=True)
             cluster = Cluster.from_urls(shards.urls, prefix=bs.PREFIX)
@@ -211,8 +255,51 @@ def main(argv: list[str] | None = None) -> int:
                 wrong_c.setdefault(s.name, []).append(len(differences(plain_totals(clients, keys), s.traffic.totals)))
                 return wall
 
-            run = {"a_sink": query_a, "c_text_hand": query_c}
-            for kind in KINDS:  # each kind's first run in the session, untimed in the figures
+            models = {s.name: every_frame(s.text_dir) for s in [*shapes, small]}
+
+            def query_p(s: bs.Shape, kind: str) -> float:
+                flush()
+                name, ckpt = fresh(f"{kind}-{s.name}")
+                sink = zspark.PositionedSink(shards.urls, row_mapper, name, prefix=bs.PREFIX)
+
+                def today(df: Any, batch_id: int) -> None:  # the sink's __call__ before the shuffle
+                    if kind == "r_user_repartition":
+                        df = df.repartition("partition")
+                    add_rows(BatchStats(), df.mapInArrow(sink.job.run, TASK_SCHEMA).collect())
+
+                stream = (
+                    spark.readStream.format("zcluster-journal")
+                    .option("journals", s.url)
+                    .option("rows", "frames")
+                    .option("numPartitions", "2")
+                    .load()
+                    .withColumnRenamed("journal", "partition")
+                    .withColumnRenamed("begin", "offset")
+                )
+
+                def go() -> None:
+                    q = (
+                        stream.writeStream.foreachBatch(sink if kind == "p_sink" else today)
+                        .option("checkpointLocation", str(ckpt))
+                        .trigger(availableNow=True)
+                        .start()
+                    )
+                    q.awaitTermination()
+                    if q.exception() is not None:
+                        raise SystemExit(f"({kind[0]}) {s.name}: the query failed: {q.exception()}")
+
+                wall, _ = bs.timed(go)
+                bad = differences(sink_totals(cluster, list(models[s.name])), models[s.name])
+                if bad:
+                    raise SystemExit(f"({kind[0]}) {s.name}: {len(bad)} totals differ from the model, e.g. {bad[:5]}")
+                return wall
+
+            run = {
+                "a_sink": query_a,
+                "c_text_hand": query_c,
+                **{k: (lambda s, k=k: query_p(s, k)) for k in POSITIONED},
+            }
+            for kind in kinds:  # each kind's first run in the session, untimed in the figures
                 warm_up_s[kind], _ = bs.timed(lambda kind=kind: run[kind](small))
             print(
                 f"SparkSession started in {session_s:.1f}s; warm-up on {small.frames:,} frames: "
@@ -221,12 +308,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             for rep in range(args.repeat):
                 for s in shapes:
-                    for kind in KINDS if rep % 2 == 0 else reversed(KINDS):
+                    for kind in kinds if rep % 2 == 0 else reversed(kinds):
                         seconds[s.name][kind].append(run[kind](s))
                     print(
                         f"  rep {rep + 1}/{args.repeat} {s.name:<7} "
-                        + "  ".join(f"{k[0]}={seconds[s.name][k][-1]:.2f}s" for k in KINDS)
-                        + f"  (a) totals exact; (c) wrong totals {wrong_c[s.name][-1]:,}",
+                        + "  ".join(f"{k[0]}={seconds[s.name][k][-1]:.2f}s" for k in kinds)
+                        + "  totals exact"
+                        + (f"; (c) wrong totals {wrong_c[s.name][-1]:,}" if wrong_c[s.name] else ""),
                         flush=True,
                     )
             spark.stop()
@@ -245,10 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     report["elapsed_s"] = time.perf_counter() - started
     print_report(report)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "spark-increments-quick" if args.quick else "spark-increments"
+    stem = "spark-increments" + ("" if {"a_sink", "c_text_hand"} <= set(kinds) else "-" + "".join(k[0] for k in kinds))
+    stem += "-quick" if args.quick else ""
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {args.out / f'{stem}.json'}")
-    if not args.no_plot:
+    if not args.no_plot and "a_over_c" in next(iter(report["shapes"].values())):
         plot(args.out / f"{stem}.png", report)
         print(f"wrote {args.out / f'{stem}.png'}")
     return 0
@@ -283,11 +372,14 @@ def summarize(
             "seconds": sec,
             "median_seconds": med_s,
             "messages_per_s": rate,
-            "a_over_c": rate["a_sink"] / rate["c_text_hand"],
-            "paired_a_over_c": bs._paired(sec["a_sink"], sec["c_text_hand"]),
-            "a_totals_exact": True,  # checked after every (a): the run stops otherwise
-            "c_wrong_totals": wrong_c[s.name],
+            "totals_exact": True,  # checked after every (a), (p), (q), (r): the run stops otherwise
         }
+        for num, den in (("a_sink", "c_text_hand"), ("p_sink", "q_unshuffled"), ("p_sink", "r_user_repartition")):
+            if num in sec and den in sec:
+                per_shape[s.name][f"{num[0]}_over_{den[0]}"] = rate[num] / rate[den]
+                per_shape[s.name][f"paired_{num[0]}_over_{den[0]}"] = bs._paired(sec[num], sec[den])
+        if wrong_c[s.name]:
+            per_shape[s.name]["c_wrong_totals"] = wrong_c[s.name]
     return {
         "benchmark": "bench/bench_spark_increments.py",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -296,6 +388,7 @@ def summarize(
             "messages": args.messages,
             "repeat": args.repeat,
             "quick": args.quick,
+            "kinds": [k for k in KINDS if k in next(iter(seconds.values()))],
             "producers": bs.PRODUCERS,
             "journals": bs.JOURNALS,
             "steps": steps,
@@ -311,7 +404,7 @@ def summarize(
         "units": {
             "seconds": "query wall time, start to termination",
             "messages_per_s": "committed messages / median seconds",
-            "a_over_c": "of messages/s medians",
+            "a_over_c": "of messages/s medians (p_over_q, p_over_r likewise)",
         },
         "labels": LABELS,
         "goal": f"a_over_c >= {GOAL}",
@@ -323,19 +416,23 @@ def print_report(report: dict[str, Any]) -> None:
     shapes = report["shapes"]
     print()
     print(f"{'median query wall time (s), committed messages/s':<62}" + "".join(f"{n:>26}" for n in shapes))
-    for kind in KINDS:
+    for kind in report["config"]["kinds"]:
         cells = "".join(
             f"{sh['median_seconds'][kind]:>10.2f} s {sh['messages_per_s'][kind]:>10,.0f}/s" for sh in shapes.values()
         )
         print(f"{LABELS[kind]:<62}{cells}")
     for name, sh in shapes.items():
-        ratio = sh["a_over_c"]
-        print(
-            f"{name}: {sh['committed']:,} messages over {sh['keys']:,} keys ({sh['totals']:,} totals): (a)/(c) "
-            f"{ratio:.2f} (goal >= {GOAL}: {'met' if ratio >= GOAL else 'MISSED'}; paired "
-            + ", ".join(f"{x:.2f}" for x in sh["paired_a_over_c"])
-            + f"); (a) totals exact after every run; (c) wrong totals {sh['c_wrong_totals']}"
+        line = f"{name}: {sh['committed']:,} messages over {sh['keys']:,} keys ({sh['totals']:,} totals):"
+        for ratio in ("a_over_c", "p_over_q", "p_over_r"):
+            if ratio in sh:
+                num, den = ratio.split("_over_")
+                paired = ", ".join(f"{x:.2f}" for x in sh[f"paired_{ratio}"])
+                goal = f"goal >= {GOAL}: {'met' if sh[ratio] >= GOAL else 'MISSED'}; " if ratio == "a_over_c" else ""
+                line += f" ({num})/({den}) {sh[ratio]:.2f} ({goal}paired {paired});"
+        line += " totals exact after every run" + (
+            f"; (c) wrong totals {sh['c_wrong_totals']}" if "c_wrong_totals" in sh else ""
         )
+        print(line)
     print(bs.machine_line(report))
 
 
@@ -348,14 +445,14 @@ def plot(path: Path, report: dict[str, Any]) -> None:
     shapes = report["shapes"]
     names, xs = list(shapes), range(len(shapes))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [3, 2]})
-    for i, (kind, color) in enumerate(zip(KINDS, ["#1f77b4", "#7f7f7f"], strict=True)):
+    for i, (kind, color) in enumerate(zip(("a_sink", "c_text_hand"), ["#1f77b4", "#7f7f7f"], strict=True)):
         vals = [shapes[n]["messages_per_s"][kind] / 1000 for n in names]
         bars = ax1.bar([x + (i - 0.5) * 0.4 for x in xs], vals, 0.4, label=LABELS[kind], color=color)
         ax1.bar_label(bars, fmt="%.1f", fontsize=8)
     ax1.set_xticks(list(xs), [f"{n} ({shapes[n]['keys']:,} keys)" for n in names])
     ax1.set_ylabel("thousand committed messages/s (median)")
     ax1.set_title("availableNow query, start to termination")
-    top = max(shapes[n]["messages_per_s"][k] for n in names for k in KINDS) / 1000
+    top = max(shapes[n]["messages_per_s"][k] for n in names for k in ("a_sink", "c_text_hand")) / 1000
     ax1.set_ylim(0, top * 1.35)
     ax1.legend(fontsize=8, loc="upper left")
     bars = ax2.bar(list(xs), [shapes[n]["a_over_c"] for n in names], 0.5, color="#1f77b4")

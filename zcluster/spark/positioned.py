@@ -5,8 +5,16 @@ There are no Gazette UUIDs to sequence: every row is a message, in offset order 
 (source ``<query_name>/<topic>/<partition>``, the row's offset, its index among the row's increments), so a
 retried task, a replayed micro-batch or a new checkpoint directory reading the same offsets again changes
 nothing. Producer duplicates (the same event at two offsets) count twice: they are the producer's business
-(Kafka's idempotent producer). Offsets of one partition must grow (they do in Kafka; a re-created topic
-starts again at 0: use a new ``query_name``).
+(Kafka's idempotent producer). Offsets of one partition must be distinct and grow from one batch to the next
+(they do in Kafka; a re-created topic starts again at 0: use a new ``query_name``); a batch's rows may come
+in any order.
+
+A fence keeps one position per (key, source): a partition's increments must reach it in offset order, so the
+sink brings each (topic, partition)'s rows of a batch into one task (a shuffle) whatever the source's cut.
+Spark cuts one partition's rows over several tasks more often than it seems (a file source packs a batch's
+files into tasks; Kafka's ``minPartitions`` splits a topic-partition's offset range): fencing each task's own
+rows would let the task holding later offsets move the fence past the other's, silently refused as applied
+before.
 """
 
 from __future__ import annotations
@@ -40,7 +48,9 @@ class _Job:
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: rows in, one stats row out. A task's rows of a partition are applied in
-        offset order, each partition's writes flushed before the task ends."""
+        offset order, each partition's writes flushed before the task ends. Exact only when the task holds
+        every row of the batch of each of its partitions (:meth:`PositionedSink.__call__` shuffles them so):
+        a fence moved by another task's later offsets of the partition refuses this task's earlier ones."""
         stats = BatchStats()
         parts: dict[Any, list[dict[str, Any]]] = {}
         for batch in batches:
@@ -77,8 +87,19 @@ class PositionedSink:
     :class:`~zcluster.farm.FarmConfig`: increments then need every replica, see ``Farm.increment``).
     ``mapper``: a row as a dict -> writes (Insert, Delete, Incr, Count); deterministic.
     ``query_name`` names the fences' sources, with the row's ``topic`` column (or ``topic=``) and its
-    ``partition`` column; ``offset`` names the offset column. ``flush``: writes per batch sent;
-    ``retries``: resends of unconfirmed writes. ``history`` holds a :class:`BatchStats` per batch.
+    ``partition`` column; ``offset`` names the offset column (Kafka's columns by default: ``topic``,
+    ``partition``, ``offset``; other sources rename theirs or pass these). ``flush``: writes per batch sent;
+    ``retries``: resends of unconfirmed writes. ``history`` holds a :class:`BatchStats` per batch:
+    ``increments`` sent, of which ``fenced`` were found at or below their fence (applied before: a replayed
+    batch) and the rest ``applied``.
+
+    Guarantee: every row's increments count exactly once however Spark partitions the batch (file sources,
+    Kafka's ``minPartitions``, any ``repartition`` before the sink), across task retries, replayed batches
+    and new checkpoint directories. Cost: each batch is shuffled by (``topic`` column if any, partition)
+    into ``spark.sql.shuffle.partitions`` tasks (fewer where adaptive execution coalesces them; Spark's
+    default 200 leaves most empty for a few partitions: set it near the executors' cores), and a partition's
+    rows are applied by one task; a mapper writing only 2P-set writes (idempotent, no fences) pays it too, as
+    the sink cannot know that before the mapper runs.
 
     Errors: a mapper failure or a refused write is a :class:`zcluster.MapperError` naming the partition and
     offset; shard failures are retried, then fail the batch. A failed batch ends the query (Spark does not
@@ -113,6 +134,8 @@ class PositionedSink:
         if missing:
             raise ConfigError(f"PositionedSink needs the columns {sorted(missing)}; the rows have {df.columns}")
         stats = BatchStats(batch_id=batch_id)
-        add_rows(stats, df.mapInArrow(self.job.run, TASK_SCHEMA).collect())
+        # Every row of a (topic, partition) into one task, whatever Spark's cut of the batch: see the module.
+        together = df.repartition(*(["topic"] if "topic" in df.columns else []), self.job.partition)
+        add_rows(stats, together.mapInArrow(self.job.run, TASK_SCHEMA).collect())
         stats.seconds = time.perf_counter() - started
         self.history.append(stats)

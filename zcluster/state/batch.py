@@ -26,7 +26,10 @@ class BatchStats:
     """What one batch did (summed over journals and tasks): frames read, messages seen, delivered and
     dropped, writes sent and applied; lost ranges skipped (``fail_on_data_loss=False``: how many, how many
     bytes); ``lag``: per journal, the bytes between its checkpoint after the batch and its end then (for the
-    journals the batch measured: those it read from a journal store)."""
+    journals the batch measured: those it read from a journal store). ``increments``: increments sent;
+    ``fenced``: those of them found at or below their key's fence, so applied before (a replayed batch, a
+    task run again, a resend whose first send had landed); ``applied``: 2P-set writes and increments that
+    took effect (a sent increment is either applied or fenced once its batch succeeds)."""
 
     batch_id: int = -1
     query_id: str = ""
@@ -44,6 +47,7 @@ class BatchStats:
     inserts: int = 0
     deletes: int = 0
     increments: int = 0
+    fenced: int = 0
     applied: int = 0
     seconds: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -182,6 +186,8 @@ class WriteBuffer:
                     refused, refused.index, refused.value, refused.reason, origins, at, first
                 ) from refused
             self.stats.applied += result.applied_count
+            if at == 1:  # an increment neither applied nor failed was at or below its fence
+                self.stats.fenced += len(pending) - result.applied_count - len(result.failed_indices)
             if result.ok:
                 return
             if attempt == self.retries or waited_out(result.failures):
