@@ -188,7 +188,9 @@ class ClusterTopology:
     REFRESH_MAX = 1.0
     SUSPECT_FOR = 60.0
 
-    def __init__(self, url: str, failover_timeout: float = FAILOVER_TIMEOUT, **options: Any) -> None:
+    def __init__(
+        self, url: str, failover_timeout: float = FAILOVER_TIMEOUT, seeds: Sequence[str] = (), **options: Any
+    ) -> None:
         if isinstance(failover_timeout, bool) or not isinstance(failover_timeout, int | float):
             raise ConfigError(f"failover_timeout must be a number of seconds, got {failover_timeout!r}")
         if not 0 <= failover_timeout < 1e6:
@@ -196,6 +198,9 @@ class ClusterTopology:
         self.failover_timeout = float(failover_timeout)
         self._options = options
         self._seed_url = url
+        # Other nodes ("host:port") asked for the map after the seed: a process started while the seed is
+        # down (a Spark executor's new worker during a failover) still finds the cluster.
+        self._seeds = [safe_name(with_host(url, *_host_port(name))) for name in seeds]
         self._lock = threading.Lock()  # shards, _index, _probes
         self._refresh_lock = threading.Lock()  # one reload in flight
         self.shards: list[Shard] = []
@@ -248,9 +253,16 @@ class ClusterTopology:
         owners = sorted({i for i in self._slots if i >= 0})
         names = [self.shards[i].name for i in owners]
         names += [r for i in owners for r in self._replicas.get(i, ())]
-        names += [s.name for s in self.shards] + [safe_name(self._seed_url)]
+        names += [s.name for s in self.shards] + [safe_name(self._seed_url), *self._seeds]
         unique = list(dict.fromkeys(names))
         return sorted(unique, key=lambda n: (self._suspected(n), self._suspects.get(n, 0.0)))
+
+    def nodes(self) -> list[str]:
+        """Every node the last map listed ("host:port"): masters, then their replicas."""
+        with self._lock:
+            owners = sorted({i for i in self._slots if i >= 0})
+            names = [self.shards[i].name for i in owners] + [r for i in owners for r in self._replicas.get(i, ())]
+        return list(dict.fromkeys(names))
 
     def _suspected(self, name: str) -> bool:
         """Whether node ``name`` failed in the last ``SUSPECT_FOR`` seconds."""
@@ -396,3 +408,11 @@ def _text(raw: Any) -> str:
 
 def _host(raw: Any) -> str:
     return _text(raw) or "127.0.0.1"
+
+
+def _host_port(name: str) -> tuple[str, int]:
+    """``host:port`` split; a :class:`ConfigError` naming it otherwise."""
+    host, _, port = name.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"a seed node must be 'host:port', got {name!r}")
+    return host, int(port)

@@ -183,13 +183,16 @@ class Cluster(Inspection, Aggregates):
         *,
         connection: dict[str, Any] | None = None,
         failover_timeout: float = FAILOVER_TIMEOUT,
+        seeds: Sequence[str] = (),
         **options: Any,
     ) -> Cluster:
         """A native Redis Cluster, discovered from one seed node's URL (``redis://``, ``rediss://``, or the
         same written ``redis+cluster://`` / ``rediss+cluster://`` as :func:`zcluster.connect` takes it). It
         follows failovers and resharding by itself; a call waits up to ``failover_timeout`` seconds for an
-        unreachable master's slots to move (0: fail at once), see ``docs/architecture.md`` (Routing)."""
-        return cls(ClusterTopology(seed_url(url), failover_timeout, **(connection or {})), **options)
+        unreachable master's slots to move (0: fail at once), see ``docs/architecture.md`` (Routing).
+        ``seeds``: other nodes (``"host:port"``, same scheme and credentials) asked for the slot map when
+        the seed does not answer."""
+        return cls(ClusterTopology(seed_url(url), failover_timeout, seeds, **(connection or {})), **options)
 
     def view(
         self,
@@ -232,6 +235,12 @@ class Cluster(Inspection, Aggregates):
     def shards(self) -> list[str]:
         """Names (``host:port``) of the servers holding data."""
         return [s.name for s in self._transport.topology.masters()]
+
+    def nodes(self) -> list[str]:
+        """Every server this client knows (``host:port``): a Redis Cluster's masters and the replicas its
+        last slot map listed; the standalone shards otherwise."""
+        topology = self._transport.topology
+        return topology.nodes() if isinstance(topology, ClusterTopology) else self.shards
 
     def shard_of(self, key: Blob) -> str:
         """The name of the server holding logical ``key``."""

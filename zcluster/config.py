@@ -58,6 +58,9 @@ class ClusterConfig:
     max_size: int | None = None
     routing: Routing = "jump"
     options: tuple[tuple[str, Any], ...] = field(default=())
+    seeds: tuple[str, ...] = field(default=(), compare=False)
+    """A Redis Cluster's other nodes ("host:port"), asked when the seed does not answer; not part of the
+    config's identity. Spark sinks fill it from the driver's slot map for their tasks (:meth:`with_nodes`)."""
 
     def __post_init__(self) -> None:
         if self.cluster_url:  # stored as the seed's plain URL, so both spellings make one (equal) config
@@ -103,13 +106,21 @@ class ClusterConfig:
         """A new Cluster for this config; the caller closes it."""
         options: dict[str, Any] = {"prefix": self.prefix, "max_size": self.max_size, **dict(self.options)}
         if self.cluster_url:
-            return Cluster.from_cluster_url(self.cluster_url, **options)
+            return Cluster.from_cluster_url(self.cluster_url, seeds=self.seeds, **options)
         return Cluster.from_urls(list(self.urls), routing=self.routing, **options)
 
     def shared(self) -> Cluster:
         """This process's one Cluster for this config, opened on first use and never closed (Spark
         reuses Python workers, so executors keep their connections across tasks and batches)."""
         return shared(self, self.open)
+
+    def with_nodes(self) -> ClusterConfig:
+        """This config with ``seeds`` set to the nodes this process's shared Cluster knows now (a Redis
+        Cluster's; a standalone config is returned as is): what a driver ships to its tasks, so that a
+        worker process started while the seed node is down can still reach the cluster."""
+        if not self.cluster_url:
+            return self
+        return dataclasses.replace(self, seeds=tuple(self.shared().nodes()))
 
     def with_layout(self, **layout: Any) -> ClusterConfig:
         """This config with ``prefix`` and/or ``max_size`` replaced."""
@@ -157,3 +168,9 @@ def connect(where: Where, **options: Any) -> Cluster:
     opened lazily, so an unreachable server is reported by the first call that needs it.
     """
     return ClusterConfig.of(where, **options).open()
+
+
+def with_nodes(config: StoreConfig) -> StoreConfig:
+    """``config`` as a driver ships it to its tasks: a Redis Cluster's with the nodes it knows now as
+    ``seeds`` (:meth:`ClusterConfig.with_nodes`), any other as is."""
+    return config.with_nodes() if isinstance(config, ClusterConfig) else config

@@ -162,3 +162,24 @@ def test_from_cluster_url_takes_the_redis_cluster_scheme_that_connect_takes(
     # one config whichever way the seed is spelled (Spark ships it; equal configs share one Cluster)
     plain = ClusterConfig.of(redis_cluster.url, cluster=True)
     assert ClusterConfig(cluster_url=seed) == ClusterConfig.of(seed) == ClusterConfig.of(upper) == plain
+
+
+def test_a_cluster_whose_seed_is_down_is_reached_through_the_nodes_a_driver_shipped(
+    redis_cluster: LocalRedisCluster, prefix: str
+) -> None:
+    # A Spark worker process started mid-failover opens its Cluster from the shipped config; its seed may be
+    # the master just killed. A port nothing listens on stands for it here.
+    from zcluster import ClusterConfig, ConfigError, ShardError
+    from zcluster.testing import free_port
+
+    live = ClusterConfig.of(redis_cluster.url, cluster=True, prefix=prefix)
+    shipped = live.with_nodes()
+    assert set(shipped.seeds) >= set(live.shared().shards) and shipped == live  # seeds are not its identity
+    dead = f"redis://127.0.0.1:{free_port()}"
+    with pytest.raises(ShardError, match="no Redis Cluster node answered"):
+        Cluster.from_cluster_url(dead, prefix=prefix)
+    with Cluster.from_cluster_url(dead, seeds=shipped.seeds, prefix=prefix) as c:
+        assert c.insert([KeyScoreMember(f"k{i}", 1.0, "m") for i in range(20)]).applied_count == 20
+        assert sorted(c.shards) == sorted(live.shared().shards)
+    with pytest.raises(ConfigError, match="a seed node must be 'host:port'"):
+        Cluster.from_cluster_url(dead, seeds=["nowhere"], prefix=prefix)

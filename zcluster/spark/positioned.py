@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from zcluster.config import StoreConfig, Where, store_config
+from zcluster.config import StoreConfig, Where, store_config, with_nodes
 from zcluster.errors import ConfigError, MapperError
 from zcluster.spark.observe import TASK_SCHEMA, add_rows, task_batch
 from zcluster.spark.shipping import ship_by_value
@@ -136,6 +136,7 @@ class PositionedSink:
         stats = BatchStats(batch_id=batch_id)
         # Every row of a (topic, partition) into one task, whatever Spark's cut of the batch: see the module.
         together = df.repartition(*(["topic"] if "topic" in df.columns else []), self.job.partition)
-        add_rows(stats, together.mapInArrow(self.job.run, TASK_SCHEMA).collect())
+        job = replace(self.job, config=with_nodes(self.job.config))  # seeds for a worker started mid-failover
+        add_rows(stats, together.mapInArrow(job.run, TASK_SCHEMA).collect())
         stats.seconds = time.perf_counter() - started
         self.history.append(stats)

@@ -26,11 +26,11 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zcluster._retry import retrying
-from zcluster.config import StoreConfig, Where, store_config
+from zcluster.config import StoreConfig, Where, store_config, with_nodes
 from zcluster.errors import ConfigError
 from zcluster.journal.frames import RawFrame
 from zcluster.journal.store import JournalStore, close_store
@@ -280,7 +280,7 @@ class ZClusterSink:
                 tasks = df
             else:
                 _check_columns(df.columns, self.job.journals)
-                tasks = df.mapInArrow(self.job.run, STATS_SCHEMA)
+                tasks = df.mapInArrow(self._tasks_job().run, STATS_SCHEMA)
             try:
                 rows = tasks.collect()
             except Exception as exc:
@@ -295,6 +295,11 @@ class ZClusterSink:
         if self.metrics is not None:
             self.metrics(self.query_name, stats)
 
+    def _tasks_job(self) -> _Job:
+        """The job as the tasks get it: a Redis Cluster's config carries the nodes the driver knows now, so
+        a worker process started while the seed node is down (mid-failover) still reaches the cluster."""
+        return replace(self.job, config=with_nodes(self.job.config))
+
     def observe(self, df: Any, name: str = METRICS_NAME) -> Any:
         """``df`` (the ``zcluster-journal`` source's streaming DataFrame) with the sink's tasks in the query's
         plan and their figures observed as ``name``; write it with ``.writeStream.foreachBatch(self)``. Each
@@ -304,4 +309,4 @@ class ZClusterSink:
         (``(journal, lag_bytes)`` per journal); :func:`zcluster.spark.observe.figures` reads them as a dict (also
         Spark Connect's form). A batch the sink skips (committed already) reports none."""
         _check_columns(df.columns, self.job.journals)
-        return observed(df.mapInArrow(self.job.run, STATS_SCHEMA), name)
+        return observed(df.mapInArrow(self._tasks_job().run, STATS_SCHEMA), name)
