@@ -728,7 +728,12 @@ class Soak:
             longest["slope_mb_per_hour"] = _slope(mine)
             longest["slope_mb_per_hour_second_half"] = _slope(mine[len(mine) // 2 :])
         series = [
-            (t, pid, round(kb / 1024, 2), *(round(x / 1024, 2) for x in self.heap.get(t, (0, 0))))
+            (
+                t,
+                pid,
+                round(kb / 1024, 2),
+                *((round(x / 1024, 2) for x in self.heap[t]) if t in self.heap else (None,) * 2),
+            )
             for t, pid, kb in self.samples
         ]
         return {
