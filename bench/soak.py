@@ -35,9 +35,13 @@ when the fault was over: its recovery time, from the fault. At the end, the publ
 drain, and every store must equal the traffic's model (:meth:`Traffic.expected`), each farm replica too:
 the messages of the skipped lost ranges are ones no model counts (a producer of their own published them,
 alone in their fragment), so the model is exact, and none of them may be found in a store. The worker's
-RSS (``/proc/<pid>/status``) is sampled every second; each worker process's RSS after ``--warmup`` seconds
-and at its end are reported. Everything runs on loopback, every wait has a timeout, and every process
-started is stopped on the way out (the worker and the servers also die with this process).
+RSS (``/proc/<pid>/status``) is sampled every second, with its glibc heap (in use, free but kept); each
+worker process's RSS after ``--warmup`` seconds and at its end, and the longest-lived one's slope, are
+reported. The worker runs with ``MALLOC_ARENA_MAX=2`` (``--malloc-arena-max``): with glibc's default each
+of its threads may get an arena of its own, each keeping its own peak (``docs/faults.md``, "Long runs").
+``--tracemalloc`` shows what Python allocations grew. Everything runs on loopback, every wait has a
+timeout, and every process started is stopped on the way out (the worker and the servers also die with
+this process).
 
     python bench/soak.py                      # 60 s of traffic and faults (~70 s in all)
     python bench/soak.py --seconds 3600       # an hour: a fault every 15 s, ~240 of them
