@@ -41,6 +41,7 @@ def _run(
         got = {k: [(t.member, t.score) for t in v] for k, v in cluster.select(list(expected), limit=10**6).items()}
         assert all(state.load_journal(n).offset == store.end(n) for n in names)
     store.close()
+    print(f"prune_horizon {prune_horizon}: producer states held after each round: {held}")  # shown with -s
     return held, traffic, {"equal": got == expected}
 
 
