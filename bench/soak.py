@@ -37,9 +37,9 @@ the messages of the skipped lost ranges are ones no model counts (a producer of 
 alone in their fragment), so the model is exact, and none of them may be found in a store. The worker's
 RSS (``/proc/<pid>/status``) is sampled every second, with its glibc heap (in use, free but kept); each
 worker process's RSS after ``--warmup`` seconds and at its end, and the longest-lived one's slope, are
-reported. The worker runs with ``MALLOC_ARENA_MAX=2`` (``--malloc-arena-max``): with glibc's default each
-of its threads may get an arena of its own, each keeping its own peak (``docs/faults.md``, "Long runs").
-``--tracemalloc`` shows what Python allocations grew. Everything runs on loopback, every wait has a
+reported. ``--malloc-arena-max N`` runs the worker with ``MALLOC_ARENA_MAX=N`` (glibc's default lets each
+thread have an arena of its own, each keeping its own peak; it did not change the creep: ``docs/faults.md``,
+"Long runs"). ``--tracemalloc`` shows what Python allocations grew. Everything runs on loopback, every wait has a
 timeout, and every process started is stopped on the way out (the worker and the servers also die with
 this process).
 
@@ -959,10 +959,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--malloc-arena-max",
         type=int,
-        default=2,
+        default=0,
         metavar="N",
-        help="MALLOC_ARENA_MAX of the worker (default 2; 0: glibc's own, 8 per core): glibc gives each thread "
-        "that allocates an arena of its own and keeps each one's peak (docs/faults.md)",
+        help="MALLOC_ARENA_MAX of the worker (default 0: glibc's own, 8 per core); glibc may give each thread an "
+        "arena of its own, each keeping its own peak (docs/faults.md, Long runs)",
     )
     ap.add_argument("--recovery-timeout", type=float, default=120.0)
     ap.add_argument("--out", type=Path, default=RESULTS)
