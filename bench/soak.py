@@ -35,9 +35,13 @@ when the fault was over: its recovery time, from the fault. At the end, the publ
 drain, and every store must equal the traffic's model (:meth:`Traffic.expected`), each farm replica too:
 the messages of the skipped lost ranges are ones no model counts (a producer of their own published them,
 alone in their fragment), so the model is exact, and none of them may be found in a store. The worker's
-RSS (``/proc/<pid>/status``) is sampled every second; each worker process's RSS after ``--warmup`` seconds
-and at its end are reported. Everything runs on loopback, every wait has a timeout, and every process
-started is stopped on the way out (the worker and the servers also die with this process).
+RSS (``/proc/<pid>/status``) is sampled every second, with its glibc heap (in use, free but kept); each
+worker process's RSS after ``--warmup`` seconds and at its end, and the longest-lived one's slope, are
+reported. ``--malloc-arena-max N`` runs the worker with ``MALLOC_ARENA_MAX=N`` (glibc's default lets each
+thread have an arena of its own, each keeping its own peak; it did not change the creep: ``docs/faults.md``,
+"Long runs"). ``--tracemalloc`` shows what Python allocations grew. Everything runs on loopback, every wait has a
+timeout, and every process started is stopped on the way out (the worker and the servers also die with
+this process).
 
     python bench/soak.py                      # 60 s of traffic and faults (~70 s in all)
     python bench/soak.py --seconds 3600       # an hour: a fault every 15 s, ~240 of them
@@ -116,6 +120,25 @@ def close_stores(stores: dict[str, Store]) -> None:
             store.close()  # type: ignore[attr-defined]
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def malloc_kb() -> tuple[int, int] | None:
+    """glibc's heap of this process in kB: (in use, free but kept), from ``mallinfo2`` (None elsewhere).
+    What tells a leak (in use grows) from memory the allocator keeps after a peak (free grows)."""
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _Mallinfo2
+    m = fn()
+    return (m.uordblks + m.hblkhd) // 1024, m.fordblks // 1024
+
+
 def rss_kb(pid: int) -> int | None:
     """VmRSS of process ``pid`` in kB (None once it is gone)."""
     try:
@@ -190,11 +213,14 @@ def worker(config_path: str) -> int:
         status["apps"][name] = dict.fromkeys(("polls", "failed_polls", "frames", "delivered", "duplicates"), 0)
         status["apps"][name].update(rollbacks=0, last_error=None, lost_stops={})
     threads = [threading.Thread(target=loop, args=(n, c), name=n, daemon=True) for n, c in consumers.items()]
+    if cfg.get("tracemalloc"):
+        threads.append(threading.Thread(target=trace_memory, args=(cfg, stop), name="tracemalloc", daemon=True))
     for t in threads:
         t.start()
     status["ready"] = True
     try:
         while not stop.is_set():
+            status["malloc_kb"] = malloc_kb()
             write_status()
             if os.getppid() != parent:  # the orchestrator is gone: stop by ourselves
                 stop.set()
@@ -208,6 +234,46 @@ def worker(config_path: str) -> int:
         close_stores(stores)
         journals.close()
     return 0
+
+
+def trace_memory(cfg: dict[str, Any], stop: threading.Event) -> None:
+    """``--tracemalloc``: after the warm-up, a baseline snapshot; then every ``tracemalloc`` seconds (and at
+    the end) the allocations grown since the baseline, by file:line, and the object counts grown, by type,
+    appended to ``<status>.tracemalloc.txt``: what holds the memory an RSS series only shows growing."""
+    import gc
+    import tracemalloc
+    from collections import Counter
+
+    tracemalloc.start(8)
+    if stop.wait(cfg["warmup"]):
+        return
+    import linecache
+
+    # Not the tracer's own: its snapshots and the source lines its tracebacks show.
+    filters = [tracemalloc.Filter(False, m.__file__) for m in (tracemalloc, linecache)]
+    filters.append(tracemalloc.Filter(False, "<frozen *>"))
+    base = tracemalloc.take_snapshot().filter_traces(filters)
+    types = Counter(type(o).__name__ for o in gc.get_objects())
+    started = time.monotonic()
+    out = Path(f"{cfg['status']}.tracemalloc.txt")
+    while True:
+        done = stop.wait(cfg["tracemalloc"])
+        snap = tracemalloc.take_snapshot().filter_traces(filters)
+        grown = Counter(type(o).__name__ for o in gc.get_objects())
+        grown.subtract(types)
+        diff = snap.compare_to(base, "lineno")
+        lines = [f"== {time.monotonic() - started:.0f} s after the baseline; traced {tracemalloc.get_traced_memory()}"]
+        lines += [str(d) for d in diff[:25]]
+        lines.append("-- object counts grown, by type")
+        lines += [f"{n:+8d} {t}" for t, n in grown.most_common(15)]
+        lines.append("-- top 3 growths, by traceback")
+        for d in snap.compare_to(base, "traceback")[:3]:
+            lines.append(f"{d.size_diff / 1024:+.1f} KiB, {d.count_diff:+d} blocks")
+            lines += [f"    {frame}" for frame in d.traceback.format()[-16:]]
+        with out.open("a") as f:
+            f.write("\n".join(lines) + "\n\n")
+        if done:
+            return
 
 
 def _die_with_parent() -> None:
@@ -258,6 +324,7 @@ class Soak:
         self.lost: list[dict[str, Any]] = []
         self.incarnations: list[dict[str, Any]] = []
         self.samples: list[tuple[float, int, int]] = []  # (t, pid, rss kB)
+        self.heap: dict[float, tuple[int, int]] = {}  # t of a sample -> the worker's malloc (in use, free) kB
         self.sampling = threading.Event()
         self.worker: subprocess.Popen[bytes] | None = None
         self.counts = dict.fromkeys(KINDS, 0)
@@ -307,6 +374,8 @@ class Soak:
                     "status": str(status),
                     "interval": 0.1,
                     "prune_horizon": 30.0,
+                    "tracemalloc": self.args.tracemalloc,
+                    "warmup": self.args.warmup,
                 }
             )
         )
@@ -318,12 +387,20 @@ class Soak:
             stdout=logfile,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
+            env=self.worker_env(),
         )
         logfile.close()
         info: dict[str, Any] = {"pid": self.worker.pid, "started": self.now(), "status": str(status)}
         self.incarnations.append(info)
         wait_for("the worker to start", lambda: self.status(info).get("ready", False), 60.0)
         info["ready_after"] = round(time.monotonic() - started, 2)
+
+    def worker_env(self) -> dict[str, str]:
+        """The worker's environment: ours, with ``MALLOC_ARENA_MAX`` from ``--malloc-arena-max`` (see there)."""
+        env = dict(os.environ)
+        if self.args.malloc_arena_max > 0:
+            env["MALLOC_ARENA_MAX"] = str(self.args.malloc_arena_max)
+        return env
 
     def status(self, info: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -354,7 +431,10 @@ class Soak:
             if proc is not None:
                 kb = rss_kb(proc.pid)
                 if kb is not None:
-                    self.samples.append((self.now(), proc.pid, kb))
+                    self.samples.append((t := self.now(), proc.pid, kb))
+                    heap = self.status(self.incarnations[-1]).get("malloc_kb")
+                    if heap:
+                        self.heap[t] = (heap[0], heap[1])
 
     # -- progress ------------------------------------------------------------------------------------------
 
@@ -648,7 +728,27 @@ class Soak:
                 }
             )
         longest = max((p for p in per if "start_mb" in p), key=lambda p: p["end_at"] - p["start_at"], default=None)
-        return {"warmup_seconds": self.args.warmup, "processes": per, "longest": longest}
+        if longest is not None:  # the trend, not two end points: a least-squares line, whole and second half
+            mine = [(t, kb / 1024) for t, pid, kb in self.samples if pid == longest["pid"] and t >= longest["start_at"]]
+            longest["slope_mb_per_hour"] = _slope(mine)
+            longest["slope_mb_per_hour_second_half"] = _slope(mine[len(mine) // 2 :])
+        series = [
+            (
+                t,
+                pid,
+                round(kb / 1024, 2),
+                *((round(x / 1024, 2) for x in self.heap[t]) if t in self.heap else (None,) * 2),
+            )
+            for t, pid, kb in self.samples
+        ]
+        return {
+            "warmup_seconds": self.args.warmup,
+            "malloc_arena_max": self.args.malloc_arena_max,
+            "processes": per,
+            "longest": longest,
+            "series_columns": ["t", "pid", "rss_mb", "malloc_in_use_mb", "malloc_free_mb"],
+            "series": series,
+        }
 
     def check(self, ends: dict[str, int]) -> dict[str, Any]:
         expected = self.traffic.expected()
@@ -688,6 +788,48 @@ class Soak:
             and {f["kind"] for f in self.faults} == set(self.args.kinds)
         )
         return out
+
+
+def _slope(points: list[tuple[float, float]]) -> float | None:
+    """MB per hour of the least-squares line through ``points`` (seconds, MB); None with fewer than 2."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mt, mm = sum(t for t, _ in points) / n, sum(m for _, m in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return round(sum((t - mt) * (m - mm) for t, m in points) / var * 3600, 2) if var else None
+
+
+def plot(path: Path, r: dict[str, Any]) -> None:
+    """The worker's RSS over time (one line per process), with the faults marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    pids = list(dict.fromkeys(row[1] for row in r["rss"]["series"]))
+    for pid in pids:
+        pts = [row for row in r["rss"]["series"] if row[1] == pid]
+        ax.plot([row[0] / 60 for row in pts], [row[2] for row in pts], lw=1, label=f"worker pid {pid}: RSS")
+        ax.plot([row[0] / 60 for row in pts], [row[3] for row in pts], lw=0.7, ls="--", label="malloc in use")
+        ax.plot([row[0] / 60 for row in pts], [row[4] for row in pts], lw=0.7, ls=":", label="malloc free, kept")
+    colors = dict(zip(KINDS, ("black", "tab:red", "tab:green", "tab:purple", "tab:orange"), strict=True))
+    for kind in KINDS:
+        ats = [f["at"] / 60 for f in r["faults"] if f["kind"] == kind]
+        for i, at in enumerate(ats):
+            ax.axvline(at, color=colors[kind], lw=0.5, alpha=0.5, label=kind if i == 0 else None)
+    longest = r["rss"]["longest"] or {}
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("worker RSS (MB)")
+    ax.set_title(
+        f"soak {r['traffic_seconds'] / 60:.0f} min, {len(r['faults'])} faults, {r['published']['committed']:,} "
+        f"messages; RSS {longest.get('start_mb')} -> {longest.get('end_mb')} MB, "
+        f"{longest.get('slope_mb_per_hour_second_half')} MB/h in the second half"
+    )
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
 
 
 def _since(t: float) -> float:
@@ -760,6 +902,11 @@ def print_summary(r: dict[str, Any]) -> None:
                 f"{proc['start_at']:.0f} s -> {proc['end_mb']} MB at {proc['end_at']:.0f} s (x{proc['ratio']}, "
                 f"max {proc['max_mb']} MB)"
             )
+    if rss["longest"] is not None:
+        print(
+            f"RSS slope of the longest-lived worker: {rss['longest']['slope_mb_per_hour']} MB/h after the warm-up, "
+            f"{rss['longest']['slope_mb_per_hour_second_half']} MB/h in its second half"
+        )
     for name in STORES:
         s = c[name]
         print(f"  {name:8s} equals the model: {s['equal']} ({s['wrong_keys']} keys differ, extra {s['extra_keys']})")
@@ -802,6 +949,22 @@ def main(argv: list[str] | None = None) -> int:
         "1: the last worker process then lives through every later fault, for the RSS figures)",
     )
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after a worker starts before its RSS counts")
+    ap.add_argument(
+        "--tracemalloc",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="trace the worker's allocations: every SECONDS after the warm-up, what grew since (by file:line and "
+        "by type), saved next to the results (slows the worker down)",
+    )
+    ap.add_argument(
+        "--malloc-arena-max",
+        type=int,
+        default=0,
+        metavar="N",
+        help="MALLOC_ARENA_MAX of the worker (default 0: glibc's own, 8 per core); glibc may give each thread an "
+        "arena of its own, each keeping its own peak (docs/faults.md, Long runs)",
+    )
     ap.add_argument("--recovery-timeout", type=float, default=120.0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--keep", action="store_true", help="keep the journals and worker logs")
@@ -817,10 +980,14 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="zcluster-soak-"))
     soak = Soak(args, work)
     failed = True
+    stem = "soak" if args.seconds == 60 else f"soak-{args.seconds:g}s"
     try:
         report = soak.run()
         failed = not report["check"]["ok"]
     finally:
+        for n, traced in enumerate(sorted(work.glob("status-*.json.tracemalloc.txt"))):  # what --tracemalloc found
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"{stem}-tracemalloc-{n}.txt").write_text(traced.read_text())
         if failed or args.keep:
             for logfile in sorted(work.glob("worker-*.log")):
                 tail = logfile.read_text(errors="replace")[-3000:]
@@ -833,8 +1000,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     report["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in report["args"].items()}
-    path = args.out / ("soak.json" if args.seconds == 60 else f"soak-{args.seconds:g}s.json")
+    path = args.out / f"{stem}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
+    plot(path.with_suffix(".png"), report)
     print_summary(report)
     print(f"results: {path}")
     return 0 if report["check"]["ok"] else 1

@@ -59,3 +59,15 @@ def test_a_week_in_a_minute(tmp_path: Path) -> None:
     longest = report["rss"]["longest"]
     assert longest is not None and longest["end_at"] - longest["start_at"] >= 15, report["rss"]
     assert longest["end_mb"] < 2 * longest["start_mb"] + 50, longest
+    # the whole series is kept, each RSS sample with the worker's malloc heap (in use, free but kept), which
+    # tells a leak from memory the allocator keeps; glibc's own arenas by default
+    rss = report["rss"]
+    assert rss["malloc_arena_max"] == 0 and rss["series_columns"][2:] == [
+        "rss_mb",
+        "malloc_in_use_mb",
+        "malloc_free_mb",
+    ]
+    mine = [row for row in rss["series"] if row[1] == longest["pid"] and row[0] >= longest["start_at"]]
+    assert len(mine) >= 15 and all(row[2] > row[3] > 0 for row in mine), mine[:5]
+    assert longest["slope_mb_per_hour"] is not None
+    assert (tmp_path / "soak-40s.png").stat().st_size > 0
