@@ -32,6 +32,7 @@ LAYERS = [
         "zcluster._retry",
         "zcluster._pipelines",
         "zcluster._durability",
+        "zcluster._markers",
     ],
     ["zcluster._transport", "zcluster._follow", "zcluster._writes", "zcluster._reads", "zcluster._aggregate_keys"],
     ["zcluster._inspect", "zcluster._aggregates"],

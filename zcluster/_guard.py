@@ -57,6 +57,7 @@ import redis
 from redis.exceptions import AskError, MovedError
 
 from zcluster._keys import KeyLayout
+from zcluster._markers import CREATE, Peer, listing, marker_key, parse, run, when
 from zcluster._topology import ClusterTopology, Topology
 from zcluster.errors import LayoutMismatchError
 
@@ -68,17 +69,6 @@ SCAN_COUNT = 1000
 SCAN_STEPS = 8
 """SCAN steps (``COUNT`` :data:`SCAN_COUNT`) at most per shard while sampling: adoption stays cheap on a
 shard holding many other keys."""
-MARKER = b"}layout"
-
-# Create-if-absent, atomically: concurrent clients all get the first one's marker back.
-_CREATE = (
-    "local v = redis.call('GET', KEYS[1]) if v then return v end redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
-)
-
-
-def marker_key(layout: KeyLayout) -> bytes:
-    """The Redis key of ``layout``'s marker: ``{<prefix>}layout``."""
-    return layout.head + MARKER
 
 
 def install(topology: Topology, layout: KeyLayout, max_size: int | None) -> LayoutGuard:
@@ -148,7 +138,7 @@ class LayoutGuard:
 
     def _settle(self, index: int, conn: Any) -> None:
         """Read every shard's marker; compare, or adopt an unmarked store; set ``layout_id``."""
-        peers = {j: conn if j == index else _Peer(shard.client) for j, shard in enumerate(self.topology.shards)}
+        peers = {j: conn if j == index else Peer(shard.client) for j, shard in enumerate(self.topology.shards)}
         try:
             self._settle_with(index, peers)
             self.layout_id = self._candidate
@@ -196,7 +186,7 @@ class LayoutGuard:
         if len(by_id) > 1:
             groups = "; ".join(
                 f"{', '.join(self.names[j] for j in places)} hold layout {lid} "
-                f"(made {_when(present[places[0]])} for {_listing(present[places[0]])})"
+                f"(made {when(present[places[0]])} for {listing(present[places[0]])})"
                 for lid, places in by_id.items()
             )
             raise LayoutMismatchError(
@@ -211,7 +201,7 @@ class LayoutGuard:
             if k in seen:
                 raise LayoutMismatchError(
                     f"{self._store()}: {self.names[seen[k]]} (place {seen[k]}) and {self.names[j]} (place {j}) "
-                    f"answer with the same marker (place {k} of {_listing(m)}): the same server is listed twice "
+                    f"answer with the same marker (place {k} of {listing(m)}): the same server is listed twice "
                     "(under two names?); list each shard once, in the original order"
                 )
             seen[k] = j
@@ -252,6 +242,11 @@ class LayoutGuard:
         layout_id = self._current()
         self._not_cluster_node(j, target)
         sampled = self._sample(j, target)
+        if j != 0:  # through the deciding shard, as an adoption goes: concurrent clients end on one id
+            first = self._on_peer(0, lambda peer: self._create(0, peer, self._marker(layout_id, 0)))
+            if first is not None and first["id"] != layout_id:
+                self._compare(0, first)  # follows it when it is this very layout marked again by another client
+                layout_id = self._current()
         self._compare(j, self._create(j, target, self._marker(layout_id, j)))
         log.warning(
             "layout guard: %s had no marker of the store %s (restarted empty or flushed? %d key(s) sampled, all in "
@@ -268,7 +263,7 @@ class LayoutGuard:
         pattern = self.layout.scan_pattern(None, include_removed=True)
         cursor, seen, misplaced = 0, 0, []
         for _ in range(SCAN_STEPS):
-            reply = _run(target, "SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
+            reply = run(target, "SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
             cursor = int(reply[0])
             for raw in reply[1]:
                 split = self.layout.logical(raw)
@@ -293,7 +288,7 @@ class LayoutGuard:
         return seen
 
     def _not_cluster_node(self, j: int, target: Any) -> None:
-        if b"cluster_enabled:1" in _run(target, "INFO", "cluster"):
+        if b"cluster_enabled:1" in run(target, "INFO", "cluster"):
             raise LayoutMismatchError(
                 f"{self.names[j]} is a node of a Redis Cluster, listed as a standalone shard: open the store with "
                 "a redis+cluster:// seed URL (Cluster.from_cluster_url); nothing was marked"
@@ -312,11 +307,11 @@ class LayoutGuard:
             value = self._marker(uuid.uuid4().hex, None)
             asking = False
             for _ in range(5):
-                peer = _Peer(shard.client)
+                peer = Peer(shard.client)
                 try:
                     if asking:
-                        _run(peer, "ASKING")
-                    reply = _run(peer, "EVAL", _CREATE, 1, self.key, value)
+                        run(peer, "ASKING")
+                    reply = run(peer, "EVAL", CREATE, 1, self.key, value)
                     break
                 except (MovedError, AskError) as exc:  # the map is stale: the transport reloads it later
                     shard, asking = topology.redirect(exc.host, exc.port), isinstance(exc, AskError)
@@ -324,7 +319,7 @@ class LayoutGuard:
                     peer.close()
             else:
                 raise redis.ConnectionError(f"layout guard: the marker of {self._prefix()} kept moving")
-            stored = _parse(shard.name, reply)
+            stored = parse(shard.name, reply)
             self._compare_fields(-1, stored, shard.name)
             self.layout_id = stored["id"]
 
@@ -341,12 +336,44 @@ class LayoutGuard:
                 "reordered; list each shard once, in the original order"
             )
         self._compare_fields(j, stored)
-        if stored["id"] != layout_id:
+        if stored["id"] != layout_id and not self._marked_again(j, stored):
             raise LayoutMismatchError(
                 f"{self._store()}: {self.names[j]} (place {j}) belongs to another store under the same prefix "
-                f"(layout {stored['id']}, made {_when(stored)} for {_listing(stored)}), while its peers hold layout "
+                f"(layout {stored['id']}, made {when(stored)} for {listing(stored)}), while its peers hold layout "
                 f"{layout_id}: a shard of another store is listed; check the URLs"
             )
+
+    def _marked_again(self, j: int, stored: dict[str, Any]) -> bool:
+        """Whether shard ``j``'s marker, of another id but this very layout (fields compared already), is the
+        deciding shard's too: every shard lost its marker (flushed or restarted empty together) and another
+        client marked the store again first. This client then follows that id (logged) and returns True."""
+        first = stored if j == 0 or self.cluster else self._on_peer(0, lambda peer: self._get(0, peer))
+        if first is None or first["id"] != stored["id"]:
+            return False
+        with self._lock:
+            before = self._current()
+            if self._candidate is not None:
+                self._candidate = stored["id"]
+            else:
+                self.layout_id = stored["id"]
+        log.warning(
+            "layout guard: the store %s was marked again as layout %s by another client (every shard had lost its "
+            "marker); this client held layout %s with the same shards, routing and max_size: it follows it",
+            self._prefix(),
+            stored["id"],
+            before,
+        )
+        return True
+
+    def _on_peer(self, j: int, call: Any) -> Any:
+        """``call(peer)`` on a guard connection of its own to shard ``j``; None when ``j`` cannot be reached."""
+        peer = Peer(self.topology.shards[j].client)
+        try:
+            return call(peer)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return None
+        finally:
+            peer.close()
 
     def _compare_fields(self, j: int, stored: dict[str, Any], name: str | None = None) -> None:
         """Raise unless ``stored`` (shard ``j``'s marker) agrees with this client on everything but the id."""
@@ -358,7 +385,7 @@ class LayoutGuard:
             how = (
                 "a redis+cluster:// seed URL (Cluster.from_cluster_url)"
                 if routing == "cluster"
-                else f"its shard URLs ({_listing(stored)}) and routing={routing!r}"
+                else f"its shard URLs ({listing(stored)}) and routing={routing!r}"
             )
             raise LayoutMismatchError(
                 f"the store {where} was laid out for {theirs}; this client uses {mine}. Open it with {how}"
@@ -405,17 +432,17 @@ class LayoutGuard:
 
     def _get(self, j: int, target: Any) -> dict[str, Any] | None:
         try:
-            raw = _run(target, "GET", self.key)
+            raw = run(target, "GET", self.key)
         except (MovedError, AskError):
             raise LayoutMismatchError(
                 f"{self.names[j]} answered as a node of a Redis Cluster, listed as a standalone shard: open the "
                 "store with a redis+cluster:// seed URL (Cluster.from_cluster_url)"
             ) from None
-        return None if raw is None else _parse(self.names[j], raw)
+        return None if raw is None else parse(self.names[j], raw)
 
     def _create(self, j: int, target: Any, value: str) -> dict[str, Any]:
         try:
-            return _parse(self.names[j], _run(target, "EVAL", _CREATE, 1, self.key, value))
+            return parse(self.names[j], run(target, "EVAL", CREATE, 1, self.key, value))
         except (MovedError, AskError):
             raise
         except redis.ResponseError as exc:  # a server refusing writes (NOREPLICAS, READONLY, OOM) can still be read
@@ -426,59 +453,10 @@ class LayoutGuard:
                 self._prefix(),
                 exc,
             )
-            return _parse(self.names[j], value)
+            return parse(self.names[j], value)
 
     def _prefix(self) -> str:
         return repr(self.layout.prefix.decode("utf-8", "backslashreplace"))
 
     def _store(self) -> str:
         return f"the store {self._prefix()}"
-
-
-class _Peer:
-    """A connection of its own to a client's server, for the guard only: never pooled, so that no connection
-    that did not pass the check can carry a command (it skips the connect hook: it is the check)."""
-
-    def __init__(self, client: redis.Redis) -> None:
-        pool = client.connection_pool
-        options = {k: v for k, v in pool.connection_kwargs.items() if k != "redis_connect_func"}
-        self.conn: Any = pool.connection_class(**options)
-
-    def send_command(self, *command: Any) -> None:
-        self.conn.send_command(*command)
-
-    def read_response(self) -> Any:
-        return self.conn.read_response()
-
-    def close(self) -> None:
-        self.conn.disconnect()
-
-
-def _run(target: Any, *command: Any) -> Any:
-    """``command`` on a guard connection or on a connection being set up: its raw reply; an error reply raises."""
-    target.send_command(*command)
-    return target.read_response()
-
-
-def _parse(name: str, raw: Any) -> dict[str, Any]:
-    try:
-        fields = json.loads(raw)
-        if not isinstance(fields, dict) or not isinstance(fields.get("id"), str):
-            raise ValueError("not a layout marker")
-    except ValueError as exc:
-        raise LayoutMismatchError(
-            f"{name}: the layout marker holds {raw[:200]!r}, not a marker this release reads ({exc}): a newer "
-            "release or a foreign write; nothing was done"
-        ) from None
-    return fields
-
-
-def _listing(stored: dict[str, Any]) -> str:
-    return f"{len(stored.get('shards', []))} shard(s) [{', '.join(stored.get('shards', []))}]"
-
-
-def _when(stored: dict[str, Any]) -> str:
-    created = stored.get("created")
-    if not isinstance(created, int | float):
-        return "at an unknown time"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(created))

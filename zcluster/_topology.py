@@ -3,6 +3,10 @@
 Both topologies route by the hash slot of the key's Redis keys (see :mod:`zcluster._keys`), except roshi's
 routing, which hashes the logical key with murmur3 for compatibility with existing roshi deployments.
 :class:`Topology` is the protocol the cluster and the transport see; the two classes implement it.
+
+Why this module is long: the Redis Cluster's slot map is most of it (reloads from any known node, rate
+limits, successors of failed masters, seed nodes), and both topologies are kept side by side so that the
+one protocol they share reads in one place; following a changing cluster is :mod:`zcluster._follow`.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from zcluster import Cluster, ConfigError, LayoutMismatchError
-from zcluster._guard import marker_key
 from zcluster._keys import KeyLayout
+from zcluster._markers import marker_key
 from zcluster.farm import Farm
 from zcluster.state import StateStore
 from zcluster.testing.redis_cluster import LocalRedisCluster
@@ -224,3 +224,36 @@ def test_a_state_store_of_a_client_with_another_layout_is_refused(three: LocalSh
         StateStore(c, "app").commit_batch("q", 0)
     with Cluster.from_urls(urls, prefix=pre) as c, pytest.raises(LayoutMismatchError, match="a shard was added"):
         StateStore(c, "app").committed_batch("q")
+
+
+def test_a_store_wiped_on_every_shard_and_marked_again_by_another_client_is_followed(
+    three: LocalShards, pre: str
+) -> None:
+    # Every shard loses the store (flushed, or restarted empty together) under a long-lived client; another
+    # process marks it again first, with a new layout id. The same shard list, routing and max_size: the
+    # long-lived client follows the new id instead of refusing its shards as "another store's".
+    urls = three.urls
+    old = Cluster.from_urls(urls, prefix=pre)
+    try:
+        old.insert([(k, 1.0, "m") for k in KEYS])
+        before = markers(urls, pre)[0]
+        for url in urls:
+            with redis.Redis.from_url(url) as r:
+                r.delete(*r.scan_iter(match=f"{{{pre}*", count=1000))
+        with Cluster.from_urls(urls, prefix=pre) as new:
+            new.insert([(k, 2.0, "n") for k in KEYS[:50]])
+        after = markers(urls, pre)
+        assert before is not None and all(m is not None and m["id"] == after[0]["id"] != before["id"] for m in after)
+        for shard in old._transport.topology.shards:
+            shard.client.connection_pool.disconnect()  # the long-lived client's next calls open new connections
+        assert old.insert([(k, 3.0, "o") for k in KEYS]).applied_count == len(KEYS)
+        assert all(len(v) == 2 for v in old.select(KEYS[:50]).values())
+    finally:
+        old.close()
+    # a shard holding another store's marker is still refused
+    other = f"{pre}x:"
+    written(urls, other)
+    with redis.Redis.from_url(urls[1]) as r:
+        r.set(marker_key(KeyLayout(pre)), r.get(marker_key(KeyLayout(other))))
+    with pytest.raises(LayoutMismatchError, match="another store"), Cluster.from_urls(urls, prefix=pre) as c:
+        c.select(KEYS)
