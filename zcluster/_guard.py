@@ -255,7 +255,7 @@ class LayoutGuard:
             self._prefix(),
             sampled,
             j,
-            layout_id,
+            self._current(),  # the id it holds now: another client's, when it marked the store again first
         )
 
     def _sample(self, j: int, target: Any) -> int:
