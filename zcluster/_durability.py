@@ -17,9 +17,7 @@ import logging
 import time
 from typing import Any
 
-import redis
-
-from zcluster._pipelines import Command, pipeline, streamed
+from zcluster._pipelines import Command, pipeline, read_replies, streamed
 from zcluster._topology import Shard
 from zcluster.errors import DurabilityError
 from zcluster.types import Durability
@@ -108,13 +106,7 @@ class Waits:
         ms = max(1, min(self.durability.timeout_ms, round((self.until - time.monotonic()) * 1000)))
         commands = [(*c[:-1], ms) for c in self.commands]
         conn.send_packed_command(conn.pack_commands(commands))
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(conn.read_response())
-            except redis.ResponseError as exc:
-                replies.append(exc)
-        return replies
+        return read_replies(conn, len(commands), [])
 
     def _judge(self, name: str, replies: list[Any]) -> None:
         asked = self.durability

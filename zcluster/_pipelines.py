@@ -83,11 +83,7 @@ def streamed(
         for i, chunk in enumerate(chunks):
             if i + 1 < len(chunks):
                 conn.send_packed_command(pack(chunks[i + 1]))
-            for _ in chunk:
-                try:
-                    replies.append(conn.read_response())
-                except redis.ResponseError as exc:
-                    replies.append(exc)
+            read_replies(conn, len(chunk), replies)
         return replies
 
     try:
@@ -100,3 +96,13 @@ def streamed(
         raise
     finally:
         pool.release(conn)
+
+
+def read_replies(conn: Any, n: int, into: list[Any]) -> list[Any]:
+    """``n`` raw replies read from ``conn`` onto ``into`` (returned), error replies as values."""
+    for _ in range(n):
+        try:
+            into.append(conn.read_response())
+        except redis.ResponseError as exc:
+            into.append(exc)
+    return into
