@@ -58,6 +58,7 @@ from redis.exceptions import AskError, MovedError
 
 from zcluster._keys import KeyLayout
 from zcluster._markers import CREATE, Peer, listing, marker_key, parse, run, when
+from zcluster._moves import judge
 from zcluster._topology import ClusterTopology, Topology
 from zcluster.errors import LayoutMismatchError
 
@@ -320,6 +321,7 @@ class LayoutGuard:
             else:
                 raise redis.ConnectionError(f"layout guard: the marker of {self._prefix()} kept moving")
             stored = parse(shard.name, reply)
+            judge(stored, self.names, False, lambda: None)
             self._compare_fields(-1, stored, shard.name)
             self.layout_id = stored["id"]
 
@@ -431,6 +433,26 @@ class LayoutGuard:
         return json.dumps(fields)
 
     def _get(self, j: int, target: Any) -> dict[str, Any] | None:
+        """Shard ``j``'s marker, judged for a migration first (see :mod:`zcluster._moves`: it may wait out a
+        cut-over, or raise because the store moved)."""
+        stored = self._read(j, target)
+        if stored is None:
+            return None
+        return judge(stored, self.names, self.layout_id is not None, lambda: self._read(j, target))
+
+    def recheck(self, j: int) -> bool:
+        """After a lost connection to shard ``j``: whether a migration of the store is under way (the mover
+        closes every connection at its cut-over, so the call is sent again: it is idempotent). Raises
+        :class:`zcluster._moves.StoreMoved` when the store moved meanwhile."""
+        if self.cluster:
+            return False
+        try:
+            stored = self._on_peer(j, lambda peer: self._get(j, peer))
+        except LayoutMismatchError:
+            return False  # the call's own connection reports it
+        return stored is not None and "move" in stored
+
+    def _read(self, j: int, target: Any) -> dict[str, Any] | None:
         try:
             raw = run(target, "GET", self.key)
         except (MovedError, AskError):
@@ -442,7 +464,8 @@ class LayoutGuard:
 
     def _create(self, j: int, target: Any, value: str) -> dict[str, Any]:
         try:
-            return parse(self.names[j], run(target, "EVAL", CREATE, 1, self.key, value))
+            stored = parse(self.names[j], run(target, "EVAL", CREATE, 1, self.key, value))
+            return judge(stored, self.names, self.layout_id is not None, lambda: self._read(j, target)) or stored
         except (MovedError, AskError):
             raise
         except redis.ResponseError as exc:  # a server refusing writes (NOREPLICAS, READONLY, OOM) can still be read

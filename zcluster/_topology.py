@@ -127,6 +127,7 @@ class StandaloneTopology:
         if routing not in ("jump", "roshi"):
             raise ConfigError(f"unknown routing {routing!r}: use 'jump' or 'roshi'")
         self.routing = routing
+        self.urls, self.options = list(urls), options  # what a client following a migration reconnects with
         places: dict[tuple[str, str], int] = {}
         for i, url in enumerate(urls):  # one server twice would hold two places' keys: refused before connecting
             where = (safe_name(url), urlsplit(url).path.strip("/") or "0")

@@ -22,6 +22,7 @@ from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
 
 from zcluster._durability import Waits
 from zcluster._follow import demoted, follow, node_down, redirected
+from zcluster._moves import Successor
 from zcluster._pipelines import Command, SharedCommands
 from zcluster._scripts import Script
 from zcluster._topology import Shard, Topology
@@ -45,6 +46,8 @@ class Transport:
         self.scripts = scripts
         self.pipeline_calls = pipeline_calls
         self.refused: set[str] = set()  # names of optional scripts a server refused to load
+        self.guard: Any = None  # the layout guard of its shards (zcluster._guard), once installed
+        self.successor = Successor()  # the transport of the layout a migration moved the store to
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -57,12 +60,21 @@ class Transport:
         if pool is not None:
             pool.shutdown(wait=True)
         self.topology.close()  # what such a call may have reconnected meanwhile
+        if self.successor.value is not None:
+            self.successor.value.close()
 
     def fanout(self, work: dict[int, T], fn: Callable[[Shard, T], R]) -> dict[int, R | BaseException]:
         """Run ``fn(shard, work)`` for every shard, in parallel threads; shard errors become values."""
         shards = self.topology.shards
 
         def guarded(idx: int) -> R | BaseException:
+            try:
+                return self.node_call(shards[idx], lambda: fn(shards[idx], work[idx]))
+            except SHARD_ERRORS as exc:
+                # A migration's cut-over closes every connection to its source: a call it cut off goes again
+                # once (idempotent), or raises StoreMoved when the store moved meanwhile (see zcluster._moves).
+                if not isinstance(exc, redis.ConnectionError) or self.guard is None or not self.guard.recheck(idx):
+                    return exc
             try:
                 return self.node_call(shards[idx], lambda: fn(shards[idx], work[idx]))
             except SHARD_ERRORS as exc:

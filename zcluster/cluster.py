@@ -19,8 +19,10 @@ from zcluster import _encode, _guard, _reads, _writes
 from zcluster._aggregate_keys import WholeKeys
 from zcluster._aggregates import Aggregates, IncrementPlan
 from zcluster._encode import Encoder, blob, check_limit, listed_keys, positive, score_pairs
+from zcluster._following import following, link, live, scanning
 from zcluster._inspect import Inspection
 from zcluster._keys import KeyLayout
+from zcluster._moves import StoreMoved
 from zcluster._scripts import (
     aggregate_script,
     fingerprint_script,
@@ -94,7 +96,14 @@ class Cluster(Inspection, Aggregates):
 
     Thread-safe: one Cluster may be shared by threads. Each public call reports one :class:`OpEvent` to
     ``instrumentation``, also when it failed.
+
+    Migrations (:mod:`zcluster.migration`): a Cluster that connected before a migration of its standalone
+    store cut over follows the store to its new layout by itself (a call cut off by the cut-over runs again
+    there; a scan raises :class:`LayoutMismatchError` and can start again). One opened on the old list after
+    the cut-over is refused with :class:`LayoutMovedError`, which names the new one.
     """
+
+    _next: Cluster | None = None  # the incarnation that followed this one to a migration's target
 
     def __init__(
         self,
@@ -121,7 +130,7 @@ class Cluster(Inspection, Aggregates):
         self._setup(
             transport, True, max_size, floors, prefix, batch_size, decode, instrumentation, durability=durability
         )
-        _guard.install(topology, self._layout, self.max_size)  # checks each connection: LayoutMismatchError
+        transport.guard = _guard.install(topology, self._layout, self.max_size)  # each connection: LayoutMismatchError
 
     def _setup(
         self,
@@ -226,6 +235,18 @@ class Cluster(Inspection, Aggregates):
         )
         return view
 
+    def _live(self) -> Cluster:
+        return live(self)  # type: ignore[no-any-return]
+
+    def _follow(self, moved: StoreMoved) -> None:
+        def build(transport: Transport) -> Cluster:
+            follower = object.__new__(Cluster)  # not the owner: the first incarnation's transport closes its successors
+            options = (self.max_size, self.floors, self._layout.prefix, self.batch_size, self.decode)
+            follower._setup(transport, False, *options, self.instrumentation, durability=self.durability)
+            return follower
+
+        link(self, build, moved)
+
     @property
     def prefix(self) -> bytes:
         """The namespace prefix of every Redis key of this cluster."""
@@ -234,18 +255,19 @@ class Cluster(Inspection, Aggregates):
     @property
     def shards(self) -> list[str]:
         """Names (``host:port``) of the servers holding data."""
-        return [s.name for s in self._transport.topology.masters()]
+        return [s.name for s in self._live()._transport.topology.masters()]
 
     def nodes(self) -> list[str]:
         """Every server this client knows (``host:port``): a Redis Cluster's masters and the replicas its
         last slot map listed; the standalone shards otherwise."""
-        topology = self._transport.topology
+        topology = self._live()._transport.topology
         return topology.nodes() if isinstance(topology, ClusterTopology) else self.shards
 
     def shard_of(self, key: Blob) -> str:
         """The name of the server holding logical ``key``."""
-        idx, _ = self._encoder.keys([key])[0]
-        return self._transport.topology.shards[idx].name
+        current = self._live()
+        idx, _ = current._encoder.keys([key])[0]
+        return current._transport.topology.shards[idx].name
 
     def close(self) -> None:
         """Close every connection and the worker threads (a :meth:`view` leaves them to its owner)."""
@@ -259,7 +281,7 @@ class Cluster(Inspection, Aggregates):
         self.close()
 
     def __repr__(self) -> str:
-        topology = self._transport.topology
+        topology = self._live()._transport.topology
         names = ", ".join(s.name for s in topology.shards)
         return f"Cluster({type(topology).__name__}[{names}], prefix={self.prefix!r}, max_size={self.max_size})"
 
@@ -461,3 +483,13 @@ class Cluster(Inspection, Aggregates):
     def _pairs(self, key: Blob, pairs: list[tuple[bytes, float]]) -> list[KeyScoreMember]:
         dec = from_bytes if self.decode else bytes
         return [KeyScoreMember(key, score, dec(member)) for member, score in pairs]
+
+
+for _name in (
+    *("insert", "delete", "apply", "select", "select_range", "score", "view"),
+    *("records", "floors_of", "fingerprints", "stats", "ping", "load_scripts", "forget"),
+    *("increment", "ranks", "top", "fences", "counters"),
+):
+    setattr(Cluster, _name, following(getattr(Cluster, _name)))
+for _name in ("keys", "scan", "next_shard"):
+    setattr(Cluster, _name, scanning(getattr(Cluster, _name)))

@@ -12,6 +12,7 @@ is true::
     ZClusterError
     ├── ConfigError                  (ValueError) a bad URL, prefix or option; nothing was done
     │   └── LayoutMismatchError      a shard list, routing or max_size the store was not laid out with
+    │       └── LayoutMovedError     the store moved to another layout (a migration); ``to`` names it
     ├── InvalidTupleError            (ValueError) a bad tuple or key; nothing of the call was sent
     ├── ShardError                   some shards failed; ``failures`` names each (host:port) and why
     │   ├── PartialWriteError        writes: ``result`` says which tuples took effect, which are unknown
@@ -24,6 +25,7 @@ is true::
     ├── WriteRefusedError            (ValueError) a write to a key of another kind, or an overflowing total
     ├── ReplicaLate                  (TimeoutError) a farm call returned without this replica
     ├── ReplicaBusy                  (TimeoutError) a replica not called: its late calls pile up
+    ├── StoreMoved                   zcluster._moves, internal: a call cut off by a migration; run again, never raised
     ├── MessageError                 zcluster.message.errors: the message layer's root
     │   ├── FramingError             bytes [begin, end) did not decode into a frame
     │   │   ├── DecodeError          a complete frame with malformed content
@@ -84,6 +86,18 @@ class LayoutMismatchError(ConfigError):
     elsewhere. Raised when the client connects to a shard, before that connection carries anything; the
     message names the shard, both layouts and the way forward. Every later call raises it again until the
     client is opened with the store's layout."""
+
+
+class LayoutMovedError(LayoutMismatchError):
+    """A migration (:mod:`zcluster.migration`) moved the store off this client's shard list, before the client
+    had connected: open it where it went. ``to`` holds the target's URLs (without credentials: add the same ones)
+    and ``cluster`` says whether they are Redis Cluster seeds. A client connected before the cut-over follows
+    the move by itself instead."""
+
+    def __init__(self, message: str, *, to: list[str], cluster: bool) -> None:
+        super().__init__(message)
+        self.to = to
+        self.cluster = cluster
 
 
 class InvalidTupleError(ZClusterError, ValueError):
