@@ -10,7 +10,7 @@ from typing import Any
 
 from zcluster._encode import score_pairs
 from zcluster._keys import ADD, KeyLayout
-from zcluster._topology import Shard
+from zcluster._topology import Shard, StandaloneTopology
 from zcluster._transport import SHARD_ERRORS, Transport
 from zcluster.errors import PartialScanError
 from zcluster.types import Blob, Cursor, ShardFailure, ShardStats, from_bytes, to_bytes
@@ -63,13 +63,18 @@ def range_pages(
 def scan_step(
     transport: Transport, layout: KeyLayout, shard: Shard, cursor: int, pattern: bytes, count: int
 ) -> tuple[int, list[bytes]]:
-    """One SCAN step on ``shard``: the next cursor and the logical keys found (once each)."""
+    """One SCAN step on ``shard``: the next cursor and the logical keys found (once each).
+
+    On standalone shards, a key found on a shard its routing does not name is left out: a migration's copy
+    not cut over yet, or a moved key not cleaned up yet (:mod:`zcluster.migration`); no read ever sees it."""
     cursor, raw = transport.node_call(shard, lambda: shard.client.scan(cursor, match=pattern, count=count))
     logical = layout.logical
+    topology = transport.topology
+    place = topology.shards.index(shard) if isinstance(topology, StandaloneTopology) else -1
     out: dict[bytes, None] = {}
     for rk in raw:  # bytes: clients never decode
         parts = logical(to_bytes(rk))
-        if parts is not None:
+        if parts is not None and (place < 0 or topology.shard_of(parts[0], layout.slot(parts[0])) == place):
             out[parts[0]] = None
     return int(cursor), list(out)
 

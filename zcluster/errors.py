@@ -25,6 +25,7 @@ is true::
     ├── WriteRefusedError            (ValueError) a write to a key of another kind, or an overflowing total
     ├── ReplicaLate                  (TimeoutError) a farm call returned without this replica
     ├── ReplicaBusy                  (TimeoutError) a replica not called: its late calls pile up
+    ├── MigrationError               zcluster.migration: a step of a migration failed; run it again to resume
     ├── StoreMoved                   zcluster._moves, internal: a call cut off by a migration; run again, never raised
     ├── MessageError                 zcluster.message.errors: the message layer's root
     │   ├── FramingError             bytes [begin, end) did not decode into a frame
@@ -98,6 +99,12 @@ class LayoutMovedError(LayoutMismatchError):
         super().__init__(message)
         self.to = to
         self.cluster = cluster
+
+
+class MigrationError(ZClusterError):
+    """A step of a migration (:mod:`zcluster.migration`) failed: a target server refused a key, or a keyspace
+    listener stopped answering. Nothing is lost (the source stays complete until the cut-over, and the
+    cut-over only ends once every key is copied): run the migration again to resume it."""
 
 
 class InvalidTupleError(ZClusterError, ValueError):

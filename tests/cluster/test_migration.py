@@ -1,0 +1,194 @@
+"""Online migration (issue 28, item 2): a standalone store grown and shrunk while a long-lived client writes
+2P-set records and fenced increments, every key kept exactly once; the cut-over followed without a restart;
+the old list refused afterwards; bad layouts refused before anything moves. Real servers throughout."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from zcluster import Cluster, ClusterConfig, ConfigError, Incr, LayoutMismatchError, LayoutMovedError, PartialWriteError
+from zcluster.migration import Migration, Progress, migrate
+from zcluster.testing.servers import LocalShards
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def five() -> Iterator[LocalShards]:
+    with LocalShards(5) as s:
+        yield s
+
+
+class Writer:
+    """A long-lived client writing inserts, deletes and increments until stopped, with a model of what it
+    wrote. Every call that fails is sent again, unchanged (idempotent), until it succeeds."""
+
+    def __init__(self, cluster: Cluster, keys: int = 400, seed: int = 7) -> None:
+        self.cluster, self.keys = cluster, keys
+        self.rng = random.Random(seed)
+        self.model: dict[tuple[str, str], tuple[float, bool]] = {}
+        self.totals: dict[tuple[str, str], float] = {}
+        self.history: list[tuple[int, Incr]] = []
+        self.seq = 0
+        self.position = 0
+        self.retries = 0
+        self.reads_back = 0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Writer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+    def _send(self, call: Any) -> Any:
+        while True:
+            try:
+                return call()
+            except PartialWriteError:
+                self.retries += 1
+                time.sleep(0.01)
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.step()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def step(self) -> None:
+        writes = []
+        for _ in range(50):
+            self.seq += 1
+            key, member = f"t:{self.rng.randrange(self.keys)}", f"m{self.rng.randrange(8)}"
+            insert = self.rng.random() < 0.8
+            writes.append((key, float(self.seq), member, insert))
+            if (key, member) not in self.model or self.model[key, member][0] < self.seq:
+                self.model[key, member] = (float(self.seq), insert)
+        inserts = [(k, s, m) for k, s, m, ins in writes if ins]
+        deletes = [(k, s, m) for k, s, m, ins in writes if not ins]
+        self._send(lambda: self.cluster.insert(inserts))
+        self._send(lambda: self.cluster.delete(deletes))
+        items = []
+        for _ in range(20):
+            self.position += 1
+            incr = Incr(f"board:{self.rng.randrange(50)}", f"p{self.rng.randrange(5)}", 1.0)
+            items.append((self.position, incr))
+            self.totals[incr.key, incr.member] = self.totals.get((incr.key, incr.member), 0.0) + 1.0
+        self.history += items
+        self._send(lambda: self.cluster.increment("writer", items))
+        # A read of what was just written never goes backwards, before, during or after the cut-over.
+        key, score, member, insert = writes[-1]
+        got = self.cluster.score([(key, member)])[(key, member)]
+        if got.score is None or got.score < score:
+            raise AssertionError(f"read went backwards: {key}/{member} {got} after writing {score}")
+        self.reads_back += 1
+
+    def check(self, cluster: Cluster) -> None:
+        assert self.error is None, self.error
+        by_key: dict[str, dict[str, float]] = {}
+        for (key, member), (score, insert) in self.model.items():
+            by_key.setdefault(key, {})
+            if insert:
+                by_key[key][member] = score
+        got = cluster.select(list(by_key), limit=100)
+        for key, members in by_key.items():
+            assert {m.member: m.score for m in got[key]} == members, key
+        boards = sorted({k for k, _ in self.totals})
+        read = cluster.select(boards, limit=100)
+        for key in boards:
+            expect = {m: t for (k, m), t in self.totals.items() if k == key}
+            assert {m.member: m.score for m in read[key]} == expect, key
+        again = cluster.increment("writer", self.history[-2000:], raise_on_error=False)
+        assert again.applied_count == 0, "a replayed increment applied again"
+
+
+def run_with_writer(source: list[str], target: list[str], prefix: str, **options: Any) -> tuple[Writer, Any]:
+    with Cluster.from_urls(source, prefix=prefix) as cluster:
+        writer = Writer(cluster)
+        for _ in range(30):  # a store with history before the migration starts
+            writer.step()
+        seen: list[Progress] = []
+        with writer:
+            time.sleep(0.3)
+            report = migrate(source, target, prefix=prefix, namespaces=[prefix], progress=seen.append, **options)
+            time.sleep(0.5)  # the writer goes on against the target
+        assert writer.error is None, writer.error
+        assert writer.reads_back > 0
+        assert cluster.shards == [u.rpartition("/")[2] for u in target]  # it followed
+        writer.check(cluster)
+    assert any(p.phase == "copying" for p in seen) and seen[-1].phase == "done"
+    return writer, report
+
+
+def test_a_store_grows_from_two_shards_to_three_under_a_writer_and_keeps_every_key(five: LocalShards) -> None:
+    prefix = f"mg{next(_names)}:"
+    source, target = five.urls[:2], five.urls[:3]
+    writer, report = run_with_writer(source, target, prefix)
+    assert report.copied > 0 and report.pause < 30
+    with Cluster.from_urls(target, prefix=prefix) as fresh:
+        writer.check(fresh)
+        moved = [k for k in (f"t:{i}" for i in range(400)) if fresh.shard_of(k) == target[2].rpartition("/")[2]]
+        assert moved, "some keys live on the new shard"
+    with pytest.raises(LayoutMovedError) as refused, Cluster.from_urls(source, prefix=prefix) as old:
+        old.select(["t:1"])
+    assert refused.value.to == [u for u in target]
+    # The moved keys are gone from the servers they left (no stale copy for a scan to find).
+    with redis.Redis.from_url(source[0]) as r0:
+        stale = [k for k in r0.scan_iter(match=f"{{{prefix}t:*") if fresh_shard(target, prefix, k) != 0]
+    assert stale == []
+
+
+def fresh_shard(target: list[str], prefix: str, redis_key: bytes) -> int:
+    from redis.crc import key_slot
+
+    from zcluster._topology import jump_hash
+
+    return jump_hash(key_slot(redis_key), len(target))
+
+
+def test_a_store_shrinks_from_three_shards_to_two_under_a_writer(five: LocalShards) -> None:
+    prefix = f"mg{next(_names)}:"
+    source, target = five.urls[:3], five.urls[:2]
+    _writer, report = run_with_writer(source, target, prefix)
+    assert report.copied > 0
+    with pytest.raises(LayoutMovedError), Cluster.from_urls(source, prefix=prefix) as old:
+        old.select(["t:1"])
+
+
+def test_bad_layouts_are_refused_before_anything_moves(five: LocalShards) -> None:
+    prefix = f"mg{next(_names)}:"
+    urls = five.urls
+    with Cluster.from_urls(urls[:2], prefix=prefix) as c:
+        c.insert([(f"k{i}", 1.0, "m") for i in range(100)])
+    with pytest.raises(LayoutMismatchError, match="keeps its place"):
+        Migration(urls[:2], [urls[1], urls[0], urls[2]], prefix=prefix).run()
+    with pytest.raises(ConfigError, match="listed twice"):
+        Migration(urls[:2], [urls[0], urls[1], urls[0]], prefix=prefix)
+    with pytest.raises(LayoutMismatchError, match="prefix or max_size"):
+        Migration(ClusterConfig.of(urls[:2], prefix=prefix), ClusterConfig.of(urls[:3], prefix="other:"))
+    with pytest.raises(LayoutMismatchError, match="prefix or max_size"):
+        Migration(ClusterConfig.of(urls[:2], prefix=prefix), ClusterConfig.of(urls[:3], prefix=prefix, max_size=5))
+    with redis.Redis.from_url(urls[2]) as r:
+        r.set(f"{{{prefix}foreign}}+", "x")
+    with pytest.raises(LayoutMismatchError, match="already holds keys"):
+        Migration(urls[:2], urls[:3], prefix=prefix).run()
+    with Cluster.from_urls(urls[3:4], prefix=prefix) as c:
+        c.insert([("x", 1.0, "m")])  # urls[3] is a shard of another store of this prefix
+    with pytest.raises(LayoutMismatchError, match="another layout"):
+        Migration(urls[:2], [*urls[:2], urls[3]], prefix=prefix).run()
+    with Cluster.from_urls(urls[:2], prefix=prefix) as c:  # nothing moved: the store is as it was
+        assert len(c.select([f"k{i}" for i in range(100)])) == 100
+        assert all(c.select([f"k{i}" for i in range(100)]).values())

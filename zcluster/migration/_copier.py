@@ -1,0 +1,163 @@
+"""The mover's two tools: a listener that learns which keys of a source shard changed (keyspace
+notifications), and the copy of keys from a source shard to where the target layout routes them (DUMP on the
+source, RESTORE REPLACE on the target; a key gone from the source is deleted on the target).
+
+Why notifications: every write to the source, whoever sends it (a Cluster, a script, an operator's
+redis-cli), publishes its key before its reply is sent, so a listener subscribed before the copy pass
+learns of every change the pass may have missed; a PING on its connection answers after every
+notification published before it (what the cut-over waits for). What it cannot do: tell what changed
+while no listener was subscribed (a mover killed and resumed copies everything again), and survive its
+connection being closed (the server's pubsub output buffer limit, a restart): then ``lost`` is set and
+the mover copies everything again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+
+from zcluster._keys import glob_escape
+from zcluster._topology import Shard, Topology
+from zcluster._transport import Transport
+from zcluster.errors import MigrationError
+
+log = logging.getLogger("zcluster")
+
+EVENTS = "KA"
+"""Keyspace events (``K``) of every class (``A``: generic, string, list, set, hash, zset, stream, expired,
+evicted) that the listener needs on: added to the server's ``notify-keyspace-events`` while it runs."""
+
+
+def patterns(db: int, namespaces: Iterable[str]) -> list[bytes]:
+    """The PSUBSCRIBE patterns of the keyspace channels of every key of ``namespaces`` in database ``db``."""
+    return [f"__keyspace@{db}__:".encode() + glob_escape(b"{" + ns.encode()) + b"*" for ns in namespaces]
+
+
+def db_of(shard: Shard) -> int:
+    return int(shard.client.connection_pool.connection_kwargs.get("db", 0) or 0)
+
+
+class Listener:
+    """Keyspace notifications of one source shard, collected as a set of keys (see the module)."""
+
+    def __init__(self, shard: Shard, namespaces: Iterable[str]) -> None:
+        self.shard = shard
+        self._patterns = patterns(db_of(shard), namespaces)
+        self._cut = len(f"__keyspace@{db_of(shard)}__:")
+        self._lock = threading.Lock()
+        self._keys: set[bytes] = set()
+        self.lost = False  # set when the subscription dropped: changes may have been missed
+        self._stop = threading.Event()
+        self._ping = threading.Event()
+        self._pong = threading.Event()
+        self._pubsub: Any = shard.client.pubsub(ignore_subscribe_messages=True)
+        self._pubsub.psubscribe(*self._patterns)
+        self._pubsub.get_message(timeout=1.0)  # the subscription's confirmation: notifications flow from here
+        self._thread = threading.Thread(target=self._run, name=f"zcluster-listen-{shard.name}", daemon=True)
+        self._thread.start()
+
+    def take(self) -> set[bytes]:
+        """The keys changed since the last take."""
+        with self._lock:
+            keys, self._keys = self._keys, set()
+        return keys
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Return once every notification the server published before this call was collected."""
+        self._pong.clear()
+        self._ping.set()
+        if not self._pong.wait(timeout):
+            raise MigrationError(f"{self.shard.name}: the keyspace listener did not answer a PING in {timeout:.0f} s")
+        if self.lost:
+            raise MigrationError(f"{self.shard.name}: the keyspace listener lost its subscription")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._pubsub.close()
+
+    def _run(self) -> None:
+        pubsub = self._pubsub
+        while not self._stop.is_set():
+            try:
+                if self._ping.is_set():
+                    self._ping.clear()
+                    pubsub.ping()
+                message = pubsub.get_message(timeout=0.05)
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("migration: %s: the keyspace listener lost its subscription (%s)", self.shard.name, exc)
+                self.lost = True
+                self._pong.set()  # a drain waiting on it learns of the loss
+                return
+            if message is None:
+                continue
+            if message["type"] == "pmessage":
+                key = bytes(message["channel"])[self._cut :]
+                with self._lock:
+                    self._keys.add(key)
+            elif message["type"] == "pong" or message.get("data") in (b"PONG", "PONG"):
+                self._pong.set()
+
+
+class Copier:
+    """Copies keys from the source shards to the target layout (see the module). ``copied``, ``deleted``
+    count the keys written and removed on the target."""
+
+    def __init__(self, source: Topology, target: Transport, batch: int) -> None:
+        self.source, self.target, self.batch = source, target, batch
+        self.copied = 0
+        self.deleted = 0
+
+    def owner(self, key: bytes) -> int:
+        """The source shard whose key this is (under the source's routing)."""
+        return self.source.shard_of(key, key_slot(key))
+
+    def destination(self, key: bytes) -> int:
+        """The index of the target shard the target layout routes ``key`` to."""
+        return self.target.topology.shard_of(key, key_slot(key))
+
+    def moves(self, i: int, key: bytes) -> bool:
+        """Whether ``key``, found on source shard ``i``, is one that shard owns and the target puts elsewhere."""
+        if self.owner(key) != i:
+            return False  # a copy another shard's key left here (or not ours): never copied from here
+        return self.target.topology.shards[self.destination(key)].name != self.source.shards[i].name
+
+    def copy(self, i: int, keys: list[bytes]) -> None:
+        """Copy ``keys`` (owned by source shard ``i``, moving) to the target, in batches."""
+        for lo in range(0, len(keys), self.batch):
+            self._copy_batch(i, keys[lo : lo + self.batch])
+
+    def _copy_batch(self, i: int, keys: list[bytes]) -> None:
+        shard = self.source.shards[i]
+        pipe = shard.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.dump(key)
+            pipe.pttl(key)
+        replies = pipe.execute()
+        work: dict[int, list[tuple[Any, ...]]] = {}
+        for n, key in enumerate(keys):
+            value, ttl = replies[2 * n], replies[2 * n + 1]
+            if value is None:
+                command: tuple[Any, ...] = ("DEL", key)
+            else:
+                command = ("RESTORE", key, max(int(ttl), 0), value, "REPLACE")
+            work.setdefault(self.destination(key), []).append(command)
+        outcome = self.target.fanout(work, self.target.commands)
+        for idx, res in outcome.items():
+            name = self.target.topology.shards[idx].name
+            if isinstance(res, BaseException):
+                raise res
+            for command, reply in zip(work[idx], res, strict=True):
+                if isinstance(reply, BaseException):
+                    raise MigrationError(f"migration: target {name} refused {command[0]} of {command[1]!r}: {reply}")
+                if command[0] == "DEL":
+                    self.deleted += 1
+                else:
+                    self.copied += 1

@@ -1,0 +1,474 @@
+"""The mover: a standalone store moved online to another layout (more or fewer standalone shards, or a Redis
+Cluster), every key kept, applications running.
+
+Why this module is long: the migration is one state machine (mark, copy, catch up, cut over, clean up), and
+each step's checks and refusals sit beside it so the whole protocol reads in one place.
+
+The protocol (the markers' side is :mod:`zcluster._moves`):
+
+1. **Mark.** The source's layout is settled (a store without markers is adopted first, as any client would);
+   the target is checked (bad input refused before anything moves); each shard only of the target gets the
+   target's marker with ``incoming``; each source shard's marker gets ``move`` in state ``copying``.
+   Clients notice nothing: they keep reading and writing the source, which stays complete.
+2. **Copy.** A keyspace listener subscribes on each source shard (:mod:`zcluster.migration._copier`), then
+   a pass SCANs each source shard and copies every key the target routes to another server (DUMP,
+   RESTORE REPLACE: a 2P-set with its tombstones and floor, an aggregate with its fences, a checkpoint, a
+   dedup entry: any key of the namespaces, whole). Keys that stay on a server of both layouts are not
+   copied.
+3. **Catch up.** The keys changed since they were copied (the listeners' sets) are copied again, in rounds,
+   until a round finds at most ``cutover_keys`` of them.
+4. **Cut over** (the only pause). Each source marker goes to ``cutting`` and every normal client connection
+   of the source server is closed (``CLIENT KILL TYPE normal``): a client's next connection finds
+   ``cutting`` and waits. The listeners are drained (a PING answered after every earlier notification),
+   the last changed keys copied, then the target's markers are made final and each source marker says
+   ``done`` (a server of both layouts gets the target's marker with ``from``). Waiting clients then follow
+   the store to the target and run their cut-off calls again (:mod:`zcluster._following`). The pause is
+   measured and reported (``MigrationReport.pause``).
+5. **Clean up.** The keys that moved away from a server of both layouts are deleted there; the servers only
+   of the source keep their data, under a marker that refuses every client and names the target.
+
+Exactly once: until the cut-over every write goes to the source only; at the cut-over no client writes and
+every key changed since its copy is copied again, so the target holds every key exactly as the source held
+it: 2P-set records, totals with their fences, checkpoints with their producer states, dedup entries.
+Replaying anything after the cut-over meets the same fences and checkpoints.
+
+Resuming: the state is in the markers, so :meth:`Migration.run` after a mover was killed continues the same
+migration. Changes made while no listener ran cannot be known, so the copy pass starts over (copies are
+idempotent) after deleting from the target the keys the source no longer holds; a migration killed in its
+cut-over first goes back to ``copying`` (clients waiting go on with the source).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+
+from zcluster._keys import KeyLayout, glob_escape
+from zcluster._markers import marker_key, parse
+from zcluster._moves import public_url
+from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
+from zcluster._transport import Transport
+from zcluster.config import ClusterConfig, Where
+from zcluster.errors import ConfigError, LayoutMismatchError
+from zcluster.migration._copier import EVENTS, Copier, Listener
+from zcluster.migration.report import MigrationReport, Progress
+
+log = logging.getLogger("zcluster")
+
+STATE_NAMESPACES = ("zcstate:", "zcdedup:")
+"""The state store's and dedup's default namespaces: moved with the store unless ``namespaces`` is given."""
+
+# Compare-and-set of a marker: the mover changes a marker only from the value it read.
+_CAS = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end redis.call('SET', KEYS[1], ARGV[2]) return 1"
+
+
+class Migration:
+    """Moves the standalone store at ``source`` to ``target`` (standalone shards routed by ``jump``, or a Redis
+    Cluster seed ``redis+cluster://...``) while applications keep using it; see the module for the protocol.
+
+    ``namespaces``: the key prefixes moved (default: the store's prefix, ``zcstate:`` and ``zcdedup:``).
+    ``rate``: at most this many keys scanned per second (None: as fast as the servers go). ``progress`` is
+    called after each batch. ``connection``: redis-py options for every server (credentials come with the
+    URLs; the target's servers must accept the source's credentials: followers reconnect with theirs).
+
+    Needs on each source server: ``CONFIG SET`` (keyspace notifications, restored at the end), ``CLIENT
+    KILL``, ``PSUBSCRIBE``, ``DUMP``; on the target: ``RESTORE``. The servers of both layouts must run the
+    same Redis (or a newer one on the target: ``RESTORE`` refuses a newer RDB version).
+
+    Errors: a bad layout (shared server at another place, a target server holding another store or keys of
+    the namespaces, another prefix or ``max_size``, a roshi-routed store) raises :class:`ConfigError` or
+    :class:`LayoutMismatchError` before anything moves. A server that fails mid-way raises its error after
+    the mover retried for ``retry_for`` seconds; nothing is lost: run again to resume.
+    """
+
+    def __init__(
+        self,
+        source: Where,
+        target: Where,
+        *,
+        prefix: str | None = None,
+        max_size: int | None = None,
+        namespaces: Sequence[str] | None = None,
+        rate: float | None = None,
+        batch: int = 500,
+        cutover_keys: int = 2000,
+        connection: dict[str, Any] | None = None,
+        progress: Callable[[Progress], None] | None = None,
+        retry_for: float = 60.0,
+    ) -> None:
+        layout: dict[str, Any] = {k: v for k, v in (("prefix", prefix), ("max_size", max_size)) if v is not None}
+        self.source = ClusterConfig.of(source, **layout)
+        self.target = ClusterConfig.of(target, **layout)
+        if self.source.cluster_url:
+            raise ConfigError(
+                "the source is a Redis Cluster: it grows and shrinks by resharding (redis-cli --cluster add-node "
+                "and reshard), which clients follow; see the README's 'Growing the store'"
+            )
+        if self.source.routing != "jump" or self.target.routing != "jump":
+            raise ConfigError("a roshi-routed store cannot be migrated online: migration moves keys by hash slot")
+        if (self.source.prefix, self.source.max_size) != (self.target.prefix, self.target.max_size):
+            raise LayoutMismatchError(
+                f"source and target differ in prefix or max_size ({self.source.prefix!r}, {self.source.max_size} "
+                f"vs {self.target.prefix!r}, {self.target.max_size}): a migration keeps the store as it is"
+            )
+        self.layout = KeyLayout(self.source.prefix)
+        self.key = marker_key(self.layout)
+        self.namespaces = list(namespaces or (self.source.prefix, *STATE_NAMESPACES))
+        for ns in self.namespaces:
+            KeyLayout(ns)  # validates
+        self.rate, self.batch, self.cutover_keys = rate, batch, cutover_keys
+        self.progress, self.retry_for = progress, retry_for
+        self.connection = dict(connection or {})
+        self.src: StandaloneTopology = StandaloneTopology(list(self.source.urls), "jump", **self.connection)
+        self.dst: Topology = (
+            ClusterTopology(self.target.cluster_url, 0.0, **self.connection)
+            if self.target.cluster_url
+            else StandaloneTopology(list(self.target.urls), "jump", **self.connection)
+        )
+        self.out = Transport(self.dst, (), 64)
+        self.copier = Copier(self.src, self.out, batch)
+        self.urls = [public_url(u) for u in (self.target.urls or (self.target.cluster_url or "",))]
+        self._seen: list[dict[str, Any]] = []
+
+    # -- the whole run ------------------------------------------------------------------------------------
+
+    def run(self) -> MigrationReport:
+        """Run (or resume) the migration to its end; see the module. Returns what it did."""
+        started = time.monotonic()
+        raw = self._source_markers()
+        move = next((m["move"] for m in self._seen if isinstance(m.get("move"), dict)), None)
+        resumed = None
+        if isinstance(move, dict):
+            resumed = str(move.get("state"))
+            self._check_resume(move)
+            mig, target_id = str(move["id"]), str(move["to"]["id"])
+        else:
+            self._check_target()
+            mig, target_id = uuid.uuid4().hex, uuid.uuid4().hex
+        report = MigrationReport(mig, target_id, resumed_from=resumed, urls=list(self.urls))
+        if resumed != "done":
+            if resumed is None:
+                self._mark_target(mig, target_id)
+            raw = self._set_state(raw, mig, target_id, "copying", from_state=resumed)
+            self._copy_and_cut(report, raw, resumed is not None)
+        report.removed = self._clean_up()
+        report.seconds = time.monotonic() - started
+        self._report(Progress("done", report.scanned, report.copied, report.deleted))
+        log.info("migration %s: done in %.1f s (pause %.3f s)", mig, report.seconds, report.pause)
+        return report
+
+    def _copy_and_cut(self, report: MigrationReport, raw: list[bytes], resumed: bool) -> None:
+        notify = self._notifications_on()
+        listeners = [Listener(shard, self.namespaces) for shard in self.src.shards]
+        try:
+            if resumed:
+                report.deleted += self._reconcile()
+            while True:
+                report.passes += 1
+                self._pass(report)
+                rounds = self._catch_up(listeners, report)
+                report.rounds += rounds
+                if not any(listener.lost for listener in listeners):
+                    break
+                listeners = self._relisten(listeners)
+            self._cut_over(report, raw, listeners)
+        finally:
+            for listener in listeners:
+                listener.close()
+            self._notifications_off(notify)
+
+    # -- markers ------------------------------------------------------------------------------------------
+
+    def _source_markers(self) -> list[bytes]:
+        raws = [self._call(shard, "GET", self.key) for shard in self.src.shards]
+        if any(r is None for r in raws):  # settle or adopt the layout the way any client does
+            with self.source.open() as cluster:
+                cluster.ping()
+                cluster.stats(scan=False)
+            raws = [self._call(shard, "GET", self.key) for shard in self.src.shards]
+        self._seen = [parse(shard.name, r) for shard, r in zip(self.src.shards, raws, strict=True)]
+        ids = {m["id"] for m in self._seen}
+        if len(ids) != 1 or any(m.get("shards") != self.names(self.src) for m in self._seen):
+            raise LayoutMismatchError(
+                f"the source shards do not hold one layout of [{', '.join(self.names(self.src))}]: open the store "
+                "with this list first (the layout guard says what differs)"
+            )
+        return [bytes(r) for r in raws]
+
+    def _check_resume(self, move: dict[str, Any]) -> None:
+        urls = list(move.get("to", {}).get("urls", []))
+        if urls != self.urls:
+            raise LayoutMismatchError(
+                f"migration {move.get('id')} of this store to [{', '.join(urls)}] is under way; finish it (run it "
+                f"again with that target) before moving the store to [{', '.join(self.urls)}]"
+            )
+        log.warning("migration %s: resumed in state %s", move.get("id"), move.get("state"))
+
+    def _check_target(self) -> None:
+        src_names = self.names(self.src)
+        if isinstance(self.dst, ClusterTopology):
+            shared = set(self.dst.nodes()) & set(src_names)
+            if shared:
+                raise LayoutMismatchError(f"{', '.join(sorted(shared))} is a source shard and a Redis Cluster node")
+        else:
+            dst_names = self.names(self.dst)
+            if dst_names == src_names:
+                raise ConfigError("the target lists the same shards in the same order: nothing to move")
+            for j, name in enumerate(dst_names):
+                if name in src_names and src_names.index(name) != j:
+                    raise LayoutMismatchError(
+                        f"{name} is place {src_names.index(name)} of the source but place {j} of the target: a "
+                        "server of both layouts keeps its place (append new shards, remove from the end)"
+                    )
+        for shard in self._target_only():
+            stored = self._call(shard, "GET", self.key)
+            other = None if stored is None else parse(shard.name, stored)
+            if other is not None and other.get("incoming", {}).get("from") != src_names:  # not an aborted start's
+                raise LayoutMismatchError(
+                    f"target {shard.name} holds another layout of {self.source.prefix!r} (layout {other['id']}): "
+                    "a shard of another store; nothing was moved"
+                )
+            found = next((keys for keys in self._scan(shard) if keys), None)
+            if found:
+                raise LayoutMismatchError(
+                    f"target {shard.name} already holds keys of the namespaces {self.namespaces} (e.g. {found[0]!r}) "
+                    "that no migration put there: another store's? Empty it or choose another server; nothing moved"
+                )
+
+    def _mark_target(self, mig: str, target_id: str) -> None:
+        incoming = {"id": mig, "from": self.names(self.src)}
+        for shard, value in self._target_markers(target_id, {"incoming": incoming}, only_new=True):
+            self._call(shard, "SET", self.key, value)
+
+    def _target_markers(self, target_id: str, extra: dict[str, Any], only_new: bool) -> list[tuple[Shard, str]]:
+        base: dict[str, Any] = {"id": target_id}
+        common = {
+            "prefix": repr(self.source.prefix),
+            "max_size": self.source.max_size,
+            "created": round(time.time(), 3),
+            "urls": self.urls,
+            **extra,
+        }
+        if isinstance(self.dst, ClusterTopology):
+            shard = self.dst.shards[self.dst.shard_of(self.key, key_slot(self.key))]
+            return [(shard, json.dumps(base | {"routing": "cluster"} | common))]
+        names = self.names(self.dst)
+        src_names = set(self.names(self.src))
+        out = []
+        for j, shard in enumerate(self.dst.shards):
+            if only_new and shard.name in src_names:
+                continue
+            out.append((shard, json.dumps(base | {"routing": "jump", "shards": names, "index": j} | common)))
+        return out
+
+    def _set_state(self, raw: list[bytes], mig: str, target_id: str, state: str, from_state: str | None) -> list[bytes]:
+        """Every source marker's move state set to ``state`` (compare-and-set from ``raw``); the new raws."""
+        out = []
+        to = {"routing": "cluster" if self.target.cluster_url else "jump", "urls": self.urls, "id": target_id}
+        for shard, old, marker in zip(self.src.shards, raw, self._seen, strict=True):
+            value = json.dumps(marker | {"move": {"id": mig, "state": state, "to": to, "namespaces": self.namespaces}})
+            if value.encode() != old:
+                self._cas(shard, old, value)
+            out.append(value.encode())
+        if from_state == "cutting" and state == "copying":
+            log.warning("migration %s: was killed in its cut-over: back to copying (waiting clients go on)", mig)
+        return out
+
+    def _cas(self, shard: Shard, old: bytes, value: str) -> None:
+        if not self._call(shard, "EVAL", _CAS, 1, self.key, old, value):
+            raise LayoutMismatchError(
+                f"{shard.name}: the layout marker changed under the mover (another mover, or a client re-marking "
+                "it): stop the other one; run this one again to resume"
+            )
+
+    # -- copying ------------------------------------------------------------------------------------------
+
+    def _pass(self, report: MigrationReport) -> None:
+        total = sum(int(self._call(s, "DBSIZE")) for s in self.src.shards) or 1
+        started, scanned = time.monotonic(), 0
+        for i, shard in enumerate(self.src.shards):
+            for keys in self._scan(shard):
+                moving = [k for k in keys if self.copier.moves(i, k)]
+                self._retrying(functools.partial(self.copier.copy, i, moving))
+                scanned += len(keys)
+                self._pace(scanned, started)
+                rate = scanned / max(time.monotonic() - started, 1e-9)
+                eta = max(total - scanned, 0) / rate if rate else None
+                done = report.scanned + scanned
+                self._report(Progress("copying", done, self.copier.copied, self.copier.deleted, rate, eta))
+        report.scanned += scanned
+        report.copied, report.deleted = self.copier.copied, self.copier.deleted
+
+    def _scan(self, shard: Shard) -> Iterator[list[bytes]]:
+        """The keys of every namespace on ``shard`` (markers left out), a SCAN step at a time."""
+        for ns in self.namespaces:
+            pattern = glob_escape(b"{" + ns.encode()) + b"*"
+            cursor = 0
+            while True:
+                cursor, keys = self._call(shard, "SCAN", cursor, "MATCH", pattern, "COUNT", self.batch)
+                cursor = int(cursor)
+                yield [bytes(k) for k in keys if k != self.key]
+                if cursor == 0:
+                    break
+
+    def _catch_up(self, listeners: list[Listener], report: MigrationReport) -> int:
+        rounds = 0
+        while rounds < 20:
+            rounds += 1
+            changed = sum(self._copy_changed(i, listener) for i, listener in enumerate(listeners))
+            self._report(Progress("catching up", report.scanned, self.copier.copied, self.copier.deleted))
+            if changed <= self.cutover_keys or any(listener.lost for listener in listeners):
+                break
+        report.copied, report.deleted = self.copier.copied, self.copier.deleted
+        return rounds
+
+    def _copy_changed(self, i: int, listener: Listener) -> int:
+        keys = [k for k in listener.take() if k != self.key and self.copier.moves(i, k)]
+        self._retrying(functools.partial(self.copier.copy, i, keys))
+        return len(keys)
+
+    def _relisten(self, listeners: list[Listener]) -> list[Listener]:
+        log.warning("migration: a keyspace listener lost its subscription: copying every key again")
+        for listener in listeners:
+            listener.close()
+        return [Listener(shard, self.namespaces) for shard in self.src.shards]
+
+    def _reconcile(self) -> int:
+        """After a resume: delete from the target the copies whose key the source no longer holds."""
+        removed = 0
+        src_names = self.names(self.src)
+        for shard in self.dst.masters():
+            for keys in self._scan(shard):
+                copies = [k for k in keys if src_names[self.copier.owner(k)] != shard.name]
+                gone = [k for k in copies if not self._call(self.src.shards[self.copier.owner(k)], "EXISTS", k)]
+                if gone:
+                    self._call(shard, "DEL", *gone)
+                    removed += len(gone)
+        return removed
+
+    # -- the cut-over -------------------------------------------------------------------------------------
+
+    def _cut_over(self, report: MigrationReport, raw: list[bytes], listeners: list[Listener]) -> None:
+        move = json.loads(raw[0])["move"]
+        mig, target_id = move["id"], move["to"]["id"]
+        began = time.monotonic()
+        raw = self._set_state(raw, mig, target_id, "cutting", from_state="copying")
+        for shard in self.src.shards:
+            self._call(shard, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        final = 0
+        for _ in range(3):  # drained twice in a row with nothing new: no client writes any more
+            for listener in listeners:
+                listener.drain()
+            changed = sum(self._copy_changed(i, listener) for i, listener in enumerate(listeners))
+            final += changed
+            if not changed:
+                break
+        origin = {"id": self._seen[0]["id"], "shards": self.names(self.src)}
+        markers = self._target_markers(target_id, {"from": origin}, only_new=False)
+        # The target's own shards first: a client that sees the move on a shared one connects to them next.
+        for shard, value in sorted(markers, key=lambda sv: sv[0].name in self.names(self.src)):
+            if shard.name in self.names(self.src):
+                i = self.names(self.src).index(shard.name)
+                self._cas(shard, raw[i], value)
+            else:
+                self._call(shard, "SET", self.key, value)
+        kept = {s.name for s, _ in self._target_markers(target_id, {}, only_new=False)}
+        for i, shard in enumerate(self.src.shards):
+            if shard.name not in kept:
+                self._cas(shard, raw[i], json.dumps(json.loads(raw[i]) | {"move": move | {"state": "done"}}))
+        report.pause = time.monotonic() - began
+        report.final_keys = final
+        report.copied, report.deleted = self.copier.copied, self.copier.deleted
+        log.warning("migration %s: cut over to [%s]: clients paused %.3f s", mig, ", ".join(self.urls), report.pause)
+
+    def _clean_up(self) -> int:
+        """Delete, on the servers of both layouts, the keys that moved away from them."""
+        self._report(Progress("cleaning"))
+        removed = 0
+        dst_names = {s.name for s in self.dst.masters()}
+        for shard in self.src.shards:
+            if shard.name not in dst_names:
+                continue
+            for keys in self._scan(shard):
+                away = [k for k in keys if self.dst.shards[self.copier.destination(k)].name != shard.name]
+                if away:
+                    self._call(shard, "UNLINK", *away)
+                    removed += len(away)
+        return removed
+
+    # -- plumbing -----------------------------------------------------------------------------------------
+
+    def _notifications_on(self) -> list[str]:
+        before = []
+        for shard in self.src.shards:
+            value = self._call(shard, "CONFIG", "GET", "notify-keyspace-events")
+            current = (value[1] if isinstance(value, list) else value.get(b"notify-keyspace-events", b"")).decode()
+            before.append(current)
+            self._call(shard, "CONFIG", "SET", "notify-keyspace-events", current + EVENTS)
+        return before
+
+    def _notifications_off(self, before: list[str]) -> None:
+        for shard, value in zip(self.src.shards, before, strict=True):
+            try:
+                self._call(shard, "CONFIG", "SET", "notify-keyspace-events", value)
+            except redis.RedisError as exc:
+                log.warning("migration: %s: notify-keyspace-events not restored to %r: %s", shard.name, value, exc)
+
+    def _call(self, shard: Shard, *command: Any) -> Any:
+        return self._retrying(lambda: shard.client.execute_command(*command))
+
+    def _retrying(self, call: Callable[[], Any]) -> Any:
+        """``call()``, retried while a server cannot be reached, for ``retry_for`` seconds (logged)."""
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.1
+        while True:
+            try:
+                return call()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("migration: a server failed (%s): retrying in %.1f s", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _pace(self, scanned: int, started: float) -> None:
+        if self.rate:
+            ahead = scanned / self.rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+    def _report(self, progress: Progress) -> None:
+        if self.progress is not None:
+            self.progress(progress)
+
+    def _target_only(self) -> list[Shard]:
+        src = set(self.names(self.src))
+        return [s for s in self.dst.masters() if s.name not in src]
+
+    @staticmethod
+    def names(topology: Topology) -> list[str]:
+        return [s.name for s in topology.masters()]
+
+    def close(self) -> None:
+        self.out.close()
+        self.src.close()
+
+    def __enter__(self) -> Migration:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def migrate(source: Where, target: Where, **options: Any) -> MigrationReport:
+    """Run (or resume) a :class:`Migration` from ``source`` to ``target`` to its end; ``options`` as for it."""
+    with Migration(source, target, **options) as migration:
+        return migration.run()
