@@ -5,7 +5,11 @@ the old list refused afterwards; bad layouts refused before anything moves. Real
 from __future__ import annotations
 
 import itertools
+import json
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -192,3 +196,67 @@ def test_bad_layouts_are_refused_before_anything_moves(five: LocalShards) -> Non
     with Cluster.from_urls(urls[:2], prefix=prefix) as c:  # nothing moved: the store is as it was
         assert len(c.select([f"k{i}" for i in range(100)])) == 100
         assert all(c.select([f"k{i}" for i in range(100)]).values())
+
+
+def mover(source: list[str], target: list[str], prefix: str, *extra: str) -> subprocess.Popen[bytes]:
+    """``zcluster migrate`` in its own process (so that a test can SIGKILL it)."""
+    args = [sys.executable, "-m", "zcluster.cli", "--prefix", prefix]
+    for url in source:
+        args += ["--url", url]
+    args += ["migrate", "--namespace", prefix, "--json", *extra]
+    for url in target:
+        args += ["--to", url]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def move_state(url: str, prefix: str) -> str | None:
+    with redis.Redis.from_url(url, retry_on_error=[redis.ConnectionError]) as r:  # the cut-over kills it too
+        raw = r.get(f"{{{prefix}}}layout")
+    marker = json.loads(raw) if raw else {}
+    return marker.get("move", {}).get("state")
+
+
+def until_state(url: str, prefix: str, state: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while move_state(url, prefix) != state and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
+def test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses_nothing(five: LocalShards) -> None:
+    prefix = f"mg{next(_names)}:"
+    source, target = five.urls[:2], five.urls[:3]
+    rng = random.Random(11)
+    with Cluster.from_urls(source, prefix=prefix) as cluster:
+        writer = Writer(cluster, keys=3000)
+        for _ in range(120):
+            writer.step()
+        with writer:
+            for _ in range(2):  # killed mid-copy (the pass is slowed to 2,000 keys/s)
+                proc = mover(source, target, prefix, "--rate", "2000")
+                until_state(source[0], prefix, "copying", proc)
+                time.sleep(rng.uniform(0.05, 0.8))
+                proc.kill()
+                proc.wait(10)
+                assert proc.returncode == -signal.SIGKILL
+                assert move_state(source[0], prefix) == "copying"
+            proc = mover(source, target, prefix)  # killed in its cut-over: clients are waiting then
+            until_state(source[0], prefix, "cutting", proc)
+            proc.kill()
+            proc.wait(10)
+            cut_short = proc.returncode == -signal.SIGKILL and move_state(source[0], prefix) == "cutting"
+            done = mover(source, target, prefix)
+            out, err = done.communicate(timeout=300)
+            assert done.returncode == 0, err.decode()
+            report = json.loads(out)
+            time.sleep(0.3)
+        assert report["resumed_from"] in ("cutting", "copying", "done")
+        assert cut_short, "the third mover was killed while its cut-over ran (clients waiting)"
+        assert report["resumed_from"] == "cutting"
+        writer.check(cluster)
+        assert cluster.shards == [u.rpartition("/")[2] for u in target]
+    with Cluster.from_urls(target, prefix=prefix) as fresh:
+        writer.check(fresh)
+    for url in source:  # every keyspace notification setting the mover changed is back as it was
+        with redis.Redis.from_url(url) as r:
+            assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == ""

@@ -19,7 +19,8 @@ missed a confirmed write is a warning), reads merge the replicas' answers and re
 ``walk`` (sweep every replica and repair every difference, resumable) and ``diff`` (what each replica holds
 for some keys) need a farm of two or more replicas (:mod:`zcluster.cli.replicas`). ``consumers`` shows the
 exactly-once applications' progress and lag and skips lost ranges (:mod:`zcluster.cli.consumers`; the journal
-store from ``--journals URL`` or ``ZCLUSTER_JOURNALS``).
+store from ``--journals URL`` or ``ZCLUSTER_JOURNALS``). ``migrate --to URL...`` (or ``--to-cluster URL``) moves
+the standalone store of ``--url`` online to another layout, resumable (:mod:`zcluster.cli.migrate`).
 
 URLs are parsed by :class:`zcluster.ClusterConfig`, the library's one parser. They may carry credentials
 (``redis://user:password@host:port``); prefer the environment over flags for them (process lists show
@@ -37,6 +38,7 @@ Modules: :mod:`~zcluster.cli.app` (the click group, error handling, :func:`main`
 :mod:`~zcluster.cli.context` (the settings every command gets, the Cluster or Farm they open),
 :mod:`~zcluster.cli.reads` (keys, select, score), :mod:`~zcluster.cli.writes` (insert, delete, tuple files),
 :mod:`~zcluster.cli.replicas` (walk, diff), :mod:`~zcluster.cli.consumers` (consumers),
+:mod:`~zcluster.cli.migrate` (migrate),
 :mod:`~zcluster.cli.info` and :mod:`~zcluster.cli.output`
 (encodings, scores, tables). click and rich are the ``cli`` extra: this package imports neither until
 :func:`main` runs, which says how to install them when they are missing.

@@ -14,6 +14,7 @@ from zcluster.cli.aggregates import counters, fences, top
 from zcluster.cli.consumers import consumers
 from zcluster.cli.context import EXPECTED, Settings, counts
 from zcluster.cli.info import info
+from zcluster.cli.migrate import migrate
 from zcluster.cli.reads import keys, score, select
 from zcluster.cli.replicas import diff, walk
 from zcluster.cli.writes import delete, insert
@@ -114,7 +115,7 @@ def cli(
     ctx.call_on_close(settings.close)
 
 
-for _command in (keys, select, score, top, counters, fences, insert, delete, info, walk, diff, consumers):
+for _command in (keys, select, score, top, counters, fences, insert, delete, info, walk, diff, consumers, migrate):
     cli.add_command(_command)
 
 

@@ -137,6 +137,7 @@ class Migration:
         self.copier = Copier(self.src, self.out, batch)
         self.urls = [public_url(u) for u in (self.target.urls or (self.target.cluster_url or "",))]
         self._seen: list[dict[str, Any]] = []
+        self._notify: list[str] = []
 
     # -- the whole run ------------------------------------------------------------------------------------
 
@@ -153,20 +154,24 @@ class Migration:
         else:
             self._check_target()
             mig, target_id = uuid.uuid4().hex, uuid.uuid4().hex
+        known = move.get("notify") if isinstance(move, dict) else None
+        self._notify = list(known) if isinstance(known, list) else self._notify_before()
         report = MigrationReport(mig, target_id, resumed_from=resumed, urls=list(self.urls))
         if resumed != "done":
             if resumed is None:
                 self._mark_target(mig, target_id)
             raw = self._set_state(raw, mig, target_id, "copying", from_state=resumed)
             self._copy_and_cut(report, raw, resumed is not None)
-        report.removed = self._clean_up()
+        else:
+            self._notifications_off()  # a mover killed after its cut-over may have left them on
+        self._clean_up(report)
         report.seconds = time.monotonic() - started
         self._report(Progress("done", report.scanned, report.copied, report.deleted))
         log.info("migration %s: done in %.1f s (pause %.3f s)", mig, report.seconds, report.pause)
         return report
 
     def _copy_and_cut(self, report: MigrationReport, raw: list[bytes], resumed: bool) -> None:
-        notify = self._notifications_on()
+        self._notifications_on()
         listeners = [Listener(shard, self.namespaces) for shard in self.src.shards]
         try:
             if resumed:
@@ -183,7 +188,7 @@ class Migration:
         finally:
             for listener in listeners:
                 listener.close()
-            self._notifications_off(notify)
+            self._notifications_off()
 
     # -- markers ------------------------------------------------------------------------------------------
 
@@ -274,7 +279,8 @@ class Migration:
         out = []
         to = {"routing": "cluster" if self.target.cluster_url else "jump", "urls": self.urls, "id": target_id}
         for shard, old, marker in zip(self.src.shards, raw, self._seen, strict=True):
-            value = json.dumps(marker | {"move": {"id": mig, "state": state, "to": to, "namespaces": self.namespaces}})
+            move = {"id": mig, "state": state, "to": to, "namespaces": self.namespaces, "notify": self._notify}
+            value = json.dumps(marker | {"move": move})
             if value.encode() != old:
                 self._cas(shard, old, value)
             out.append(value.encode())
@@ -389,9 +395,9 @@ class Migration:
         report.copied, report.deleted = self.copier.copied, self.copier.deleted
         log.warning("migration %s: cut over to [%s]: clients paused %.3f s", mig, ", ".join(self.urls), report.pause)
 
-    def _clean_up(self) -> int:
+    def _clean_up(self, report: MigrationReport) -> None:
         """Delete, on the servers of both layouts, the keys that moved away from them."""
-        self._report(Progress("cleaning"))
+        self._report(Progress("cleaning", report.scanned, report.copied, report.deleted))
         removed = 0
         dst_names = {s.name for s in self.dst.masters()}
         for shard in self.src.shards:
@@ -402,25 +408,29 @@ class Migration:
                 if away:
                     self._call(shard, "UNLINK", *away)
                     removed += len(away)
-        return removed
+        report.removed = removed
 
     # -- plumbing -----------------------------------------------------------------------------------------
 
-    def _notifications_on(self) -> list[str]:
-        before = []
+    def _notify_before(self) -> list[str]:
+        """Each source server's ``notify-keyspace-events`` before the migration (kept in the markers' move, so a
+        resumed migration restores what the first run found)."""
+        out = []
         for shard in self.src.shards:
             value = self._call(shard, "CONFIG", "GET", "notify-keyspace-events")
-            current = (value[1] if isinstance(value, list) else value.get(b"notify-keyspace-events", b"")).decode()
-            before.append(current)
-            self._call(shard, "CONFIG", "SET", "notify-keyspace-events", current + EVENTS)
-        return before
+            out.append((value[1] if isinstance(value, list) else value.get(b"notify-keyspace-events", b"")).decode())
+        return out
 
-    def _notifications_off(self, before: list[str]) -> None:
-        for shard, value in zip(self.src.shards, before, strict=True):
+    def _notifications_on(self) -> None:
+        for shard, before in zip(self.src.shards, self._notify, strict=True):
+            self._call(shard, "CONFIG", "SET", "notify-keyspace-events", before + EVENTS)
+
+    def _notifications_off(self) -> None:
+        for shard, before in zip(self.src.shards, self._notify, strict=True):
             try:
-                self._call(shard, "CONFIG", "SET", "notify-keyspace-events", value)
+                self._call(shard, "CONFIG", "SET", "notify-keyspace-events", before)
             except redis.RedisError as exc:
-                log.warning("migration: %s: notify-keyspace-events not restored to %r: %s", shard.name, value, exc)
+                log.warning("migration: %s: notify-keyspace-events not restored to %r: %s", shard.name, before, exc)
 
     def _call(self, shard: Shard, *command: Any) -> Any:
         return self._retrying(lambda: shard.client.execute_command(*command))
