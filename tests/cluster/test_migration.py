@@ -20,6 +20,7 @@ import redis
 
 from zcluster import Cluster, ClusterConfig, ConfigError, Incr, LayoutMismatchError, LayoutMovedError, PartialWriteError
 from zcluster.migration import Migration, Progress, migrate
+from zcluster.testing.redis_cluster import LocalRedisCluster
 from zcluster.testing.servers import LocalShards
 
 _names = itertools.count()
@@ -119,7 +120,9 @@ class Writer:
         assert again.applied_count == 0, "a replayed increment applied again"
 
 
-def run_with_writer(source: list[str], target: list[str], prefix: str, **options: Any) -> tuple[Writer, Any]:
+def run_with_writer(
+    source: list[str], target: list[str] | str, prefix: str, shards: list[str] | None = None, **options: Any
+) -> tuple[Writer, Any]:
     with Cluster.from_urls(source, prefix=prefix) as cluster:
         writer = Writer(cluster)
         for _ in range(30):  # a store with history before the migration starts
@@ -131,7 +134,7 @@ def run_with_writer(source: list[str], target: list[str], prefix: str, **options
             time.sleep(0.5)  # the writer goes on against the target
         assert writer.error is None, writer.error
         assert writer.reads_back > 0
-        assert cluster.shards == [u.rpartition("/")[2] for u in target]  # it followed
+        assert cluster.shards == (shards or [u.rpartition("/")[2] for u in target])  # it followed
         writer.check(cluster)
     assert any(p.phase == "copying" for p in seen) and seen[-1].phase == "done"
     return writer, report
@@ -260,3 +263,20 @@ def test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses
     for url in source:  # every keyspace notification setting the mover changed is back as it was
         with redis.Redis.from_url(url) as r:
             assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == ""
+
+
+def test_a_standalone_store_moves_into_a_redis_cluster_under_a_writer() -> None:
+    prefix = f"mg{next(_names)}:"
+    with LocalShards(2) as shards, LocalRedisCluster(3) as rc:
+        seed = "redis+cluster://" + rc.url.partition("://")[2]
+        with Cluster.from_cluster_url(rc.url) as probe:
+            masters = probe.shards
+        writer, report = run_with_writer(shards.urls, seed, prefix, shards=masters)
+        assert report.copied > 0
+        with Cluster.from_cluster_url(rc.url, prefix=prefix) as fresh:
+            writer.check(fresh)
+            owners = {fresh.shard_of(f"t:{i}") for i in range(400)}
+            assert owners == set(masters), "the keys spread over the Redis Cluster's masters"
+        with pytest.raises(LayoutMovedError) as refused, Cluster.from_urls(shards.urls, prefix=prefix) as old:
+            old.select(["t:1"])
+        assert refused.value.cluster and refused.value.to == [rc.url]

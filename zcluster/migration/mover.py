@@ -233,8 +233,10 @@ class Migration:
                         f"{name} is place {src_names.index(name)} of the source but place {j} of the target: a "
                         "server of both layouts keeps its place (append new shards, remove from the end)"
                     )
+        holder = self.dst.shards[self.dst.shard_of(self.key, key_slot(self.key))]
         for shard in self._target_only():
-            stored = self._call(shard, "GET", self.key)
+            cluster_node = isinstance(self.dst, ClusterTopology) and shard is not holder  # the marker is elsewhere
+            stored = None if cluster_node else self._call(shard, "GET", self.key)
             other = None if stored is None else parse(shard.name, stored)
             if other is not None and other.get("incoming", {}).get("from") != src_names:  # not an aborted start's
                 raise LayoutMismatchError(
