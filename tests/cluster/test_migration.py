@@ -13,15 +13,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
 from zcluster import Cluster, ClusterConfig, ConfigError, Incr, LayoutMismatchError, LayoutMovedError, PartialWriteError
+from zcluster.journal.files import FileJournals
 from zcluster.migration import Migration, Progress, migrate
+from zcluster.state import Consumer, StateStore
 from zcluster.testing.redis_cluster import LocalRedisCluster
 from zcluster.testing.servers import LocalShards
+from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 _names = itertools.count()
 
@@ -280,3 +284,47 @@ def test_a_standalone_store_moves_into_a_redis_cluster_under_a_writer() -> None:
         with pytest.raises(LayoutMovedError) as refused, Cluster.from_urls(shards.urls, prefix=prefix) as old:
             old.select(["t:1"])
         assert refused.value.cluster and refused.value.to == [rc.url]
+
+
+def test_a_consumer_applying_a_journal_during_a_migration_stays_exactly_once(five: LocalShards, tmp_path: Path) -> None:
+    prefix = f"mg{next(_names)}:"
+    app = f"app{next(_names)}"
+    source, target = five.urls[:2], five.urls[:3]
+    journals = FileJournals(tmp_path / "journals")
+    names = [f"timelines/part-{i:03d}" for i in range(3)]
+    create_journals(journals, names)
+    traffic = Traffic(names)
+    stop, polled, errors = threading.Event(), [0], []
+    with Cluster.from_urls(source, prefix=prefix) as cluster, Consumer(cluster, journals, timeline_mapper, app) as c:
+
+        def consume() -> None:
+            try:
+                while not stop.is_set():
+                    polled[0] += c.poll().delivered
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=consume, daemon=True)
+        publish(journals, traffic, producers=3, messages=400, seed=1)
+        thread.start()
+        for seed in range(2, 6):  # published while the store moves (checkpoints move with it)
+            publish(journals, traffic, producers=3, messages=400, seed=seed)
+            if seed == 3:
+                report = migrate(source, target, prefix=prefix)  # the default namespaces: the state store's too
+        publish(journals, traffic, producers=3, messages=400, seed=9)
+        deadline = time.monotonic() + 120
+        while polled[0] < traffic.committed and not errors and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        thread.join(60)
+        assert not errors, errors
+        assert report.copied > 0 and cluster.shards == [u.rpartition("/")[2] for u in target]
+        assert polled[0] == traffic.committed  # each committed message delivered once, across the cut-over
+        expected = traffic.expected()
+        got = {k: [(t.member, t.score) for t in v] for k, v in cluster.select(list(expected), limit=10**5).items()}
+        assert got == expected
+        assert c.poll().delivered == 0
+    with Cluster.from_urls(target, prefix=prefix) as fresh:  # a restarted consumer finds its checkpoints moved
+        assert all(StateStore(fresh, app).load_journal(n).offset == journals.end(n) for n in names)
+        with Consumer(fresh, journals, timeline_mapper, app) as again:
+            assert again.poll().delivered == 0
