@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from zcluster import Cluster, Count, Delete, Incr, Insert
+from zcluster import Cluster, Count, Delete, Incr, Insert, _transport
+from zcluster._follow import redirected as follow_redirect
 from zcluster._keys import KeyLayout
 from zcluster.journal import FileJournals
 from zcluster.state import BatchStats, Consumer, StateStore
@@ -34,7 +35,21 @@ GROUPS = 32  # aggregate keys per kind, spread over the slots
 FIRST_STEPS, CHUNK_STEPS, CHUNKS = 2000, 500, 8  # publish steps (3 producers each): ~23k committed messages
 RESHARDED = 4096
 SUMS, COUNTS = [f"pts:{g}" for g in range(GROUPS)], [f"ev:{g}" for g in range(GROUPS)]
-LIVE_KEYS = [f"live:{i}" for i in range(64)]  # the live client's own keys
+PREFIX = "grow:"
+
+
+def _hot_tag() -> str:
+    """A hash tag whose slot is among the lowest of the first master, so among those redis-cli's reshard moves
+    (each source gives its lowest slots); the test checks that it moved."""
+    return next(t for t in (f"hot{n}" for n in range(10_000)) if KeyLayout(PREFIX).slot(f"{{{t}}}".encode()) < 1000)
+
+
+HOT = _hot_tag()
+# The live client's own keys, all in the hot slot, beside FILLERS keys that make that slot's migration last
+# (redis-cli moves 10 keys per MIGRATE): meanwhile its keys are split between two nodes, and the client's
+# calls meet ASK (a key already moved) and TRYAGAIN (a call's keys on both nodes), not only MOVED.
+LIVE_KEYS = [f"{{{HOT}}}:live:{i}" for i in range(64)]
+FILLERS = 6000
 
 
 def growth_mapper(message: Any) -> list[Insert | Delete | Incr | Count]:
@@ -112,8 +127,8 @@ class LiveClient:
                 assert self.c.insert([(key, float(step), member)]).applied == [True]
                 held[member] = (float(step), False)
             items: list[tuple[int, Incr | Count]] = [
-                (step, Incr(f"lp:{key}", "n", 2)),
-                (step, Count(f"lc:{key}", "n", 1)),
+                (step, Incr(f"{key}:p", "n", 2)),
+                (step, Count(f"{key}:c", "n", 1)),
             ]
             assert self.c.increment("live", items).applied == [True, True]
             self.increments += items
@@ -123,18 +138,20 @@ class LiveClient:
                 if got != self.visible(k):
                     self.mismatches.append(f"step {step}, {k}: read {got[:3]}..., wrote {self.visible(k)[:3]}...")
                 n = self.counts.get(k, 0)
-                total = read_all(self.c, [f"lp:{k}"])[f"lp:{k}"]
-                counted = self.c.counters([f"lc:{k}"])[f"lc:{k}"]
+                total = read_all(self.c, [f"{k}:p"])[f"{k}:p"]
+                counted = self.c.counters([f"{k}:c"])[f"{k}:c"]
                 if total != ([("n", 2.0 * n)] if n else []) or counted != ({"n": n} if n else {}):
                     self.mismatches.append(f"step {step}, {k}: totals {total} and {counted}, {n} increments sent")
 
 
-def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live_client(tmp_path: Path) -> None:
+def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = FileJournals(tmp_path / "journals")
     names = [f"grow/part-{i}" for i in range(3)]
     create_journals(store, names)
     traffic = publish(store, Traffic(names), producers=3, messages=FIRST_STEPS, users=400, seed=0)
-    app, prefix = "grow", "grow:"
+    app, prefix = "grow", PREFIX
     mapped = [0]  # messages the consumer's mapper saw (a list: the mapper closes over it)
 
     def mapper(message: Any) -> list[Insert | Delete | Incr | Count]:
@@ -147,6 +164,14 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
         Cluster.from_cluster_url(rc.url, prefix=prefix) as c,
         Cluster.from_cluster_url(rc.url, prefix=prefix) as live_c,
     ):
+        live_c.insert([(f"{{{HOT}}}:fill:{i}", 1.0, "x") for i in range(FILLERS)])
+        redirects: list[str] = []  # the redirects the clients followed (a spy: the real code still runs)
+
+        def spy(topology: Any, shard: Any, command: Any, error: Exception, *rest: Any) -> Any:
+            redirects.append(type(error).__name__)
+            return follow_redirect(topology, shard, command, error, *rest)
+
+        monkeypatch.setattr(_transport, "redirected", spy)
         resharded, published, stop = threading.Event(), threading.Event(), threading.Event()
         polls: list[BatchStats] = []
 
@@ -176,7 +201,7 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
                 time.sleep(0.05)
             new = rc.add_master()
             before = (mapped[0], live.steps)
-            rc.reshard(RESHARDED, new)
+            assert rc.reshard(RESHARDED, new) == RESHARDED
             during = (mapped[0] - before[0], live.steps - before[1])
         finally:
             resharded.set()
@@ -188,7 +213,9 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
             assert not w.is_alive(), f"{w.body} did not finish"
             assert w.error is None, w.error
         assert during[0] > 0 and during[1] > 0, f"nothing ran during the reshard: {during}"
-        print(f"during the reshard: {during[0]} messages mapped, {during[1]} live client steps")
+        met = {kind: redirects.count(kind) for kind in ("MovedError", "AskError", "TryAgainError")}
+        print(f"during the reshard: {during[0]} messages mapped, {during[1]} live client steps; redirects {met}")
+        assert met["MovedError"] > 0 and met["AskError"] > 0, met
 
         # Every read equals the model: timelines (2P-set members and scores), sums and counters exactly.
         timelines = sorted(traffic.expected())
@@ -234,3 +261,21 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
         assert live_c.increment("live", live.increments).applied_count == 0
         assert read_all(c, SUMS) == want_sums and read_all(c, timelines) == traffic.expected()
         assert all(state.load_journal(j).offset == store.end(j) for j in names)
+
+
+def test_the_helpers_grow_a_cluster_without_redis_cli_too() -> None:
+    """``add_master(cli=False)`` and ``reshard(..., cli=False)``: CLUSTER MEET and slot-by-slot migration, the
+    way taken where no redis-cli is installed; a client opened before follows, every record still there."""
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url, prefix=PREFIX) as c:
+        keys = [f"k{i}" for i in range(3000)]
+        c.insert([(k, 1.0, "m") for k in keys])
+        new = rc.add_master(cli=False)
+        assert rc.reshard(48, new, cli=False) == 48
+        with rc.servers[new].client() as r:
+            assert r.dbsize() > 0
+            slots = r.execute_command("CLUSTER", "SLOTS")
+        # 16 of each master's slots (5461, 5461, 5462 of them: the remainders round the 5461s up), its lowest first
+        mine = sorted((lo, hi) for lo, hi, master, *_ in slots if int(master[1]) == rc.servers[new].port)
+        assert mine == [(0, 15), (5461, 5476), (10922, 10937)]
+        assert c.select(keys) == {k: [(k, 1.0, "m")] for k in keys}
+        assert any(c.shard_of(k) == f"127.0.0.1:{rc.servers[new].port}" for k in keys)

@@ -8,7 +8,6 @@ and grow the cluster as an operator does: :meth:`LocalRedisCluster.add_master`, 
 
 from __future__ import annotations
 
-import math
 import shutil
 import subprocess
 import time
@@ -236,20 +235,21 @@ class LocalRedisCluster(LocalGroup):
         self.wait_ok(max(deadline - time.monotonic(), 1.0))
         return len(self.servers) - 1
 
-    def reshard(self, count: int, dst: int, *, cli: bool | None = None, timeout: float = 600.0) -> None:
-        """Move ``count`` slots (and their keys) to master ``dst`` from the other masters, then :meth:`wait_ok`.
+    def reshard(self, count: int, dst: int, *, cli: bool | None = None, timeout: float = 600.0) -> int:
+        """Move about ``count`` slots (and their keys) to master ``dst`` from the other masters, then
+        :meth:`wait_ok`; returns how many slots ``dst`` gained.
 
         With ``redis-cli --cluster reshard <node> --cluster-from <ids> --cluster-to <id> --cluster-slots
         <count> --cluster-yes`` (``cli`` as in :meth:`add_master`), the masters holding slots as sources; or
-        else slot by slot with :meth:`migrate_slot`, planned as redis-cli plans it: each source gives a share
-        proportional to the slots it holds (the largest rounded up, the others down), its lowest slots first.
-        Writers meanwhile meet ``MOVED``, ``ASK`` and ``TRYAGAIN``. Raises :class:`ZClusterError` if the
-        sources hold fewer than ``count`` slots, or if redis-cli fails (with the end of its output).
+        else slot by slot with :meth:`migrate_slot`. Either way each source gives a share proportional to the
+        slots it holds, its lowest slots first; redis-cli rounds the largest source's share up and the others
+        down (so it may move a slot or two fewer than ``count``; 4096 of 3 x ~5461 is exact), the built-in
+        way gives the rounded-off slots to the largest remainders (exactly ``count``). Writers meanwhile meet
+        ``MOVED``, ``ASK`` and ``TRYAGAIN``. Raises :class:`ZClusterError` if the sources hold fewer than
+        ``count`` slots, or if redis-cli fails (with the end of its output).
         """
-        owned: dict[int, list[int]] = {}
-        with self.servers[dst].client() as c:
-            for lo, hi, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
-                owned.setdefault(self._master_at(int(master[1])), []).extend(range(lo, hi + 1))
+        owned = self._slots_by_master()
+        had = len(owned.get(dst, []))
         sources = sorted((i for i in owned if i != dst), key=lambda i: -len(owned[i]))
         total = sum(len(owned[i]) for i in sources)
         if count > total:
@@ -262,13 +262,26 @@ class LocalRedisCluster(LocalGroup):
                 [tool, "--cluster", "reshard", f"127.0.0.1:{self.servers[dst].port}", *args, "--cluster-yes"], timeout
             )
         else:
-            plan: list[int] = []
-            for k, i in enumerate(sources):
-                share = count * len(owned[i]) / total
-                plan += sorted(owned[i])[: math.ceil(share) if k == 0 else math.floor(share)]
-            for slot in plan[:count]:
-                self.migrate_slot(slot, dst)
+            shares = {i: count * len(owned[i]) // total for i in sources}
+            by_remainder = sorted(sources, key=lambda i: -(count * len(owned[i]) % total))
+            for i in by_remainder[: count - sum(shares.values())]:
+                shares[i] += 1
+            for i in sources:
+                for slot in owned[i][: shares[i]]:
+                    self.migrate_slot(slot, dst)
         self.wait_ok()
+        return len(self._slots_by_master().get(dst, [])) - had
+
+    def _slots_by_master(self) -> dict[int, list[int]]:
+        """Master index -> the slots it serves, ascending (``CLUSTER SLOTS`` of the first live master)."""
+        live = next((s for s in self.servers if s.process is not None), None)
+        if live is None:
+            raise ZClusterError("no master of the Redis Cluster is running")
+        owned: dict[int, list[int]] = {}
+        with live.client() as c:
+            for lo, hi, master, *_ in sorted(c.execute_command("CLUSTER", "SLOTS")):
+                owned.setdefault(self._master_at(int(master[1])), []).extend(range(lo, hi + 1))
+        return owned
 
 
 def _cli_for(cli: bool | None) -> str | None:
