@@ -1,11 +1,15 @@
 """A real Redis Cluster on loopback ports, with every slot assigned, for the tests and the benchmarks.
 
 Built on :mod:`zcluster.testing.servers` (the same binary discovery, temporary directories and clean-up);
-besides starting and stopping nodes, it can move a hash slot between nodes the way ``redis-cli`` reshards.
+besides starting and stopping nodes, it can move a hash slot between nodes the way ``redis-cli`` reshards,
+and grow the cluster as an operator does: :meth:`LocalRedisCluster.add_master`, then
+:meth:`LocalRedisCluster.reshard` (through ``redis-cli --cluster`` itself when it is installed).
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 
 import redis
@@ -15,9 +19,15 @@ from zcluster.errors import ZClusterError
 from zcluster.testing._local import LocalGroup, LocalServer
 from zcluster.testing._replication import replica_problems
 
-__all__ = ["LocalRedisCluster", "held_by_replica"]
+__all__ = ["LocalRedisCluster", "find_cli", "held_by_replica"]
 
 _NODE_OPTIONS = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf")
+
+
+def find_cli() -> str | None:
+    """Path of ``redis-cli`` (or ``valkey-cli``) on PATH, or None: what :meth:`LocalRedisCluster.add_master`
+    and :meth:`LocalRedisCluster.reshard` run when asked for the operator's own tool."""
+    return shutil.which("redis-cli") or shutil.which("valkey-cli")
 
 
 def _roles(nodes: str) -> dict[int, int | None]:
@@ -51,6 +61,7 @@ class LocalRedisCluster(LocalGroup):
         aof: bool = False,
     ) -> None:
         super().__init__(binary)
+        self._aof = aof
         try:
             for _ in range(masters):
                 self._new_server(_NODE_OPTIONS, aof=aof).start()
@@ -150,12 +161,14 @@ class LocalRedisCluster(LocalGroup):
         with live.client() as c:
             for lo, hi, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
                 if lo <= slot <= hi:
-                    port = int(master[1])
-                    found = [i for i, s in enumerate(self.servers) if s.port == port]
-                    if not found:
-                        raise ZClusterError(f"slot {slot} is owned by port {port}, not one of the first masters")
-                    return found[0]
+                    return self._master_at(int(master[1]), f"slot {slot}")
         raise ZClusterError(f"slot {slot} has no owner")
+
+    def _master_at(self, port: int, what: str = "a slot") -> int:
+        found = [i for i, s in enumerate(self.servers) if s.port == port]
+        if not found:
+            raise ZClusterError(f"{what} is owned by port {port}, not one of the masters started as masters")
+        return found[0]
 
     def migrate_slot(self, slot: int, dst: int, *, batch: int = 10, pause: float = 0.0) -> int:
         """Move ``slot`` to server ``dst`` the way redis-cli's resharding does; returns keys moved.
@@ -185,6 +198,107 @@ class LocalRedisCluster(LocalGroup):
                     with s.client() as c:
                         c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
         return moved
+
+    def add_master(self, *, cli: bool | None = None, timeout: float = 30.0) -> int:
+        """Start a new cluster node and join it as a master holding no slot; returns its index in ``servers``.
+
+        Joined as an operator does, with ``redis-cli --cluster add-node <new> <existing>`` (``cli`` None: when
+        :func:`find_cli` finds one; True: required), or else with ``CLUSTER MEET`` sent from the new node, which
+        is what add-node sends. Returns once every live node lists it as a master and :meth:`wait_ok` passes;
+        it gets slots from :meth:`reshard`. Raises :class:`ZClusterError` if redis-cli fails or the nodes do
+        not all see it within ``timeout`` seconds.
+        """
+        seed = next((s for s in self.servers if s.process is not None), None)
+        if seed is None:
+            raise ZClusterError("no master of the Redis Cluster is running")
+        node = self._new_server(_NODE_OPTIONS, aof=self._aof)
+        node.start()
+        tool = _cli_for(cli)
+        if tool is None:
+            with node.client() as c:
+                c.execute_command("CLUSTER", "MEET", "127.0.0.1", seed.port)
+        else:
+            _run_cli([tool, "--cluster", "add-node", f"127.0.0.1:{node.port}", f"127.0.0.1:{seed.port}"], timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            live = [s for s in self._nodes() if s.process is not None]
+            missing = []
+            for s in live:
+                with s.client(socket_timeout=2) as c:
+                    if _roles(c.execute_command("CLUSTER", "NODES").decode()).get(node.port, -1) is not None:
+                        missing.append(s.port)
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                raise ZClusterError(f"nodes on ports {missing} do not list the new master on port {node.port}")
+            time.sleep(0.05)
+        self.wait_ok(max(deadline - time.monotonic(), 1.0))
+        return len(self.servers) - 1
+
+    def reshard(self, count: int, dst: int, *, cli: bool | None = None, timeout: float = 600.0) -> int:
+        """Move about ``count`` slots (and their keys) to master ``dst`` from the other masters, then
+        :meth:`wait_ok`; returns how many slots ``dst`` gained.
+
+        With ``redis-cli --cluster reshard <node> --cluster-from <ids> --cluster-to <id> --cluster-slots
+        <count> --cluster-yes`` (``cli`` as in :meth:`add_master`), the masters holding slots as sources; or
+        else slot by slot with :meth:`migrate_slot`. Either way each source gives a share proportional to the
+        slots it holds, its lowest slots first; redis-cli rounds the largest source's share up and the others
+        down (so it may move a slot or two fewer than ``count``; 4096 of 3 x ~5461 is exact), the built-in
+        way gives the rounded-off slots to the largest remainders (exactly ``count``). Writers meanwhile meet
+        ``MOVED``, ``ASK`` and ``TRYAGAIN``. Raises :class:`ZClusterError` if the sources hold fewer than
+        ``count`` slots, or if redis-cli fails (with the end of its output).
+        """
+        owned = self._slots_by_master()
+        had = len(owned.get(dst, []))
+        sources = sorted((i for i in owned if i != dst), key=lambda i: -len(owned[i]))
+        total = sum(len(owned[i]) for i in sources)
+        if count > total:
+            raise ZClusterError(f"cannot move {count} slots to port {self.servers[dst].port}: the others hold {total}")
+        tool = _cli_for(cli)
+        if tool is not None:
+            ids = ",".join(self.node_id(i) for i in sources)
+            args = ["--cluster-from", ids, "--cluster-to", self.node_id(dst), "--cluster-slots", str(count)]
+            _run_cli(
+                [tool, "--cluster", "reshard", f"127.0.0.1:{self.servers[dst].port}", *args, "--cluster-yes"], timeout
+            )
+        else:
+            shares = {i: count * len(owned[i]) // total for i in sources}
+            by_remainder = sorted(sources, key=lambda i: -(count * len(owned[i]) % total))
+            for i in by_remainder[: count - sum(shares.values())]:
+                shares[i] += 1
+            for i in sources:
+                for slot in owned[i][: shares[i]]:
+                    self.migrate_slot(slot, dst)
+        self.wait_ok()
+        return len(self._slots_by_master().get(dst, [])) - had
+
+    def _slots_by_master(self) -> dict[int, list[int]]:
+        """Master index -> the slots it serves, ascending (``CLUSTER SLOTS`` of the first live master)."""
+        live = next((s for s in self.servers if s.process is not None), None)
+        if live is None:
+            raise ZClusterError("no master of the Redis Cluster is running")
+        owned: dict[int, list[int]] = {}
+        with live.client() as c:
+            for lo, hi, master, *_ in sorted(c.execute_command("CLUSTER", "SLOTS")):
+                owned.setdefault(self._master_at(int(master[1])), []).extend(range(lo, hi + 1))
+        return owned
+
+
+def _cli_for(cli: bool | None) -> str | None:
+    """The redis-cli to run (None: the built-in way), as ``cli`` asks: True must find one, False never runs one."""
+    if cli is False:
+        return None
+    tool = find_cli()
+    if tool is None and cli:
+        raise ZClusterError("redis-cli (or valkey-cli) was asked for and is not on PATH")
+    return tool
+
+
+def _run_cli(args: list[str], timeout: float) -> None:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-10:]
+        raise ZClusterError(f"{' '.join(args[:3])} exited with {done.returncode}: " + " | ".join(tail))
 
 
 def held_by_replica(replica: LocalServer, redis_key: bytes) -> dict[bytes, float]:
