@@ -66,7 +66,7 @@ def successor(transport: Transport, moved: StoreMoved) -> Transport:
             topology = StandaloneTopology(urls, "jump", **options)
         follower = Transport(topology, transport.scripts, transport.pipeline_calls)
         guard = transport.guard
-        follower.guard = _guard.install(topology, guard.layout, guard.max_size)
+        follower.guard = _guard.install(topology, guard.layout, guard.max_size, guard.follow)
         log_follow(moved.source, to)
         return follower
 
@@ -136,3 +136,15 @@ def _scan_moved(moved: StoreMoved) -> LayoutMismatchError:
         f"the store moved to {describe(moved.to)} during this scan (a migration cut over): this client follows "
         "it now; scan again from the start (a position of the old layout means nothing in the new one)"
     )
+
+
+def moved_to(first: Incarnation) -> tuple[list[str], bool] | None:
+    """Where a Cluster's store lives now when it followed a move: (its URLs, with this client's credentials;
+    whether they are a Redis Cluster's), else None."""
+    current = live(first)
+    if current is first:
+        return None
+    topology = current._transport.topology
+    if isinstance(topology, ClusterTopology):
+        return [topology._seed_url, *topology.nodes()], True
+    return list(getattr(topology, "urls", [])), False

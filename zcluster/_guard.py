@@ -72,10 +72,11 @@ SCAN_STEPS = 8
 shard holding many other keys."""
 
 
-def install(topology: Topology, layout: KeyLayout, max_size: int | None) -> LayoutGuard:
+def install(topology: Topology, layout: KeyLayout, max_size: int | None, follow: bool = False) -> LayoutGuard:
     """Guard every connection ``topology``'s clients open from now on (their pools must not have connected
     yet: a connection already open is not checked)."""
     guard = LayoutGuard(topology, layout, max_size)
+    guard.follow = follow
     for index, shard in enumerate(topology.shards):
         hook(shard.client, functools.partial(guard.connected, index))
     if isinstance(topology, ClusterTopology):
@@ -102,6 +103,7 @@ class LayoutGuard:
         self.layout_id: str | None = None
         self._candidate: str | None = None  # the id being settled (under the lock): published once all agree
         self._lock = threading.RLock()
+        self.follow = False  # a client opened on a layout a migration retired follows it (instead of refused)
 
     # -- the connect hook -----------------------------------------------------------------------------------
 
@@ -438,7 +440,11 @@ class LayoutGuard:
         stored = self._read(j, target)
         if stored is None:
             return None
-        return judge(stored, self.names, self.layout_id is not None, lambda: self._read(j, target))
+        return self._judge(j, target, stored)
+
+    def _judge(self, j: int, target: Any, stored: dict[str, Any]) -> dict[str, Any]:
+        settled = self.follow or self.layout_id is not None  # a long-lived client follows a move; a new one is refused
+        return judge(stored, self.names, settled, lambda: self._read(j, target)) or stored
 
     def recheck(self, j: int) -> bool:
         """After a lost connection to shard ``j``: whether a migration of the store is under way (the mover
@@ -465,7 +471,7 @@ class LayoutGuard:
     def _create(self, j: int, target: Any, value: str) -> dict[str, Any]:
         try:
             stored = parse(self.names[j], run(target, "EVAL", CREATE, 1, self.key, value))
-            return judge(stored, self.names, self.layout_id is not None, lambda: self._read(j, target)) or stored
+            return self._judge(j, target, stored)
         except (MovedError, AskError):
             raise
         except redis.ResponseError as exc:  # a server refusing writes (NOREPLICAS, READONLY, OOM) can still be read

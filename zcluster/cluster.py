@@ -100,7 +100,7 @@ class Cluster(Inspection, Aggregates):
     Migrations (:mod:`zcluster.migration`): a Cluster that connected before a migration of its standalone
     store cut over follows the store to its new layout by itself (a call cut off by the cut-over runs again
     there; a scan raises :class:`LayoutMismatchError` and can start again). One opened on the old list after
-    the cut-over is refused with :class:`LayoutMovedError`, which names the new one.
+    the cut-over is refused with :class:`LayoutMovedError`, which names the new one, unless ``follow_moves``.
     """
 
     _next: Cluster | None = None  # the incarnation that followed this one to a migration's target
@@ -117,6 +117,7 @@ class Cluster(Inspection, Aggregates):
         decode: bool = True,
         instrumentation: Instrumentation = nop,
         durability: Durability | None = None,
+        follow_moves: bool = False,
     ) -> None:
         scripts = (
             write_script(),
@@ -130,7 +131,7 @@ class Cluster(Inspection, Aggregates):
         self._setup(
             transport, True, max_size, floors, prefix, batch_size, decode, instrumentation, durability=durability
         )
-        transport.guard = _guard.install(topology, self._layout, self.max_size)  # each connection: LayoutMismatchError
+        transport.guard = _guard.install(topology, self._layout, self.max_size, follow_moves)  # LayoutMismatchError
 
     def _setup(
         self,

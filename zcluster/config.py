@@ -21,6 +21,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
+from zcluster._following import moved_to
 from zcluster._keys import KeyLayout
 from zcluster._topology import Routing
 from zcluster._urls import is_cluster_url, redact_url, safe_name, seed_url
@@ -115,12 +116,26 @@ class ClusterConfig:
         return shared(self, self.open)
 
     def with_nodes(self) -> ClusterConfig:
-        """This config with ``seeds`` set to the nodes this process's shared Cluster knows now (a Redis
-        Cluster's; a standalone config is returned as is): what a driver ships to its tasks, so that a
-        worker process started while the seed node is down can still reach the cluster."""
+        """This config as a driver ships it to its tasks: a Redis Cluster's with ``seeds`` set to the nodes this
+        process's shared Cluster knows now (a worker started while the seed node is down still reaches the
+        cluster); a standalone store's pointing where a migration moved it, once the shared Cluster followed
+        it, and following moves (:meth:`following`: a task started after a cut-over is not refused)."""
         if not self.cluster_url:
-            return self
+            where = moved_to(self.shared()) if self in _SHARED else None
+            following = self.following()
+            if where is None:
+                return following
+            urls, cluster = where
+            if cluster:
+                return dataclasses.replace(following, urls=(), cluster_url=urls[0], seeds=tuple(urls[1:]))
+            return dataclasses.replace(following, urls=tuple(urls))
         return dataclasses.replace(self, seeds=tuple(self.shared().nodes()))
+
+    def following(self) -> ClusterConfig:
+        """This config with ``follow_moves``: its Clusters follow a migrated store even when opened after the
+        cut-over (what a driver ships to its tasks: a task started then must not fail the batch)."""
+        options = dict(self.options) | {"follow_moves": True}
+        return dataclasses.replace(self, options=tuple(sorted(options.items())))
 
     def with_layout(self, **layout: Any) -> ClusterConfig:
         """This config with ``prefix`` and/or ``max_size`` replaced."""
