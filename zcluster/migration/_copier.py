@@ -67,10 +67,13 @@ class Listener:
             keys, self._keys = self._keys, set()
         return keys
 
-    def drain(self, timeout: float = 30.0) -> None:
-        """Return once every notification the server published before this call was collected."""
+    def ping(self) -> None:
+        """Ask for a PING on the subscription: :meth:`drain` then waits for its answer."""
         self._pong.clear()
         self._ping.set()
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Return once every notification the server published before the last :meth:`ping` was collected."""
         if not self._pong.wait(timeout):
             raise MigrationError(f"{self.shard.name}: the keyspace listener did not answer a PING in {timeout:.0f} s")
         if self.lost:
@@ -88,7 +91,7 @@ class Listener:
                 if self._ping.is_set():
                     self._ping.clear()
                     pubsub.ping()
-                message = pubsub.get_message(timeout=0.05)
+                message = pubsub.get_message(timeout=0.005)  # a ping asked for waits at most this
             except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
                 if self._stop.is_set():
                     return

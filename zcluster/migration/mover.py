@@ -372,12 +372,16 @@ class Migration:
         for shard in self.src.shards:
             self._call(shard, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
         final = 0
-        for _ in range(3):  # drained twice in a row with nothing new: no client writes any more
+        for attempt in range(3):  # once the kill ran no client writes: a second drain finds nothing new
+            for listener in listeners:  # every PING on its way before any is waited for
+                listener.ping()
             for listener in listeners:
                 listener.drain()
             changed = sum(self._copy_changed(i, listener) for i, listener in enumerate(listeners))
             final += changed
-            if not changed:
+            if attempt and changed:
+                log.warning("migration %s: %d key(s) changed after the clients were cut off", mig, changed)
+            if attempt and not changed:
                 break
         origin = {"id": self._seen[0]["id"], "shards": self.names(self.src)}
         markers = self._target_markers(target_id, {"from": origin}, only_new=False)
