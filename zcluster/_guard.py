@@ -405,12 +405,12 @@ class LayoutGuard:
         count, place = len(stored["shards"]), int(stored["index"])
         if count != len(self.names):
             change = "a shard was added" if len(self.names) > count else "a shard was removed"
-            verb = "Growing" if len(self.names) > count else "Shrinking"
+            verb = "grow" if len(self.names) > count else "shrink"
             raise LayoutMismatchError(
                 f"the store {where} was laid out for {count} shard(s) [{', '.join(stored['shards'])}]; this client "
-                f"lists {len(self.names)} [{', '.join(self.names)}]: {change}. {verb} a standalone store is not "
-                "supported online yet: the keys the new list routes elsewhere would read as absent. Open it with "
-                "the original list, in its order (or copy the data into a new store under another prefix)"
+                f"lists {len(self.names)} [{', '.join(self.names)}]: {change}. The keys the new list routes "
+                "elsewhere would read as absent. Open it with the original list, in its order; to "
+                f"{verb} the store, migrate it online first (zcluster migrate, zcluster.migration.migrate)"
             )
         if place != j:
             raise LayoutMismatchError(

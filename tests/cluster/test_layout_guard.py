@@ -96,7 +96,7 @@ def test_a_client_with_another_layout_is_refused_before_it_reads_or_writes(
             assert expected in str(info.value)
             assert pre in str(info.value)
     if pick == [0, 1, 2]:
-        assert "Growing a standalone store is not supported online yet" in str(info.value)
+        assert "to grow the store, migrate it online first (zcluster migrate" in str(info.value)
     assert raw_keys(urls, pre) == before  # nothing was written anywhere
     with Cluster.from_urls(urls[:2], prefix=pre) as c:  # the original list still reads everything
         assert all(v == [(k, 1.0, "m")] for k, v in c.select(KEYS).items())

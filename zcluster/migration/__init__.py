@@ -10,7 +10,17 @@ protocol, the cut-over and what resuming does).
 The command line: ``zcluster migrate --from URL... --to URL...``.
 """
 
-from zcluster.migration.mover import Migration, migrate
+from typing import Any
+
+from zcluster.config import Where
+from zcluster.migration.mover import Migration
 from zcluster.migration.report import MigrationReport, Progress
+
+
+def migrate(source: Where, target: Where, **options: Any) -> MigrationReport:
+    """Run (or resume) a :class:`Migration` from ``source`` to ``target`` to its end; ``options`` as for it."""
+    with Migration(source, target, **options) as migration:
+        return migration.run()
+
 
 __all__ = ["Migration", "MigrationReport", "Progress", "migrate"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -42,6 +42,25 @@ def db_of(shard: Shard) -> int:
     return int(shard.client.connection_pool.connection_kwargs.get("db", 0) or 0)
 
 
+def settings(call: Callable[..., Any]) -> str:
+    """A server's ``notify-keyspace-events`` (``call`` runs a command on it)."""
+    value = call("CONFIG", "GET", "notify-keyspace-events")
+    return str((value[1] if isinstance(value, list) else value.get(b"notify-keyspace-events", b"")).decode())
+
+
+def notifying(value: str) -> bool:
+    """Whether a ``notify-keyspace-events`` value publishes what a listener needs (see :data:`EVENTS`)."""
+    return "K" in value and ("A" in value or all(c in value for c in "g$lshzxet"))
+
+
+def restore(name: str, call: Callable[..., Any], before: str) -> None:
+    """Put a server's ``notify-keyspace-events`` back to ``before`` (a failure is logged: nothing is lost)."""
+    try:
+        call("CONFIG", "SET", "notify-keyspace-events", before)
+    except redis.RedisError as exc:
+        log.warning("migration: %s: notify-keyspace-events not restored to %r: %s", name, before, exc)
+
+
 class Listener:
     """Keyspace notifications of one source shard, collected as a set of keys (see the module)."""
 
@@ -58,8 +77,17 @@ class Listener:
         self._pubsub: Any = shard.client.pubsub(ignore_subscribe_messages=True)
         self._pubsub.psubscribe(*self._patterns)
         self._pubsub.get_message(timeout=1.0)  # the subscription's confirmation: notifications flow from here
+        # redis-py reconnects a subscription by itself and subscribes again: what was published in between is
+        # lost without a word, so every connect after the first counts as a loss.
+        self._pubsub.connection.register_connect_callback(self._reconnected)
         self._thread = threading.Thread(target=self._run, name=f"zcluster-listen-{shard.name}", daemon=True)
         self._thread.start()
+
+    def _reconnected(self, connection: Any) -> None:
+        log.warning(
+            "migration: %s: the keyspace listener reconnected: changes made meanwhile are unknown", self.shard.name
+        )
+        self.lost = True
 
     def take(self) -> set[bytes]:
         """The keys changed since the last take."""

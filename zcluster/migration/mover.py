@@ -28,9 +28,8 @@ The protocol (the markers' side is :mod:`zcluster._moves`):
    of the source keep their data, under a marker that refuses every client and names the target.
 
 Exactly once: until the cut-over every write goes to the source only; at the cut-over no client writes and
-every key changed since its copy is copied again, so the target holds every key exactly as the source held
-it: 2P-set records, totals with their fences, checkpoints with their producer states, dedup entries.
-Replaying anything after the cut-over meets the same fences and checkpoints.
+every key changed since its copy is copied again, so the target holds every key exactly as the source did
+(records, totals with their fences, checkpoints with producer states, dedup entries).
 
 Resuming: the state is in the markers, so :meth:`Migration.run` after a mover was killed continues the same
 migration. Changes made while no listener ran cannot be known, so the copy pass starts over (copies are
@@ -58,7 +57,7 @@ from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topol
 from zcluster._transport import Transport
 from zcluster.config import ClusterConfig, Where
 from zcluster.errors import ConfigError, LayoutMismatchError
-from zcluster.migration._copier import EVENTS, Copier, Listener
+from zcluster.migration._copier import EVENTS, Copier, Listener, notifying, restore, settings
 from zcluster.migration.report import MigrationReport, Progress
 
 log = logging.getLogger("zcluster")
@@ -155,11 +154,10 @@ class Migration:
             self._check_target()
             mig, target_id = uuid.uuid4().hex, uuid.uuid4().hex
         known = move.get("notify") if isinstance(move, dict) else None
-        self._notify = list(known) if isinstance(known, list) else self._notify_before()
+        self._notify = list(known) if isinstance(known, list) else [settings(self._on(s)) for s in self.src.shards]
         report = MigrationReport(mig, target_id, resumed_from=resumed, urls=list(self.urls))
         if resumed != "done":
-            if resumed is None:
-                self._mark_target(mig, target_id)
+            self._mark_target(mig, target_id)  # again when resumed: a target restarted empty meanwhile
             raw = self._set_state(raw, mig, target_id, "copying", from_state=resumed)
             self._copy_and_cut(report, raw, resumed is not None)
         else:
@@ -171,20 +169,21 @@ class Migration:
         return report
 
     def _copy_and_cut(self, report: MigrationReport, raw: list[bytes], resumed: bool) -> None:
-        self._notifications_on()
-        listeners = [Listener(shard, self.namespaces) for shard in self.src.shards]
+        listeners: list[Listener] = self._retrying(self._listen)
         try:
             if resumed:
                 report.deleted += self._reconcile()
             while True:
                 report.passes += 1
                 self._pass(report)
-                rounds = self._catch_up(listeners, report)
-                report.rounds += rounds
-                if not any(listener.lost for listener in listeners):
+                report.rounds += self._catch_up(listeners, report)
+                if self._deaf(listeners):  # a source server restarted, or its link was cut
+                    log.warning("migration: a keyspace listener may have missed changes: copying every key again")
+                    for listener in listeners:
+                        listener.close()
+                    listeners = self._retrying(self._listen)
+                elif not self._target_lost(report) and self._cut_over(report, raw, listeners):
                     break
-                listeners = self._relisten(listeners)
-            self._cut_over(report, raw, listeners)
         finally:
             for listener in listeners:
                 listener.close()
@@ -343,11 +342,28 @@ class Migration:
         self._retrying(functools.partial(self.copier.copy, i, keys))
         return len(keys)
 
-    def _relisten(self, listeners: list[Listener]) -> list[Listener]:
-        log.warning("migration: a keyspace listener lost its subscription: copying every key again")
-        for listener in listeners:
-            listener.close()
+    def _listen(self) -> list[Listener]:
+        self._notifications_on()  # again: a server restarted meanwhile forgot them
         return [Listener(shard, self.namespaces) for shard in self.src.shards]
+
+    def _deaf(self, listeners: list[Listener]) -> bool:
+        """Whether a listener may have missed changes: its subscription was cut, or its server no longer
+        publishes them (restarted: ``notify-keyspace-events`` is not persisted)."""
+        publishing = [notifying(settings(self._on(shard))) for shard in self.src.shards]
+        return any(listener.lost for listener in listeners) or not all(publishing)
+
+    def _target_lost(self, report: MigrationReport) -> bool:
+        """Whether a target server lost what was copied to it (restarted empty: its marker is gone); marked
+        again then, and the pass runs again."""
+        lost = [
+            s.name
+            for s, _ in self._target_markers(report.target_layout, {}, True)
+            if not self._call(s, "EXISTS", self.key)
+        ]
+        if lost:
+            log.warning("migration: target %s lost its data (restarted empty?): copying every key again", lost)
+            self._mark_target(report.migration, report.target_layout)
+        return bool(lost)
 
     def _reconcile(self) -> int:
         """After a resume: delete from the target the copies whose key the source no longer holds."""
@@ -364,7 +380,9 @@ class Migration:
 
     # -- the cut-over -------------------------------------------------------------------------------------
 
-    def _cut_over(self, report: MigrationReport, raw: list[bytes], listeners: list[Listener]) -> None:
+    def _cut_over(self, report: MigrationReport, raw: list[bytes], listeners: list[Listener]) -> bool:
+        """The cut-over (see the module); False when it had to let the clients go on with the source (a server
+        restarted in its last moments), so that the copy runs again."""
         move = json.loads(raw[0])["move"]
         mig, target_id = move["id"], move["to"]["id"]
         began = time.monotonic()
@@ -383,6 +401,10 @@ class Migration:
                 log.warning("migration %s: %d key(s) changed after the clients were cut off", mig, changed)
             if attempt and not changed:
                 break
+        if self._deaf(listeners) or self._target_lost(report):  # a server restarted in the last moments
+            self._set_state(raw, mig, target_id, "copying", from_state=None)  # the clients go on with the source
+            log.warning("migration %s: a server restarted during the cut-over: copying again", mig)
+            return False
         origin = {"id": self._seen[0]["id"], "shards": self.names(self.src)}
         markers = self._target_markers(target_id, {"from": origin}, only_new=False)
         # The target's own shards first: a client that sees the move on a shared one connects to them next.
@@ -400,6 +422,7 @@ class Migration:
         report.final_keys = final
         report.copied, report.deleted = self.copier.copied, self.copier.deleted
         log.warning("migration %s: cut over to [%s]: clients paused %.3f s", mig, ", ".join(self.urls), report.pause)
+        return True
 
     def _clean_up(self, report: MigrationReport) -> None:
         """Delete, on the servers of both layouts, the keys that moved away from them."""
@@ -418,25 +441,16 @@ class Migration:
 
     # -- plumbing -----------------------------------------------------------------------------------------
 
-    def _notify_before(self) -> list[str]:
-        """Each source server's ``notify-keyspace-events`` before the migration (kept in the markers' move, so a
-        resumed migration restores what the first run found)."""
-        out = []
-        for shard in self.src.shards:
-            value = self._call(shard, "CONFIG", "GET", "notify-keyspace-events")
-            out.append((value[1] if isinstance(value, list) else value.get(b"notify-keyspace-events", b"")).decode())
-        return out
-
     def _notifications_on(self) -> None:
         for shard, before in zip(self.src.shards, self._notify, strict=True):
             self._call(shard, "CONFIG", "SET", "notify-keyspace-events", before + EVENTS)
 
     def _notifications_off(self) -> None:
         for shard, before in zip(self.src.shards, self._notify, strict=True):
-            try:
-                self._call(shard, "CONFIG", "SET", "notify-keyspace-events", before)
-            except redis.RedisError as exc:
-                log.warning("migration: %s: notify-keyspace-events not restored to %r: %s", shard.name, before, exc)
+            restore(shard.name, self._on(shard), before)
+
+    def _on(self, shard: Shard) -> Callable[..., Any]:
+        return functools.partial(self._call, shard)
 
     def _call(self, shard: Shard, *command: Any) -> Any:
         return self._retrying(lambda: shard.client.execute_command(*command))
@@ -482,9 +496,3 @@ class Migration:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def migrate(source: Where, target: Where, **options: Any) -> MigrationReport:
-    """Run (or resume) a :class:`Migration` from ``source`` to ``target`` to its end; ``options`` as for it."""
-    with Migration(source, target, **options) as migration:
-        return migration.run()
