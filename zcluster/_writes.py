@@ -210,7 +210,7 @@ class WritePlan:
 
 
 class _Planned(Protocol):
-    _plan: WritePlan
+    def _live(self) -> Any: ...
 
 
 REFUSED = "refused"
@@ -238,8 +238,8 @@ def refusal(
 
 def plan_of(cluster: _Planned) -> WritePlan:
     """The write plan of a :class:`zcluster.Cluster` (what a Farm prepares and sends its replicas' writes
-    through)."""
-    return cluster._plan
+    through): its newest incarnation's, when a migration moved its store."""
+    return cluster._live()._plan  # type: ignore[no-any-return]
 
 
 def _subset(ops: Ops, wanted: set[int]) -> Ops:

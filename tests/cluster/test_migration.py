@@ -29,6 +29,7 @@ from zcluster import (
     PartialReadError,
     PartialWriteError,
 )
+from zcluster.farm import Farm
 from zcluster.journal.files import FileJournals
 from zcluster.migration import Migration, Progress, migrate
 from zcluster.state import Consumer, StateStore
@@ -378,3 +379,25 @@ def test_a_target_restarted_empty_and_a_source_restarted_mid_copy_are_waited_for
     assert "retrying" in messages  # the mover said it waited
     with Cluster.from_urls(target, prefix=prefix) as fresh:
         writer.check(fresh)
+
+
+def test_a_farm_replica_migrated_under_farm_writes_follows_and_the_farm_reads_every_write(five: LocalShards) -> None:
+    prefix = f"mg{next(_names)}:"
+    with (
+        Cluster.from_urls(five.urls[:1], prefix=prefix) as a,
+        Cluster.from_urls(five.urls[3:4], prefix=prefix) as b,
+        Farm([a, b], write_quorum=2) as farm,
+    ):
+        writer = Writer(farm, keys=300)  # type: ignore[arg-type]
+        for _ in range(20):
+            writer.step()
+        with writer:
+            time.sleep(0.2)
+            report = migrate(five.urls[:1], five.urls[:2], prefix=prefix, namespaces=[prefix])
+            time.sleep(0.5)
+        assert report.copied > 0
+        assert a.shards == [u.rpartition("/")[2] for u in five.urls[:2]]  # the replica followed its store
+        writer.check(farm)  # type: ignore[arg-type]
+    for replica in (five.urls[:2], five.urls[3:4]):  # each replica holds every write on its own
+        with Cluster.from_urls(replica, prefix=prefix) as alone:
+            writer.check(alone)

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from zcluster import _writes
+from zcluster._moves import StoreMoved
 from zcluster.cluster import Cluster
 from zcluster.errors import ConfigError, ReplicaLate, ShardError
 from zcluster.farm._merge import named
@@ -101,14 +102,14 @@ def answered_by(items: Sequence[Any], need: int, outcomes: Sequence[Any]) -> boo
 # -- a quorum write -------------------------------------------------------------------------------------------
 
 
-def prepare(clusters: Sequence[Cluster], ops: _writes.Ops) -> list[tuple[_writes.WritePlan, Any]]:
+def prepare(clusters: Sequence[Cluster], ops: _writes.Ops) -> list[tuple[Cluster, _writes.WritePlan, Any]]:
     """Each replica's write plan and its prepared calls, encoded once for every replica of the same shape;
     a replica that could not route the tuples has its ShardError instead (e.g. a Redis Cluster replica
     with a slot uncovered)."""
     prepared: dict[Any, Any] = {}
     work = []
     for c in clusters:
-        plan = _writes.plan_of(c)
+        plan = _writes.plan_of(c)  # of the layout it follows now (a migration may have moved it)
         shape = plan.shape()
         p = prepared.get(shape) if shape is not None else None
         if p is None:
@@ -118,18 +119,23 @@ def prepare(clusters: Sequence[Cluster], ops: _writes.Ops) -> list[tuple[_writes
                 p = exc
             if shape is not None:
                 prepared[shape] = p
-        work.append((plan, p))
+        work.append((c, plan, p))
     return work
 
 
 def send(
-    name: str, ops: _writes.Ops, n: int, started: float, work: list[tuple[_writes.WritePlan, Any]], i: int
+    name: str, ops: _writes.Ops, n: int, started: float, work: list[tuple[Cluster, _writes.WritePlan, Any]], i: int
 ) -> WriteResult:
-    """Replica ``i``'s part of a farm write; a replica that could not even route the tuples failed them all."""
-    plan, prepared = work[i]
+    """Replica ``i``'s part of a farm write; a replica that could not even route the tuples failed them all,
+    and so did one whose store a migration moved under the write (it follows for the next one)."""
+    cluster, plan, prepared = work[i]
     if isinstance(prepared, ShardError):
         return WriteResult([False] * n, [ShardFailure("routing", prepared, tuple(range(n)))])
-    return plan.send(name, ops, prepared, n, started)
+    try:
+        return plan.send(name, ops, prepared, n, started)
+    except StoreMoved as moved:
+        cluster._live()._follow(moved)
+        return whole_failure(moved, n)
 
 
 def whole_failure(error: BaseException, n: int) -> WriteResult:
