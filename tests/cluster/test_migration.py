@@ -213,6 +213,13 @@ def test_bad_layouts_are_refused_before_anything_moves(five: LocalShards) -> Non
         c.insert([("x", 1.0, "m")])  # urls[3] is a shard of another store of this prefix
     with pytest.raises(LayoutMismatchError, match="another layout"):
         Migration(urls[:2], [*urls[:2], urls[3]], prefix=prefix).run()
+    with redis.Redis.from_url(urls[2]) as r:
+        r.delete(f"{{{prefix}foreign}}+")
+    with redis.Redis.from_url(urls[0]) as r:  # a state store under a namespace the migration was not told of
+        r.set("{zcmine:state}+", "x")
+    with pytest.raises(LayoutMismatchError, match="of no namespace") as others:
+        Migration(urls[:2], urls[:3], prefix=prefix, namespaces=["zcstate:"]).run()
+    assert "zcmine:state" in str(others.value) and "1 key(s)" in str(others.value)
     with Cluster.from_urls(urls[:2], prefix=prefix) as c:  # nothing moved: the store is as it was
         assert len(c.select([f"k{i}" for i in range(100)])) == 100
         assert all(c.select([f"k{i}" for i in range(100)]).values())
@@ -260,6 +267,9 @@ def test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses
                 proc.wait(10)
                 assert proc.returncode == -signal.SIGKILL
                 assert move_state(source[0], prefix) == "copying"
+                refused = pytest.raises(LayoutMismatchError, match="being moved onto these shards")
+                with refused, Cluster.from_urls(target, prefix=prefix) as early:  # not before the cut-over
+                    early.select(["t:1"])
             proc = mover(source, target, prefix)  # killed in its cut-over: clients are waiting then
             until_state(source[0], prefix, "cutting", proc)
             proc.kill()

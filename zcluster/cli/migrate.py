@@ -26,10 +26,11 @@ __all__ = ["migrate"]
     "namespaces",
     multiple=True,
     metavar="PREFIX",
-    help="A key prefix to move (repeatable; default: --prefix, zcstate: and zcdedup:).",
+    help="A key prefix to move (repeatable; besides --prefix; default: zcstate: and zcdedup:).",
 )
 @click.option("--rate", type=counts(1), default=None, help="At most this many keys scanned per second.")
 @click.option("--batch", type=counts(1), default=500, show_default=True, help="Keys per SCAN step and copy.")
+@click.option("--keep-others", is_flag=True, help="Leave keys of other namespaces ({...) in place instead of refusing.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @json_option
 @pass_settings
@@ -40,6 +41,7 @@ def migrate(
     namespaces: tuple[str, ...],
     rate: int | None,
     batch: int,
+    keep_others: bool,
     quiet: bool,
 ) -> None:
     """Move the store to another layout while applications keep using it.
@@ -71,7 +73,13 @@ def migrate(
         click.echo(settings.redact(line + (f", {p.rate:.0f} keys/s{eta}" if p.rate else "")), err=True)
 
     with Migration(
-        source, target, namespaces=list(namespaces) or None, rate=rate, batch=batch, progress=progress
+        source,
+        target,
+        namespaces=list(namespaces) or None,
+        rate=rate,
+        batch=batch,
+        progress=progress,
+        keep_others=keep_others,
     ) as migration:
         report = migration.run()
     if settings.json:

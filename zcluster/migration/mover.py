@@ -44,20 +44,18 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis
-from redis.crc import key_slot
-
-from zcluster._keys import KeyLayout, glob_escape
-from zcluster._markers import marker_key, parse
+from zcluster._keys import KeyLayout
+from zcluster._markers import marker_key
 from zcluster._moves import public_url
-from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
+from zcluster._topology import ClusterTopology, StandaloneTopology, Topology
 from zcluster._transport import Transport
 from zcluster.config import ClusterConfig, Where
 from zcluster.errors import ConfigError, LayoutMismatchError
 from zcluster.migration._copier import EVENTS, Copier, Listener, notifying, restore, settings
+from zcluster.migration._marking import Marking
 from zcluster.migration.report import MigrationReport, Progress
 
 log = logging.getLogger("zcluster")
@@ -65,15 +63,14 @@ log = logging.getLogger("zcluster")
 STATE_NAMESPACES = ("zcstate:", "zcdedup:")
 """The state store's and dedup's default namespaces: moved with the store unless ``namespaces`` is given."""
 
-# Compare-and-set of a marker: the mover changes a marker only from the value it read.
-_CAS = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end redis.call('SET', KEYS[1], ARGV[2]) return 1"
 
-
-class Migration:
+class Migration(Marking):
     """Moves the standalone store at ``source`` to ``target`` (standalone shards routed by ``jump``, or a Redis
     Cluster seed ``redis+cluster://...``) while applications keep using it; see the module for the protocol.
 
-    ``namespaces``: the key prefixes moved (default: the store's prefix, ``zcstate:`` and ``zcdedup:``).
+    ``namespaces``: the key prefixes moved besides the store's own (default: ``zcstate:`` and ``zcdedup:``). A
+    source holding keys laid out as zcluster's (``{...``) in no namespace is refused before anything moves
+    (a state store under another namespace would stay behind) unless ``keep_others``: then they stay.
     ``rate``: at most this many keys scanned per second (None: as fast as the servers go). ``progress`` is
     called after each batch. ``connection``: redis-py options for every server (credentials come with the
     URLs; the target's servers must accept the source's credentials: followers reconnect with theirs).
@@ -102,6 +99,7 @@ class Migration:
         connection: dict[str, Any] | None = None,
         progress: Callable[[Progress], None] | None = None,
         retry_for: float = 60.0,
+        keep_others: bool = False,
     ) -> None:
         layout: dict[str, Any] = {k: v for k, v in (("prefix", prefix), ("max_size", max_size)) if v is not None}
         self.source = ClusterConfig.of(source, **layout)
@@ -120,7 +118,9 @@ class Migration:
             )
         self.layout = KeyLayout(self.source.prefix)
         self.key = marker_key(self.layout)
-        self.namespaces = list(namespaces or (self.source.prefix, *STATE_NAMESPACES))
+        self.namespaces = list(
+            dict.fromkeys([self.source.prefix, *(STATE_NAMESPACES if namespaces is None else namespaces)])
+        )
         for ns in self.namespaces:
             KeyLayout(ns)  # validates
         self.rate, self.batch, self.cutover_keys = rate, batch, cutover_keys
@@ -137,6 +137,8 @@ class Migration:
         self.urls = [public_url(u) for u in (self.target.urls or (self.target.cluster_url or "",))]
         self._seen: list[dict[str, Any]] = []
         self._notify: list[str] = []
+        self.others: list[bytes] = []  # zcluster-looking keys of no namespace seen by the scans
+        self.keep_others = keep_others
 
     # -- the whole run ------------------------------------------------------------------------------------
 
@@ -189,117 +191,11 @@ class Migration:
                 listener.close()
             self._notifications_off()
 
-    # -- markers ------------------------------------------------------------------------------------------
-
-    def _source_markers(self) -> list[bytes]:
-        raws = [self._call(shard, "GET", self.key) for shard in self.src.shards]
-        if any(r is None for r in raws):  # settle or adopt the layout the way any client does
-            with self.source.open() as cluster:
-                cluster.ping()
-                cluster.stats(scan=False)
-            raws = [self._call(shard, "GET", self.key) for shard in self.src.shards]
-        self._seen = [parse(shard.name, r) for shard, r in zip(self.src.shards, raws, strict=True)]
-        ids = {m["id"] for m in self._seen}
-        if len(ids) != 1 or any(m.get("shards") != self.names(self.src) for m in self._seen):
-            raise LayoutMismatchError(
-                f"the source shards do not hold one layout of [{', '.join(self.names(self.src))}]: open the store "
-                "with this list first (the layout guard says what differs)"
-            )
-        return [bytes(r) for r in raws]
-
-    def _check_resume(self, move: dict[str, Any]) -> None:
-        urls = list(move.get("to", {}).get("urls", []))
-        if urls != self.urls:
-            raise LayoutMismatchError(
-                f"migration {move.get('id')} of this store to [{', '.join(urls)}] is under way; finish it (run it "
-                f"again with that target) before moving the store to [{', '.join(self.urls)}]"
-            )
-        log.warning("migration %s: resumed in state %s", move.get("id"), move.get("state"))
-
-    def _check_target(self) -> None:
-        src_names = self.names(self.src)
-        if isinstance(self.dst, ClusterTopology):
-            shared = set(self.dst.nodes()) & set(src_names)
-            if shared:
-                raise LayoutMismatchError(f"{', '.join(sorted(shared))} is a source shard and a Redis Cluster node")
-        else:
-            dst_names = self.names(self.dst)
-            if dst_names == src_names:
-                raise ConfigError("the target lists the same shards in the same order: nothing to move")
-            for j, name in enumerate(dst_names):
-                if name in src_names and src_names.index(name) != j:
-                    raise LayoutMismatchError(
-                        f"{name} is place {src_names.index(name)} of the source but place {j} of the target: a "
-                        "server of both layouts keeps its place (append new shards, remove from the end)"
-                    )
-        holder = self.dst.shards[self.dst.shard_of(self.key, key_slot(self.key))]
-        for shard in self._target_only():
-            cluster_node = isinstance(self.dst, ClusterTopology) and shard is not holder  # the marker is elsewhere
-            stored = None if cluster_node else self._call(shard, "GET", self.key)
-            other = None if stored is None else parse(shard.name, stored)
-            if other is not None and other.get("incoming", {}).get("from") != src_names:  # not an aborted start's
-                raise LayoutMismatchError(
-                    f"target {shard.name} holds another layout of {self.source.prefix!r} (layout {other['id']}): "
-                    "a shard of another store; nothing was moved"
-                )
-            found = next((keys for keys in self._scan(shard) if keys), None)
-            if found:
-                raise LayoutMismatchError(
-                    f"target {shard.name} already holds keys of the namespaces {self.namespaces} (e.g. {found[0]!r}) "
-                    "that no migration put there: another store's? Empty it or choose another server; nothing moved"
-                )
-
-    def _mark_target(self, mig: str, target_id: str) -> None:
-        incoming = {"id": mig, "from": self.names(self.src)}
-        for shard, value in self._target_markers(target_id, {"incoming": incoming}, only_new=True):
-            self._call(shard, "SET", self.key, value)
-
-    def _target_markers(self, target_id: str, extra: dict[str, Any], only_new: bool) -> list[tuple[Shard, str]]:
-        base: dict[str, Any] = {"id": target_id}
-        common = {
-            "prefix": repr(self.source.prefix),
-            "max_size": self.source.max_size,
-            "created": round(time.time(), 3),
-            "urls": self.urls,
-            **extra,
-        }
-        if isinstance(self.dst, ClusterTopology):
-            shard = self.dst.shards[self.dst.shard_of(self.key, key_slot(self.key))]
-            return [(shard, json.dumps(base | {"routing": "cluster"} | common))]
-        names = self.names(self.dst)
-        src_names = set(self.names(self.src))
-        out = []
-        for j, shard in enumerate(self.dst.shards):
-            if only_new and shard.name in src_names:
-                continue
-            out.append((shard, json.dumps(base | {"routing": "jump", "shards": names, "index": j} | common)))
-        return out
-
-    def _set_state(self, raw: list[bytes], mig: str, target_id: str, state: str, from_state: str | None) -> list[bytes]:
-        """Every source marker's move state set to ``state`` (compare-and-set from ``raw``); the new raws."""
-        out = []
-        to = {"routing": "cluster" if self.target.cluster_url else "jump", "urls": self.urls, "id": target_id}
-        for shard, old, marker in zip(self.src.shards, raw, self._seen, strict=True):
-            move = {"id": mig, "state": state, "to": to, "namespaces": self.namespaces, "notify": self._notify}
-            value = json.dumps(marker | {"move": move})
-            if value.encode() != old:
-                self._cas(shard, old, value)
-            out.append(value.encode())
-        if from_state == "cutting" and state == "copying":
-            log.warning("migration %s: was killed in its cut-over: back to copying (waiting clients go on)", mig)
-        return out
-
-    def _cas(self, shard: Shard, old: bytes, value: str) -> None:
-        if not self._call(shard, "EVAL", _CAS, 1, self.key, old, value):
-            raise LayoutMismatchError(
-                f"{shard.name}: the layout marker changed under the mover (another mover, or a client re-marking "
-                "it): stop the other one; run this one again to resume"
-            )
-
     # -- copying ------------------------------------------------------------------------------------------
 
     def _pass(self, report: MigrationReport) -> None:
         total = sum(int(self._call(s, "DBSIZE")) for s in self.src.shards) or 1
+        self.others = []
         started, scanned = time.monotonic(), 0
         for i, shard in enumerate(self.src.shards):
             for keys in self._scan(shard):
@@ -313,18 +209,9 @@ class Migration:
                 self._report(Progress("copying", done, self.copier.copied, self.copier.deleted, rate, eta))
         report.scanned += scanned
         report.copied, report.deleted = self.copier.copied, self.copier.deleted
-
-    def _scan(self, shard: Shard) -> Iterator[list[bytes]]:
-        """The keys of every namespace on ``shard`` (markers left out), a SCAN step at a time."""
-        for ns in self.namespaces:
-            pattern = glob_escape(b"{" + ns.encode()) + b"*"
-            cursor = 0
-            while True:
-                cursor, keys = self._call(shard, "SCAN", cursor, "MATCH", pattern, "COUNT", self.batch)
-                cursor = int(cursor)
-                yield [bytes(k) for k in keys if k != self.key]
-                if cursor == 0:
-                    break
+        report.others, self.others = len(self.others), []
+        if report.others:
+            log.warning("migration: %d key(s) of no namespace %s stay where they are", report.others, self.namespaces)
 
     def _catch_up(self, listeners: list[Listener], report: MigrationReport) -> int:
         rounds = 0
@@ -449,26 +336,6 @@ class Migration:
         for shard, before in zip(self.src.shards, self._notify, strict=True):
             restore(shard.name, self._on(shard), before)
 
-    def _on(self, shard: Shard) -> Callable[..., Any]:
-        return functools.partial(self._call, shard)
-
-    def _call(self, shard: Shard, *command: Any) -> Any:
-        return self._retrying(lambda: shard.client.execute_command(*command))
-
-    def _retrying(self, call: Callable[[], Any]) -> Any:
-        """``call()``, retried while a server cannot be reached, for ``retry_for`` seconds (logged)."""
-        deadline = time.monotonic() + self.retry_for
-        delay = 0.1
-        while True:
-            try:
-                return call()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if time.monotonic() > deadline:
-                    raise
-                log.warning("migration: a server failed (%s): retrying in %.1f s", exc, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-
     def _pace(self, scanned: int, started: float) -> None:
         if self.rate:
             ahead = scanned / self.rate - (time.monotonic() - started)
@@ -478,14 +345,6 @@ class Migration:
     def _report(self, progress: Progress) -> None:
         if self.progress is not None:
             self.progress(progress)
-
-    def _target_only(self) -> list[Shard]:
-        src = set(self.names(self.src))
-        return [s for s in self.dst.masters() if s.name not in src]
-
-    @staticmethod
-    def names(topology: Topology) -> list[str]:
-        return [s.name for s in topology.masters()]
 
     def close(self) -> None:
         self.out.close()

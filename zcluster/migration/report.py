@@ -24,7 +24,8 @@ class MigrationReport:
     """What a finished :meth:`Migration.run` did. ``pause``: seconds clients waited at the cut-over (from the
     first source marker set to ``cutting`` to the last set to ``done``); ``final_keys``: keys copied during
     it; ``rounds``: catch-up rounds before it; ``passes``: copy passes (more than one when a listener lost
-    its subscription); ``removed``: keys deleted from servers of both layouts after the cut-over."""
+    its subscription); ``removed``: keys deleted from servers of both layouts after the cut-over; ``others``:
+    keys laid out as zcluster's (``{...``) in none of the namespaces, left in place (``keep_others``)."""
 
     migration: str
     target_layout: str
@@ -36,6 +37,7 @@ class MigrationReport:
     final_keys: int = 0
     pause: float = 0.0
     removed: int = 0
+    others: int = 0
     seconds: float = 0.0
     resumed_from: str | None = None
     urls: list[str] = field(default_factory=list)

@@ -1,0 +1,218 @@
+"""The mover's side of the layout markers (:mod:`zcluster._moves` is the clients'): reading and checking the
+source's and the target's before anything moves, writing the target's, moving the source's from state to
+state with a compare-and-set; and the plumbing every step shares (SCAN of the namespaces, retried calls)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+
+from zcluster._markers import parse
+from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
+from zcluster.config import ClusterConfig
+from zcluster.errors import ConfigError, LayoutMismatchError
+
+log = logging.getLogger("zcluster")
+
+# Compare-and-set of a marker: the mover changes a marker only from the value it read.
+_CAS = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end redis.call('SET', KEYS[1], ARGV[2]) return 1"
+
+
+class Marking:
+    """A mixin of :class:`zcluster.migration.Migration` (its attributes are set there)."""
+
+    source: ClusterConfig
+    target: ClusterConfig
+    src: StandaloneTopology
+    dst: Topology
+    key: bytes
+    namespaces: list[str]
+    urls: list[str]
+    batch: int
+    retry_for: float
+    others: list[bytes]
+    keep_others: bool
+    _seen: list[dict[str, Any]]
+    _notify: list[str]
+
+    # -- markers ------------------------------------------------------------------------------------------
+
+    def _source_markers(self) -> list[bytes]:
+        raws = [self._call(shard, "GET", self.key) for shard in self.src.shards]
+        if any(r is None for r in raws):  # settle or adopt the layout the way any client does
+            with self.source.open() as cluster:
+                cluster.ping()
+                cluster.stats(scan=False)
+            raws = [self._call(shard, "GET", self.key) for shard in self.src.shards]
+        self._seen = [parse(shard.name, r) for shard, r in zip(self.src.shards, raws, strict=True)]
+        ids = {m["id"] for m in self._seen}
+        if len(ids) != 1 or any(m.get("shards") != self.names(self.src) for m in self._seen):
+            raise LayoutMismatchError(
+                f"the source shards do not hold one layout of [{', '.join(self.names(self.src))}]: open the store "
+                "with this list first (the layout guard says what differs)"
+            )
+        return [bytes(r) for r in raws]
+
+    def _check_resume(self, move: dict[str, Any]) -> None:
+        urls = list(move.get("to", {}).get("urls", []))
+        if urls != self.urls:
+            raise LayoutMismatchError(
+                f"migration {move.get('id')} of this store to [{', '.join(urls)}] is under way; finish it (run it "
+                f"again with that target) before moving the store to [{', '.join(self.urls)}]"
+            )
+        log.warning("migration %s: resumed in state %s", move.get("id"), move.get("state"))
+
+    def _check_others(self) -> None:
+        """Refuse when the source holds zcluster-looking keys (``{...``) of no namespace (a state store under
+        another namespace would be left behind), unless ``keep_others``."""
+        self.others = []
+        for shard in self.src.shards:
+            for _ in self._scan(shard):
+                pass
+        if self.others and not self.keep_others:
+            heads = sorted({k.partition(b"}")[0][1:].decode("utf-8", "replace")[:40] for k in self.others[:1000]})
+            raise LayoutMismatchError(
+                f"the source holds {len(self.others)} key(s) of no namespace in {self.namespaces} (e.g. "
+                f"{self.others[0]!r}; hash tags starting {heads[:5]}): a state store or dedup under another "
+                "namespace would stay behind. Name every namespace of the store (--namespace, repeatable), or "
+                "keep_others=True (--keep-others) if they belong to something else; nothing was moved"
+            )
+        self.others = []
+
+    def _check_target(self) -> None:
+        self._check_others()
+        src_names = self.names(self.src)
+        if isinstance(self.dst, ClusterTopology):
+            shared = set(self.dst.nodes()) & set(src_names)
+            if shared:
+                raise LayoutMismatchError(f"{', '.join(sorted(shared))} is a source shard and a Redis Cluster node")
+        else:
+            dst_names = self.names(self.dst)
+            if dst_names == src_names:
+                raise ConfigError("the target lists the same shards in the same order: nothing to move")
+            for j, name in enumerate(dst_names):
+                if name in src_names and src_names.index(name) != j:
+                    raise LayoutMismatchError(
+                        f"{name} is place {src_names.index(name)} of the source but place {j} of the target: a "
+                        "server of both layouts keeps its place (append new shards, remove from the end)"
+                    )
+        holder = self.dst.shards[self.dst.shard_of(self.key, key_slot(self.key))]
+        for shard in self._target_only():
+            cluster_node = isinstance(self.dst, ClusterTopology) and shard is not holder  # the marker is elsewhere
+            stored = None if cluster_node else self._call(shard, "GET", self.key)
+            other = None if stored is None else parse(shard.name, stored)
+            if other is not None and other.get("incoming", {}).get("from") != src_names:  # not an aborted start's
+                raise LayoutMismatchError(
+                    f"target {shard.name} holds another layout of {self.source.prefix!r} (layout {other['id']}): "
+                    "a shard of another store; nothing was moved"
+                )
+            found = next((keys for keys in self._scan(shard) if keys), None)
+            if found:
+                raise LayoutMismatchError(
+                    f"target {shard.name} already holds keys of the namespaces {self.namespaces} (e.g. {found[0]!r}) "
+                    "that no migration put there: another store's? Empty it or choose another server; nothing moved"
+                )
+
+    def _mark_target(self, mig: str, target_id: str) -> None:
+        incoming = {"id": mig, "from": self.names(self.src)}
+        for shard, value in self._target_markers(target_id, {"incoming": incoming}, only_new=True):
+            self._call(shard, "SET", self.key, value)
+
+    def _target_markers(self, target_id: str, extra: dict[str, Any], only_new: bool) -> list[tuple[Shard, str]]:
+        base: dict[str, Any] = {"id": target_id}
+        common = {
+            "prefix": repr(self.source.prefix),
+            "max_size": self.source.max_size,
+            "created": round(time.time(), 3),
+            "urls": self.urls,
+            **extra,
+        }
+        if isinstance(self.dst, ClusterTopology):
+            shard = self.dst.shards[self.dst.shard_of(self.key, key_slot(self.key))]
+            return [(shard, json.dumps(base | {"routing": "cluster"} | common))]
+        names = self.names(self.dst)
+        src_names = set(self.names(self.src))
+        out = []
+        for j, shard in enumerate(self.dst.shards):
+            if only_new and shard.name in src_names:
+                continue
+            out.append((shard, json.dumps(base | {"routing": "jump", "shards": names, "index": j} | common)))
+        return out
+
+    def _set_state(self, raw: list[bytes], mig: str, target_id: str, state: str, from_state: str | None) -> list[bytes]:
+        """Every source marker's move state set to ``state`` (compare-and-set from ``raw``); the new raws."""
+        out = []
+        to = {"routing": "cluster" if self.target.cluster_url else "jump", "urls": self.urls, "id": target_id}
+        for shard, old, marker in zip(self.src.shards, raw, self._seen, strict=True):
+            move = {"id": mig, "state": state, "to": to, "namespaces": self.namespaces, "notify": self._notify}
+            value = json.dumps(marker | {"move": move})
+            if value.encode() != old:
+                self._cas(shard, old, value)
+            out.append(value.encode())
+        if from_state == "cutting" and state == "copying":
+            log.warning("migration %s: was killed in its cut-over: back to copying (waiting clients go on)", mig)
+        return out
+
+    def _cas(self, shard: Shard, old: bytes, value: str) -> None:
+        if not self._call(shard, "EVAL", _CAS, 1, self.key, old, value):
+            raise LayoutMismatchError(
+                f"{shard.name}: the layout marker changed under the mover (another mover, or a client re-marking "
+                "it): stop the other one; run this one again to resume"
+            )
+
+    # -- plumbing -----------------------------------------------------------------------------------------
+
+    def _scan(self, shard: Shard) -> Iterator[list[bytes]]:
+        """The keys of every namespace on ``shard`` (markers left out), a SCAN step at a time (one SCAN of the
+        whole keyspace, filtered here: a MATCH per namespace would walk it once per namespace). Keys laid out
+        as zcluster lays them out (``{...``) in none of the namespaces, markers aside, go to ``others``."""
+        heads = tuple(b"{" + ns.encode() for ns in self.namespaces)
+        cursor = 0
+        while True:
+            cursor, keys = self._call(shard, "SCAN", cursor, "COUNT", self.batch)
+            cursor = int(cursor)
+            ours = [bytes(k) for k in keys if k.startswith(heads) and k != self.key]
+            if len(ours) < len(keys):
+                self.others.extend(
+                    bytes(k)
+                    for k in keys
+                    if k.startswith(b"{") and not k.startswith(heads) and not k.endswith(b"}layout")
+                )
+            yield ours
+            if cursor == 0:
+                break
+
+    def _on(self, shard: Shard) -> Callable[..., Any]:
+        return functools.partial(self._call, shard)
+
+    def _call(self, shard: Shard, *command: Any) -> Any:
+        return self._retrying(lambda: shard.client.execute_command(*command))
+
+    def _retrying(self, call: Callable[[], Any]) -> Any:
+        """``call()``, retried while a server cannot be reached, for ``retry_for`` seconds (logged)."""
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.1
+        while True:
+            try:
+                return call()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("migration: a server failed (%s): retrying in %.1f s", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _target_only(self) -> list[Shard]:
+        src = set(self.names(self.src))
+        return [s for s in self.dst.masters() if s.name not in src]
+
+    @staticmethod
+    def names(topology: Topology) -> list[str]:
+        return [s.name for s in topology.masters()]
