@@ -43,3 +43,22 @@ def test_the_publisher_and_the_consumer_examples_run_as_printed(shards: LocalSha
         assert [(m.member, m.score) for m in got["timeline:7"]] == [("e-2", 1700000000.5)]
     finally:
         cluster.close()
+
+
+def test_the_migration_example_runs_as_printed(prefix: str) -> None:
+    code = snippet("from zcluster.migration import migrate")
+    with LocalShards(3) as three:
+        a, b, c = three.urls
+        for old, new in (("redis://a:6379", a), ("redis://b:6379", b), ("redis://c:6379", c)):
+            assert old in code
+            code = code.replace(f'"{old}"', repr(new))
+        code = code.replace("])\nprint", f"], prefix={prefix!r})\nprint")  # the test's namespace
+        assert f"prefix={prefix!r}" in code
+        with zcluster.Cluster.from_urls([a, b], prefix=prefix) as before:
+            before.insert([(f"k{i}", 1.0, "m") for i in range(300)])
+        scope: dict[str, object] = {}
+        exec(compile(code, "README migration", "exec"), scope)
+        report = scope["report"]
+        assert report.copied > 0 and report.pause < 60  # type: ignore[attr-defined]
+        with zcluster.Cluster.from_urls([a, b, c], prefix=prefix) as after:
+            assert all(v for v in after.select([f"k{i}" for i in range(300)]).values())
