@@ -17,19 +17,19 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark import cloudpickle
+from running_query import journals, model, start_query, state, wait_for
 
 from zcluster import Cluster, ClusterConfig, Durability
-from zcluster.journal.files import FileJournals
 from zcluster.spark import ZClusterSink
 from zcluster.state import StateStore
 from zcluster.testing import LocalRedisCluster, LocalServer
-from zcluster.testing.traffic import Traffic, create_journals, leaderboard_mapper, publish
+from zcluster.testing.traffic import leaderboard_mapper, publish
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import this test module
@@ -56,29 +56,6 @@ class SlowMapper:
         return leaderboard_mapper(message)
 
 
-def wait_for(what: str, done: Callable[[], bool], query: Any, timeout: float = 240.0) -> None:
-    """Until ``done()``, failing at once if the query died."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert query.exception() is None, f"the query died while waiting for {what}: {query.exception()}"
-        assert query.isActive, f"the query stopped while waiting for {what}"
-        assert time.monotonic() < deadline, f"{what}: not after {timeout:g} s"
-        time.sleep(0.1)
-
-
-def state(cluster: Cluster, traffic: Traffic) -> tuple[dict[str, list[tuple[str, float]]], list[tuple[str, float]]]:
-    held = cluster.select(list(traffic.expected()), limit=100_000)
-    board = cluster.top(["leaderboard"], limit=100_000)["leaderboard"]
-    return (
-        {k: [(str(t.member), t.score) for t in v] for k, v in held.items()},
-        [(str(t.member), t.score) for t in board],
-    )
-
-
-def model(traffic: Traffic) -> tuple[dict[str, list[tuple[str, float]]], list[tuple[str, float]]]:
-    return traffic.expected(), traffic.leaderboard()
-
-
 def role(server: LocalServer) -> str | None:
     try:
         with server.client(socket_timeout=2) as r:
@@ -88,26 +65,13 @@ def role(server: LocalServer) -> str | None:
 
 
 def test_a_durable_sink_rides_out_a_master_failover_under_a_continuous_query(spark: Any, tmp_path: Path) -> None:
-    root = tmp_path / "journals"
-    store = FileJournals(root)
-    names = [f"failover/part-{i}" for i in range(3)]
-    create_journals(store, names)
-    traffic = publish(store, Traffic(names), producers=3, messages=40, seed=1)
-    url, query_name = f"file://{root}", f"durable{uuid.uuid4().hex[:8]}"
+    store, names, url, traffic = journals(tmp_path, "failover")
+    query_name = f"durable{uuid.uuid4().hex[:8]}"
     with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url, prefix=PREFIX) as probe:
         # the README's setup: one replica per master, every write confirmed by one (default deadline)
         config = ClusterConfig.of(rc.url, cluster=True, prefix=PREFIX, durability=Durability(replicas=1))
         sink = ZClusterSink(config, SlowMapper(), query_name, journals=url, flush=64)
-        query = (
-            spark.readStream.format("zcluster-journal")
-            .option("journals", url)
-            .option("rows", "ranges")
-            .load()
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(tmp_path / "ckpt"))
-            .trigger(processingTime="1 second")
-            .start()
-        )
+        query = start_query(spark, sink, url, tmp_path)
         try:
             wait_for("round 1 applied", lambda: state(probe, traffic) == model(traffic), query)
 

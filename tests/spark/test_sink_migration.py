@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 from pyspark import cloudpickle
+from running_query import journals, start_query, state, wait_for
 
 from zcluster import Cluster, ClusterConfig, LayoutMovedError
-from zcluster.journal.files import FileJournals
 from zcluster.migration import migrate
 from zcluster.spark import ZClusterSink
 from zcluster.state import StateStore
 from zcluster.testing.servers import LocalShards
-from zcluster.testing.traffic import Traffic, create_journals, leaderboard_mapper, publish
+from zcluster.testing.traffic import leaderboard_mapper, publish
 
 pytestmark = [pytest.mark.spark]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import this test module
@@ -50,43 +50,13 @@ class SlowMapper:
         return leaderboard_mapper(message)
 
 
-def state(cluster: Cluster, traffic: Traffic) -> tuple[Any, Any]:
-    held = cluster.select(list(traffic.expected()), limit=100_000)
-    board = cluster.top(["leaderboard"], limit=100_000)["leaderboard"]
-    return (
-        {k: [(str(t.member), t.score) for t in v] for k, v in held.items()},
-        [(str(t.member), t.score) for t in board],
-    )
-
-
-def wait_for(what: str, done: Any, query: Any, timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert query.exception() is None, f"the query died while waiting for {what}: {query.exception()}"
-        assert time.monotonic() < deadline, f"{what}: not after {timeout:g} s"
-        time.sleep(0.1)
-
-
 def test_a_running_sink_follows_its_store_through_an_online_migration(spark: Any, tmp_path: Path) -> None:
-    root = tmp_path / "journals"
-    store = FileJournals(root)
-    names = [f"moving/part-{i}" for i in range(3)]
-    create_journals(store, names)
-    traffic = publish(store, Traffic(names), producers=3, messages=40, seed=1)
-    url, query_name = f"file://{root}", f"moving{uuid.uuid4().hex[:8]}"
+    store, names, url, traffic = journals(tmp_path, "moving")
+    query_name = f"moving{uuid.uuid4().hex[:8]}"
     with LocalShards(3) as shards, Cluster.from_urls(shards.urls[:2], prefix=PREFIX) as probe:
         source, target = shards.urls[:2], shards.urls
         sink = ZClusterSink(ClusterConfig.of(source, prefix=PREFIX), SlowMapper(), query_name, journals=url, flush=64)
-        query = (
-            spark.readStream.format("zcluster-journal")
-            .option("journals", url)
-            .option("rows", "ranges")
-            .load()
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(tmp_path / "ckpt"))
-            .trigger(processingTime="1 second")
-            .start()
-        )
+        query = start_query(spark, sink, url, tmp_path)
         try:
             first = (traffic.expected(), traffic.leaderboard())
             wait_for("round 1 applied", lambda: state(probe, traffic) == first, query)
