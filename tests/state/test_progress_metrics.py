@@ -1,0 +1,72 @@
+"""ProgressCollector (the metrics extra): each application's lag per journal, read from the cluster's checkpoints
+on every scrape. Real servers, real file journals damaged on disk (a lost range), a dead shard."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+from prometheus_client import CollectorRegistry
+from test_lost_ranges import committed, damage, mapper
+
+from zcluster import Cluster, PollError
+from zcluster.metrics import ProgressCollector
+from zcluster.state import Consumer, StateStore
+from zcluster.testing import LocalShards, free_port
+
+
+def test_the_lag_of_an_application_stopped_before_a_lost_range_then_past_it(
+    shards: LocalShards, tmp_path: Path
+) -> None:
+    app = f"prog{uuid.uuid4().hex[:8]}"
+    store, ranges = damage(tmp_path / "journals", committed(10), {4})
+    b, e = ranges[4]
+    registry = CollectorRegistry()
+    with Cluster.from_urls(shards.urls, prefix=f"pm{uuid.uuid4().hex[:8]}:") as cluster:
+        registry.register(ProgressCollector(cluster, store))
+
+        def value(name: str, journal: str = "j") -> float | None:
+            return registry.get_sample_value(f"zcluster_consumer_{name}", {"app": app, "journal": journal})
+
+        assert value("lag_bytes") is None  # no checkpoint yet: the application is not known
+        consumer = Consumer(cluster, store, mapper, app)
+        with pytest.raises(PollError):
+            consumer.poll()  # stops before the lost range, everything before it checkpointed
+        end = store.end("j")
+        assert value("offset_bytes") == b
+        assert value("journal_end_bytes") == end
+        assert value("lag_bytes") == end - b > 0
+        assert value("stopped") == 1 and value("lost_ranges_ahead") == 1
+        assert value("lost_skipped_ranges") == 0 and value("lost_skipped_bytes") == 0
+        assert registry.get_sample_value("zcluster_consumer_progress_failed", {"app": app}) == 0
+
+        StateStore(cluster, app).skip_lost(store, "j", b, e, reason="gone")
+        consumer.poll()
+        assert value("lag_bytes") == 0 and value("offset_bytes") == end
+        assert value("stopped") == 0 and value("lost_ranges_ahead") == 0
+        assert value("lost_skipped_ranges") == 1 and value("lost_skipped_bytes") == e - b
+        moved = value("checkpoint_timestamp_seconds")
+        assert moved is not None and moved > 0
+
+        # More messages arrive: the lag grows on the next scrape, without a poll.
+        store.append("j", committed(12)[11])
+        assert value("journal_end_bytes") == store.end("j") > end
+        assert value("lag_bytes") == store.end("j") - end
+
+        # A journal store that is not there: that application is reported failed, the scrape goes on.
+        missing = ProgressCollector(cluster, str(tmp_path / "nowhere"), apps=[app])
+        other = CollectorRegistry()
+        other.register(missing)
+        assert other.get_sample_value("zcluster_consumer_progress_failed", {"app": app}) == 1
+
+
+def test_a_dead_shard_is_reported_not_raised(shards: LocalShards) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    registry = CollectorRegistry()
+    with Cluster.from_urls([shards.urls[0], f"redis://{dead}"], prefix=f"pm{uuid.uuid4().hex[:8]}:") as cluster:
+        registry.register(ProgressCollector(cluster))
+        assert registry.get_sample_value("zcluster_consumer_shard_failed", {"shard": dead}) == 1
+        assert registry.get_sample_value("zcluster_consumer_shard_failed", {"shard": shards.urls[0][8:]}) is None
