@@ -75,7 +75,9 @@ class ApplierMetrics:
     ``..._replays_total``, ``..._malformed_total``, ``..._lost_skipped_total``, ``..._lost_bytes_total``,
     ``..._applied_total`` (writes that took effect); ``zcluster_applier_batch_seconds`` (histogram, label
     ``app``); ``zcluster_applier_lag_bytes`` (gauge, labels ``app`` and ``journal``: a journal's end minus
-    its checkpoint after the last batch that read it). One instance serves any number of applications.
+    its checkpoint after the last batch that read it). Every counter of an application exists from its first
+    batch on (at 0), so alerts on ``increase()`` see the first event. One instance serves any number of
+    applications.
     """
 
     def __init__(self, registry: Any = None, namespace: str = "zcluster") -> None:
@@ -96,9 +98,9 @@ class ApplierMetrics:
         """Record one batch of application ``app`` (``stats``: a :class:`zcluster.state.BatchStats`)."""
         self.batches.labels(app).inc()
         for field, counter in self.counts.items():
-            value = getattr(stats, field, 0)
-            if value:
-                counter.labels(app).inc(value)
+            # Every series from the first batch on, at 0 if need be: increase() and rate() see the first
+            # lost range skipped (a series born at 1 has no increase to see).
+            counter.labels(app).inc(getattr(stats, field, 0))
         self.seconds.labels(app).observe(stats.seconds)
         for journal, lag in stats.lag.items():
             self.lag.labels(app, journal).set(lag)
