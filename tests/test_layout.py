@@ -44,7 +44,7 @@ LAYERS = [
     ["zcluster.journal"],
     ["zcluster.channels"],
     ["zcluster.state"],
-    ["zcluster.metrics"],  # the Prometheus adapters: the cluster's hook, the applier's batches, the progress
+    ["zcluster.metrics", "zcluster.otel"],  # the Prometheus and OpenTelemetry adapters of the hooks
     ["zcluster.spark"],
     ["zcluster.cli", "zcluster.testing"],
     ["zcluster.demo"],
@@ -255,7 +255,8 @@ def test_nothing_imports_a_private_name_of_another_package() -> None:
 def test_importing_the_library_pulls_in_no_optional_dependency(package: str) -> None:
     code = (
         f"import sys, {package}\n"
-        "bad = sorted(m for m in ('click', 'rich', 'pyspark', 'prometheus_client', 'pandas') if m in sys.modules)\n"
+        "optional = ('click', 'rich', 'pyspark', 'prometheus_client', 'opentelemetry', 'pandas')\n"
+        "bad = sorted(m for m in optional if m in sys.modules)\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
