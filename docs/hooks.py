@@ -31,20 +31,20 @@ def _root(config: MkDocsConfig) -> Path:
     return Path(config.config_file_path).parent
 
 
-def _nav_paths(nav: Any) -> list[str]:
+def nav_paths(nav: Any) -> list[str]:
     """Every page path named in the nav (mkdocs.yml's nested lists of {title: path})."""
     if isinstance(nav, str):
         return [nav]
     if isinstance(nav, dict):
-        return [p for v in nav.values() for p in _nav_paths(v)]
+        return [p for v in nav.values() for p in nav_paths(v)]
     if isinstance(nav, list):
-        return [p for v in nav for p in _nav_paths(v)]
+        return [p for v in nav for p in nav_paths(v)]
     return []
 
 
 def api_packages(config: MkDocsConfig) -> list[str]:
     """The packages with an API page: the nav's ``api/<package>.md`` entries, in nav order."""
-    return [p[len(API) : -len(".md")] for p in _nav_paths(config.nav) if p.startswith(API)]
+    return [p[len(API) : -len(".md")] for p in nav_paths(config.nav) if p.startswith(API)]
 
 
 def package_all(root: Path, package: str) -> list[str]:
