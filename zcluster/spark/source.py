@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -87,6 +87,11 @@ ARROW_SCHEMA = pa.schema(
 RANGES_SCHEMA = "journal string, content_type string, begin long, end long"
 RANGE_COLUMNS = ("journal", "content_type", "begin", "end")
 """The columns of :data:`RANGES_SCHEMA`, in order."""
+MESSAGES_SCHEMA = (
+    "journal string, begin long, end long, committed long, producer string, clock long, uuid string, "
+    "message string, error string"
+)
+"""A batch read's committed messages (``rows=messages``, :mod:`zcluster.spark.batch_source`)."""
 _ROWS_PER_BATCH = 65536
 _COALESCE = 1 << 20
 
@@ -256,6 +261,8 @@ def _bool_option(options: dict[str, str], name: str, default: bool) -> bool:
 
 def _ranges_option(options: dict[str, str]) -> bool:
     rows = options.get("rows", "frames")
+    if rows == "messages":
+        raise ConfigError("zcluster-journal rows=messages is for batch reads (spark.read), not readStream")
     if rows not in ("frames", "ranges"):
         raise ConfigError(f"zcluster-journal option rows must be 'frames' or 'ranges', got {rows!r}")
     return rows == "ranges"
@@ -377,7 +384,14 @@ class JournalDataSource(DataSource):
         return "zcluster-journal"
 
     def schema(self) -> str:
-        return RANGES_SCHEMA if _ranges_option(dict(self.options)) else SCHEMA
+        rows = {name.lower(): value for name, value in self.options.items()}.get("rows")
+        return {"messages": MESSAGES_SCHEMA, "ranges": RANGES_SCHEMA}.get(rows or "", SCHEMA)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        """A batch read (``spark.read``): see :mod:`zcluster.spark.batch_source`."""
+        from zcluster.spark.batch_source import JournalBatchReader  # a stream's workers need not load it
+
+        return JournalBatchReader(dict(self.options))
 
     def streamReader(self, schema: Any) -> JournalStreamReader:
         return JournalStreamReader(dict(self.options))
