@@ -17,11 +17,11 @@ from zcluster.journal.files import FileJournals
 from zcluster.journal.frames import read_frames
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, CONTENT_TYPE_PROTO_FIXED
 from zcluster.message.journals import JournalSpec
+from zcluster.spark.batch_source import JournalDataSource
 from zcluster.spark.sink import _check_columns
 from zcluster.spark.source import (
     RANGES_SCHEMA,
     SCHEMA,
-    JournalDataSource,
     JournalRange,
     JournalStreamReader,
     pack,

@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from zcluster.errors import ConfigError
 from zcluster.journal.frames import RawFrame, lost_error, read_frames, read_range_frames
@@ -59,9 +59,18 @@ from zcluster.message.framing import DecodeFunc, Framing, framing_for
 from zcluster.message.journals import JournalReader
 from zcluster.message.sequencer import QueueOutcome, Sequencer
 from zcluster.message.uuid import format_uuid
-from zcluster.spark.source import MESSAGES_SCHEMA, RANGE_COLUMNS, JournalPartition, JournalRange, read_batches
+from zcluster.spark.source import (
+    MESSAGES_SCHEMA,
+    RANGE_COLUMNS,
+    RANGES_SCHEMA,
+    SCHEMA,
+    JournalPartition,
+    JournalRange,
+    JournalStreamReader,
+    read_batches,
+)
 
-__all__ = ["MESSAGES_SCHEMA", "JournalBatchReader", "read_committed"]
+__all__ = ["JournalBatchReader", "JournalDataSource", "read_committed"]
 
 OPTIONS = ("journals", "selector", "rows", "startingOffsets", "endingOffsets", "failOnDataLoss")
 """The options a batch read knows (names are case-insensitive)."""
@@ -228,3 +237,23 @@ class JournalBatchReader(DataSourceReader):
         if self.rows == "frames":
             return read_batches(self.url, part, self.fail_on_data_loss)
         return read_committed(self.url, part, self.fail_on_data_loss)
+
+
+class JournalDataSource(DataSource):
+    """Registered as ``zcluster-journal``: a batch reader (this module) and a stream reader
+    (:mod:`zcluster.spark.source`); here because the batch reader builds on the stream's pieces."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "zcluster-journal"
+
+    def schema(self) -> str:
+        # Spark asks for the schema before it says whether the read is a batch or a stream: ``rows`` decides.
+        rows = {name.lower(): value for name, value in self.options.items()}.get("rows")
+        return {"messages": MESSAGES_SCHEMA, "ranges": RANGES_SCHEMA}.get(rows or "", SCHEMA)
+
+    def reader(self, schema: Any) -> JournalBatchReader:
+        return JournalBatchReader(dict(self.options))
+
+    def streamReader(self, schema: Any) -> JournalStreamReader:
+        return JournalStreamReader(dict(self.options))

@@ -8,8 +8,8 @@ from typing import Any
 
 
 def register(spark: Any) -> None:
-    """Register ``zcluster-journal`` (streaming source) and ``zcluster`` (batch and streaming writer)."""
-    from zcluster.spark.source import JournalDataSource
+    """Register ``zcluster-journal`` (streaming and batch source) and ``zcluster`` (batch and streaming writer)."""
+    from zcluster.spark.batch_source import JournalDataSource
     from zcluster.spark.writer import TupleDataSource
 
     spark.dataSource.register(JournalDataSource)

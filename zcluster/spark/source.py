@@ -1,5 +1,7 @@
 """``spark.readStream.format("zcluster-journal")``: journals as a Spark streaming source.
 
+(Batch reads, ``spark.read``, and the data source class itself: :mod:`zcluster.spark.batch_source`.)
+
 Spark's offsets are the journals' byte offsets (``{journal: offset}``), so its checkpoint records exactly
 where each journal was read to; a micro-batch's partitions hold one journal's byte range each (or several,
 with ``numPartitions``), and each range's rows come in offset order, ranges one after the other. Each row
@@ -48,7 +50,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -259,7 +261,8 @@ def _bool_option(options: dict[str, str], name: str, default: bool) -> bool:
     return text.strip().lower() == "true"
 
 
-def _ranges_option(options: dict[str, str]) -> bool:
+def ranges_option(options: dict[str, str]) -> bool:
+    """Whether a stream's ``rows`` option asks for ranges (else frames); ConfigError for any other value."""
     rows = options.get("rows", "frames")
     if rows == "messages":
         raise ConfigError("zcluster-journal rows=messages is for batch reads (spark.read), not readStream")
@@ -275,7 +278,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if "journals" not in options:
             raise ConfigError("zcluster-journal needs the 'journals' option (a journal store URL)")
         self.url = options["journals"]
-        self.ranges = _ranges_option(options)
+        self.ranges = ranges_option(options)
         self.selector = options.get("selector", "")
         self.max_bytes = _positive_option(options, "maxBytesPerTrigger")
         self.max_frames = _positive_option(options, "maxFramesPerTrigger")
@@ -374,24 +377,3 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.store is not None:
             close_store(self.store)
             self.store = None
-
-
-class JournalDataSource(DataSource):
-    """Registered as ``zcluster-journal``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "zcluster-journal"
-
-    def schema(self) -> str:
-        rows = {name.lower(): value for name, value in self.options.items()}.get("rows")
-        return {"messages": MESSAGES_SCHEMA, "ranges": RANGES_SCHEMA}.get(rows or "", SCHEMA)
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        """A batch read (``spark.read``): see :mod:`zcluster.spark.batch_source`."""
-        from zcluster.spark.batch_source import JournalBatchReader  # a stream's workers need not load it
-
-        return JournalBatchReader(dict(self.options))
-
-    def streamReader(self, schema: Any) -> JournalStreamReader:
-        return JournalStreamReader(dict(self.options))
