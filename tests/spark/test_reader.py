@@ -18,9 +18,10 @@ def fill(cluster: Cluster) -> dict[str, list[tuple[str, float]]]:
     """60 keys ``u:<i>`` of 1..5 members, two members deleted, and ``other:x``; returns the expected members
     of the ``u:*`` keys, highest score first."""
     rows = [KeyScoreMember(f"u:{i}", float(j), f"m{j}") for i in range(60) for j in range(1 + i % 5)]
-    cluster.insert(rows + [KeyScoreMember("other:x", 1.0, "x")])
+    cluster.insert([*rows, KeyScoreMember("other:x", 1.0, "x")])
     cluster.delete([KeyScoreMember("u:4", 9.0, "m4"), KeyScoreMember("u:gone", 1.0, "ghost")])
-    return {k: [(t.member, t.score) for t in v] for k, v in cluster.select([f"u:{i}" for i in range(60)], limit=99).items()}
+    state = cluster.select([f"u:{i}" for i in range(60)], limit=99)
+    return {k: [(t.member, t.score) for t in v] for k, v in state.items()}
 
 
 def rows(df: Any) -> dict[str, list[tuple[Any, ...]]]:
