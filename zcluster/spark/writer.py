@@ -1,4 +1,5 @@
 """``df.write.format("zcluster")`` / ``writeStream.format("zcluster")``: KeyScoreMember rows into the cluster.
+(``spark.read.format("zcluster")``, the same data source's reader, is :mod:`zcluster.spark.reader`.)
 
 Rows need ``key``, ``score`` and ``member`` columns and may have ``op`` (``"insert"``, the default, or
 ``"delete"``). Options: ``urls`` (comma-separated shard URLs) or ``cluster_url`` (a Redis Cluster seed),
@@ -16,7 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
 
 from zcluster.config import ClusterConfig, StoreConfig
 from zcluster.errors import ConfigError
@@ -32,7 +39,9 @@ class Written(WriterCommitMessage):
     applied: int
 
 
-def _config(options: dict[str, str]) -> ClusterConfig:
+def config_from_options(options: dict[str, str]) -> ClusterConfig:
+    """Where the store is, from the data source's options (``urls`` or ``cluster_url``, ``prefix``,
+    ``max_size``): the writer's and the reader's."""
     extra: dict[str, Any] = {"prefix": options.get("prefix", "zc:")}
     if options.get("max_size"):
         extra["max_size"] = int(options["max_size"])
@@ -66,7 +75,7 @@ class _RowSender:
     """The part both writers share: options parsed once, rows sent in batches by each task."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.config = _config(options)
+        self.config = config_from_options(options)
         self.batch = int(options.get("batch", "4096"))
 
     def write(self, iterator: Iterator[Any]) -> Written:
@@ -88,14 +97,23 @@ class TupleStreamWriter(_RowSender, DataSourceStreamWriter):
 
 
 class TupleDataSource(DataSource):
-    """Registered as ``zcluster``."""
+    """Registered as ``zcluster``: this module's writers and the reader of :mod:`zcluster.spark.reader`."""
 
     @classmethod
     def name(cls) -> str:
         return "zcluster"
 
     def schema(self) -> str:
-        return "key string, score double, member string, op string"
+        """What a read gives (:mod:`zcluster.spark.reader`); a write takes its DataFrame's columns."""
+        from zcluster.spark.reader import read_schema  # the reader builds on this module: imported late
+
+        return read_schema(dict(self.options))
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        """``spark.read.format("zcluster")``: :class:`zcluster.spark.reader.TupleReader`."""
+        from zcluster.spark.reader import TupleReader
+
+        return TupleReader(dict(self.options))
 
     def writer(self, schema: Any, overwrite: bool) -> TupleWriter:
         return TupleWriter(dict(self.options))
