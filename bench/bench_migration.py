@@ -103,10 +103,8 @@ def mover_child(spec: str) -> None:
         now = time.monotonic()
         if p.phase == "copying":
             last_rate[0] = p.rate
-        if not phases or phases[-1][0] != p.phase:
+        if p.phase != "copying" or not phases or phases[-1][0] != p.phase:  # every catch-up round
             phases.append((p.phase, now, p.scanned, p.copied))
-        elif p.phase == "catching up":  # every round: the last one's time opens the cut-over
-            phases[-1] = (p.phase, now, p.scanned, p.copied)
 
     started = time.monotonic()
     with Migration(
@@ -114,7 +112,8 @@ def mover_child(spec: str) -> None:
     ) as migration:
         report = migration.run()
     ended = time.monotonic()
-    print(json.dumps({"started": started, "ended": ended, "phases": phases, "mover_rate": last_rate[0]} | vars(report)))
+    mine = {"started": started, "ended": ended, "cpu": time.process_time(), "phases": phases, "mover_rate": last_rate[0]}
+    print(json.dumps(mine | vars(report)))
 
 
 def run_mover(source: list[str], target: list[str]) -> dict[str, Any]:
@@ -123,11 +122,14 @@ def run_mover(source: list[str], target: list[str]) -> dict[str, Any]:
     if out.returncode:
         raise SystemExit(f"the mover failed:\n{out.stderr}")
     res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    times = {phase: t for phase, t, _, _ in res["phases"]}
-    # The copy pass: from the run's start (marking included) to the first catch-up round's report.
-    res["copy_seconds"] = times["catching up"] - res["started"]
-    res["cut_window"] = [times["catching up"], times["cleaning"]]
-    res["cleanup_seconds"] = times["done"] - times["cleaning"]
+    first = {phase: t for phase, t, _, _ in reversed(res["phases"])}
+    last = {phase: t for phase, t, _, _ in res["phases"]}
+    # The copy pass: from the run's start (marking included) to the first catch-up round's report; the
+    # cut-over: from the last catch-up round's report to the clean-up's start.
+    res["copy_seconds"] = first["catching up"] - res["started"]
+    res["catch_up_seconds"] = last["catching up"] - first["catching up"]
+    res["cut_window"] = [last["catching up"], first["cleaning"]]
+    res["cleanup_seconds"] = first["done"] - first["cleaning"]
     return res
 
 
@@ -308,7 +310,8 @@ def writer_runs(shards: LocalShards, keys: int, members: int, repeat: int, warmu
                 f"  writer rep {r + 1} {kind:>7} a migration: {writer.rate(lo, hi):,.0f} tuples/s over {hi - lo:.1f} s"
                 + (
                     f", pause {pauses[-1] * 1000:.0f} ms, longest call at the cut-over {cut_longest[-1] * 1000:.0f} ms"
-                    f" (catch-up rounds {res['rounds']}, final keys {res['final_keys']:,})"
+                    f" (catch-up rounds {res['rounds']} in {res['catch_up_seconds']:.1f} s, keys copied {res['copied']:,}"
+                    f", at the cut-over {res['final_keys']:,}; mover CPU {res['cpu']:.1f} s)"
                     if kind == "with"
                     else f", longest call {calm_longest[-1] * 1000:.0f} ms"
                 )
@@ -348,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", type=int, default=None, help="keys of the store (default 100000; --quick 10000)")
     ap.add_argument("--members", type=int, default=10, help="members per key (default 10)")
     ap.add_argument("--repeat", type=int, default=None, help="repetitions (default 3; --quick 2)")
-    ap.add_argument("--writer-repeat", type=int, default=None, help="writer pairs (default 4; --quick 2)")
+    ap.add_argument("--writer-repeat", type=int, default=None, help="writer pairs (default 3; --quick 2)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="shapes of part 1 (default timelines,counts)")
     ap.add_argument("--no-writer", action="store_true", help="part 1 only")
     ap.add_argument("--no-plot", action="store_true")
@@ -359,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     keys = args.keys or (10_000 if args.quick else 100_000)
     repeat = args.repeat or (2 if args.quick else 3)
-    writer_repeat = args.writer_repeat or (2 if args.quick else 4)
+    writer_repeat = args.writer_repeat or (2 if args.quick else 3)
     report: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "keys": keys,
