@@ -112,7 +112,13 @@ def mover_child(spec: str) -> None:
     ) as migration:
         report = migration.run()
     ended = time.monotonic()
-    mine = {"started": started, "ended": ended, "cpu": time.process_time(), "phases": phases, "mover_rate": last_rate[0]}
+    mine = {
+        "started": started,
+        "ended": ended,
+        "cpu": time.process_time(),
+        "phases": phases,
+        "mover_rate": last_rate[0],
+    }
     print(json.dumps(mine | vars(report)))
 
 
@@ -281,7 +287,14 @@ class Writer:
 
 def writer_runs(shards: LocalShards, keys: int, members: int, repeat: int, warmup: float) -> dict[str, Any]:
     source, target = shards.urls[:2], shards.urls[:3]
-    during, without, pauses, cut_longest, mig_longest, calm_longest, windows, migrations = [], [], [], [], [], [], [], []
+    during: list[float] = []
+    without: list[float] = []
+    pauses: list[float] = []
+    cut_longest: list[float] = []
+    mig_longest: list[float] = []
+    calm_longest: list[float] = []
+    windows: list[dict[str, Any]] = []
+    migrations: list[dict[str, Any]] = []
     length = None
     for r in range(repeat):
         order = ("with", "without") if r % 2 == 0 or length is None else ("without", "with")
@@ -310,7 +323,8 @@ def writer_runs(shards: LocalShards, keys: int, members: int, repeat: int, warmu
                 f"  writer rep {r + 1} {kind:>7} a migration: {writer.rate(lo, hi):,.0f} tuples/s over {hi - lo:.1f} s"
                 + (
                     f", pause {pauses[-1] * 1000:.0f} ms, longest call at the cut-over {cut_longest[-1] * 1000:.0f} ms"
-                    f" (catch-up rounds {res['rounds']} in {res['catch_up_seconds']:.1f} s, keys copied {res['copied']:,}"
+                    f" (catch-up rounds {res['rounds']} in {res['catch_up_seconds']:.1f} s,"
+                    f" keys copied {res['copied']:,}"
                     f", at the cut-over {res['final_keys']:,}; mover CPU {res['cpu']:.1f} s)"
                     if kind == "with"
                     else f", longest call {calm_longest[-1] * 1000:.0f} ms"
@@ -406,7 +420,8 @@ def plot(path: Path, report: dict[str, Any]) -> None:
     ax.set_xticks(list(xs), [f"{s}\n({report['shapes'][s]['redis_keys']:,} Redis keys)" for s in names])
     ax.set_ylabel("keys/s of the copy pass (median)")
     ax.set_title("2 -> 3 shards")
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, 1.4 * max(report["shapes"][s][f] for s in names for f in ("mover_scan_rate", "by_hand_scan_rate")))
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
     if writer:
         ax = axes[0][1]
         n = len(writer["during_per_s"])
