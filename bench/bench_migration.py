@@ -22,8 +22,9 @@ measurement from FLUSHALL and a freshly loaded store, methods interleaved, media
 
 Results: ``bench/results/migration[-quick].{json,png}``.
 
-    python bench/bench_migration.py --quick   # 100k members over 10k keys, 2 repetitions (~2 min)
-    python bench/bench_migration.py           # 1M members over 100k keys, 3 repetitions (~10 min)
+    python bench/bench_migration.py --quick   # 100k members over 10k keys, 2 repetitions (~3 min)
+    python bench/bench_migration.py           # 1M members over 100k keys, 3 repetitions (~45 min: a migration
+                                              # under the writer took 6-9 min here, and so does its pair)
 """
 
 from __future__ import annotations
