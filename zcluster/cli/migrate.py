@@ -29,7 +29,7 @@ __all__ = ["migrate"]
     help="A key prefix to move (repeatable; besides --prefix; default: zcstate: and zcdedup:).",
 )
 @click.option("--rate", type=counts(1), default=None, help="At most this many keys scanned per second.")
-@click.option("--batch", type=counts(1), default=500, show_default=True, help="Keys per SCAN step and copy.")
+@click.option("--batch", type=counts(1), default=2000, show_default=True, help="Keys per SCAN step and copy.")
 @click.option("--keep-others", is_flag=True, help="Leave keys of other namespaces ({...) in place instead of refusing.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @json_option

@@ -54,7 +54,7 @@ from zcluster._topology import ClusterTopology, StandaloneTopology, Topology
 from zcluster._transport import Transport
 from zcluster.config import ClusterConfig, Where
 from zcluster.errors import ConfigError, LayoutMismatchError
-from zcluster.migration._copier import EVENTS, Copier, Listener, notifying, restore, settings
+from zcluster.migration._copier import CHUNK, EVENTS, Copier, Listener, notifying, restore, settings
 from zcluster.migration._marking import Marking
 from zcluster.migration.report import MigrationReport, Progress
 
@@ -94,7 +94,7 @@ class Migration(Marking):
         max_size: int | None = None,
         namespaces: Sequence[str] | None = None,
         rate: float | None = None,
-        batch: int = 500,
+        batch: int = 2000,
         cutover_keys: int = 2000,
         connection: dict[str, Any] | None = None,
         progress: Callable[[Progress], None] | None = None,
@@ -132,7 +132,7 @@ class Migration(Marking):
             if self.target.cluster_url
             else StandaloneTopology(list(self.target.urls), "jump", **self.connection)
         )
-        self.out = Transport(self.dst, (), 64)
+        self.out = Transport(self.dst, (), CHUNK)
         self.copier = Copier(self.src, self.out, batch)
         self.urls = [public_url(u) for u in (self.target.urls or (self.target.cluster_url or "",))]
         self._seen: list[dict[str, Any]] = []
@@ -199,7 +199,7 @@ class Migration(Marking):
         started, scanned = time.monotonic(), 0
         for i, shard in enumerate(self.src.shards):
             for keys in self._scan(shard):
-                moving = [k for k in keys if self.copier.moves(i, k)]
+                moving = self.copier.moving(i, keys)
                 self._retrying(functools.partial(self.copier.copy, i, moving))
                 scanned += len(keys)
                 self._pace(scanned, started)
@@ -214,18 +214,25 @@ class Migration(Marking):
             log.warning("migration: %d key(s) of no namespace %s stay where they are", report.others, self.namespaces)
 
     def _catch_up(self, listeners: list[Listener], report: MigrationReport) -> int:
-        rounds = 0
+        """Rounds copying the keys changed since their copy, until one finds at most ``cutover_keys``, or stops
+        shrinking (writers change the moving keys about as fast as they are copied: more rounds would only
+        lengthen the migration, the cut-over copies what is left), or after 20."""
+        rounds, before = 0, None
         while rounds < 20:
             rounds += 1
             changed = sum(self._copy_changed(i, listener) for i, listener in enumerate(listeners))
             self._report(Progress("catching up", report.scanned, self.copier.copied, self.copier.deleted))
             if changed <= self.cutover_keys or any(listener.lost for listener in listeners):
                 break
+            if before is not None and changed > 0.8 * before:
+                log.warning("migration: %d key(s) changed in the last catch-up round: cutting over now", changed)
+                break
+            before = changed
         report.copied, report.deleted = self.copier.copied, self.copier.deleted
         return rounds
 
     def _copy_changed(self, i: int, listener: Listener) -> int:
-        keys = [k for k in listener.take() if k != self.key and self.copier.moves(i, k)]
+        keys = self.copier.moving(i, (k for k in listener.take() if k != self.key))
         self._retrying(functools.partial(self.copier.copy, i, keys))
         return len(keys)
 
