@@ -22,6 +22,7 @@ import redis
 from redis.crc import key_slot
 
 from zcluster._keys import glob_escape
+from zcluster._markers import Peer
 from zcluster._pipelines import streamed
 from zcluster._topology import Shard, Topology
 from zcluster._transport import Transport
@@ -66,7 +67,11 @@ def restore(name: str, call: Callable[..., Any], before: str) -> None:
 
 
 class Listener:
-    """Keyspace notifications of one source shard, collected as a set of keys (see the module)."""
+    """Keyspace notifications of one source shard, collected as a set of keys (see the module).
+
+    Read on a raw connection of its own (hiredis-parsed replies, no redis-py PubSub): a writer's every tuple
+    is one notification, and PubSub's per-message work made the listener fall behind a busy writer, which
+    the cut-over then waited for. It never reconnects by itself: a cut subscription sets ``lost``."""
 
     def __init__(self, shard: Shard, namespaces: Iterable[str]) -> None:
         self.shard = shard
@@ -78,20 +83,14 @@ class Listener:
         self._stop = threading.Event()
         self._ping = threading.Event()
         self._pong = threading.Event()
-        self._pubsub: Any = shard.client.pubsub(ignore_subscribe_messages=True)
-        self._pubsub.psubscribe(*self._patterns)
-        self._pubsub.get_message(timeout=1.0)  # the subscription's confirmation: notifications flow from here
-        # redis-py reconnects a subscription by itself and subscribes again: what was published in between is
-        # lost without a word, so every connect after the first counts as a loss.
-        self._pubsub.connection.register_connect_callback(self._reconnected)
+        self._peer = Peer(shard.client)
+        conn = self._peer.conn
+        conn.connect()
+        conn.send_command("PSUBSCRIBE", *self._patterns)
+        for _ in self._patterns:  # the confirmations: notifications flow from here
+            conn.read_response(push_request=True)
         self._thread = threading.Thread(target=self._run, name=f"zcluster-listen-{shard.name}", daemon=True)
         self._thread.start()
-
-    def _reconnected(self, connection: Any) -> None:
-        log.warning(
-            "migration: %s: the keyspace listener reconnected: changes made meanwhile are unknown", self.shard.name
-        )
-        self.lost = True
 
     def take(self) -> set[bytes]:
         """The keys changed since the last take."""
@@ -105,40 +104,36 @@ class Listener:
         self._ping.set()
 
     def drain(self, timeout: float = 30.0) -> None:
-        """Return once every notification the server published before the last :meth:`ping` was collected."""
+        """Return once every notification the server published before the last :meth:`ping` was collected (or
+        the subscription was lost: ``lost`` says so)."""
         if not self._pong.wait(timeout):
             raise MigrationError(f"{self.shard.name}: the keyspace listener did not answer a PING in {timeout:.0f} s")
-        if self.lost:
-            raise MigrationError(f"{self.shard.name}: the keyspace listener lost its subscription")
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        self._pubsub.close()
+        self._peer.close()
 
     def _run(self) -> None:
-        pubsub = self._pubsub
-        while not self._stop.is_set():
-            try:
+        conn, cut, lock, keys = self._peer.conn, self._cut, self._lock, self
+        try:
+            while not self._stop.is_set():
                 if self._ping.is_set():
                     self._ping.clear()
-                    pubsub.ping()
-                message = pubsub.get_message(timeout=0.005)  # a ping asked for waits at most this
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-                if self._stop.is_set():
-                    return
+                    conn.send_command("PING")
+                if not conn.can_read(timeout=0.005):  # a ping asked for waits at most this
+                    continue
+                reply = conn.read_response(push_request=True)  # RESP3 sends notifications as pushes
+                if isinstance(reply, list) and reply[0] == b"pmessage":
+                    with lock:
+                        keys._keys.add(reply[2][cut:])
+                elif reply == b"PONG" or (isinstance(reply, list) and reply[0] == b"pong"):  # RESP3 / RESP2
+                    self._pong.set()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            if not self._stop.is_set():
                 log.warning("migration: %s: the keyspace listener lost its subscription (%s)", self.shard.name, exc)
                 self.lost = True
                 self._pong.set()  # a drain waiting on it learns of the loss
-                return
-            if message is None:
-                continue
-            if message["type"] == "pmessage":
-                key = bytes(message["channel"])[self._cut :]
-                with self._lock:
-                    self._keys.add(key)
-            elif message["type"] == "pong" or message.get("data") in (b"PONG", "PONG"):
-                self._pong.set()
 
 
 class Copier:

@@ -280,22 +280,15 @@ class Migration(Marking):
         move = json.loads(raw[0])["move"]
         mig, target_id = move["id"], move["to"]["id"]
         began = time.monotonic()
-        raw = self._set_state(raw, mig, target_id, "cutting", from_state="copying")
-        for shard in self.src.shards:
-            self._call(shard, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-        final = 0
-        for attempt in range(3):  # once the kill ran no client writes: a second drain finds nothing new
-            for listener in listeners:  # every PING on its way before any is waited for
-                listener.ping()
-            for listener in listeners:
-                listener.drain()
-            changed = sum(self._copy_changed(i, listener) for i, listener in enumerate(listeners))
-            final += changed
-            if attempt and changed:
-                log.warning("migration %s: %d key(s) changed after the clients were cut off", mig, changed)
-            if attempt and not changed:
-                break
-        if self._deaf(listeners) or self._target_lost(report):  # a server restarted in the last moments
+        cutting = self._set_state(raw, mig, target_id, "cutting", from_state="copying")
+        try:
+            final = self._last_copy(mig, listeners)
+            again = self._deaf(listeners) or self._target_lost(report)  # a server restarted in the last moments
+        except BaseException:
+            self._set_state(cutting, mig, target_id, "copying", from_state=None)  # the clients go on; run again
+            raise
+        raw = cutting
+        if again:
             self._set_state(raw, mig, target_id, "copying", from_state=None)  # the clients go on with the source
             log.warning("migration %s: a server restarted during the cut-over: copying again", mig)
             return False
@@ -317,6 +310,24 @@ class Migration(Marking):
         report.copied, report.deleted = self.copier.copied, self.copier.deleted
         log.warning("migration %s: cut over to [%s]: clients paused %.3f s", mig, ", ".join(self.urls), report.pause)
         return True
+
+    def _last_copy(self, mig: str, listeners: list[Listener]) -> int:
+        """Cut every client off the source, then copy the last changed keys; how many."""
+        for shard in self.src.shards:
+            self._call(shard, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        final = 0
+        for attempt in range(3):  # once the kill ran no client writes: a second drain finds nothing new
+            for listener in listeners:  # every PING on its way before any is waited for
+                listener.ping()
+            for listener in listeners:
+                listener.drain()
+            changed = sum(self._copy_changed(i, listener) for i, listener in enumerate(listeners))
+            final += changed
+            if attempt and changed:
+                log.warning("migration %s: %d key(s) changed after the clients were cut off", mig, changed)
+            if attempt and not changed:
+                break
+        return final
 
     def _clean_up(self, report: MigrationReport) -> None:
         """Delete, on the servers of both layouts, the keys that moved away from them."""
