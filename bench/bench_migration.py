@@ -53,7 +53,7 @@ from zcluster.testing import LocalShards
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PREFIX = "mb:"
-BATCH = 500  # the mover's default batch; the hand-written move's SCAN COUNT and MIGRATE batch too
+BATCH = 2000  # the mover's default batch; the hand-written move's SCAN COUNT and MIGRATE batch too
 CALL = 10_000  # tuples per Cluster call when loading
 WRITER_CALL = 1_000
 SHAPES = ("timelines", "counts")
