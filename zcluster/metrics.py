@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from zcluster.instrumentation import OpEvent
+from zcluster.state.batch import APPLIER_COUNTS
 
 log = logging.getLogger("zcluster.metrics")
 
@@ -51,19 +52,6 @@ class PrometheusInstrumentation:
         self.seconds.labels(event.op).observe(event.seconds)
 
 
-_APPLIER_COUNTS = (
-    ("frames", "Journal frames read"),
-    ("delivered", "Committed messages delivered to the mapper"),
-    ("duplicates", "Duplicate messages dropped"),
-    ("rollbacks", "Transactions rolled back"),
-    ("replays", "Transactions replayed from the journal (their ACK came in a later batch)"),
-    ("malformed", "Frames that did not frame or decode (logged)"),
-    ("lost_skipped", "Lost ranges of file journals skipped (fail_on_data_loss=False)"),
-    ("lost_bytes", "Bytes of the lost ranges skipped"),
-    ("applied", "Writes that took effect"),
-)
-
-
 class ApplierMetrics:
     """Prometheus metrics of the exactly-once applier, from each batch's figures
     (:class:`zcluster.state.BatchStats`): pass it as ``metrics=`` to :class:`zcluster.state.Consumer` (one
@@ -86,9 +74,7 @@ class ApplierMetrics:
         reg = registry if registry is not None else REGISTRY
         name = f"{namespace}_applier"
         self.batches = Counter(f"{name}_batches", "Batches applied (polls, micro-batches)", ["app"], registry=reg)
-        self.counts = {
-            field: Counter(f"{name}_{field}", text, ["app"], registry=reg) for field, text in _APPLIER_COUNTS
-        }
+        self.counts = {field: Counter(f"{name}_{field}", text, ["app"], registry=reg) for field, text in APPLIER_COUNTS}
         self.seconds = Histogram(f"{name}_batch_seconds", "Batch duration", ["app"], registry=reg)
         self.lag = Gauge(
             f"{name}_lag_bytes", "Bytes between a journal's end and its checkpoint", ["app", "journal"], registry=reg

@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from zcluster.instrumentation import OpEvent
+from zcluster.state.batch import APPLIER_COUNTS
 
 __all__ = ["OTelApplierMetrics", "OTelInstrumentation"]
 
@@ -92,19 +93,6 @@ class OTelInstrumentation:
         span.end(end_time=end)
 
 
-_APPLIER_COUNTS = (
-    "frames",
-    "delivered",
-    "duplicates",
-    "rollbacks",
-    "replays",
-    "malformed",
-    "lost_skipped",
-    "lost_bytes",
-    "applied",
-)
-
-
 class OTelApplierMetrics:
     """The applier's batches as OpenTelemetry metrics and spans (see the module): pass it as ``metrics=`` to a
     :class:`zcluster.state.Consumer` or a :class:`zcluster.spark.ZClusterSink`, like
@@ -114,7 +102,7 @@ class OTelApplierMetrics:
         meter, self.tracer = _providers(meter_provider, tracer_provider)
         self.base = {"prefix": prefix} if prefix else {}
         self.batches = meter.create_counter(f"{_NS}.applier.batches", unit="{batch}", description="Batches applied")
-        self.counts = {field: meter.create_counter(f"{_NS}.applier.{field}") for field in _APPLIER_COUNTS}
+        self.counts = {field: meter.create_counter(f"{_NS}.applier.{field}") for field, _ in APPLIER_COUNTS}
         self.duration = meter.create_histogram(f"{_NS}.applier.batch.duration", unit="s", description="Batch time")
         self.lag = meter.create_gauge(
             f"{_NS}.applier.lag", unit="By", description="Bytes between a journal's end and its checkpoint"
@@ -129,6 +117,6 @@ class OTelApplierMetrics:
         self.duration.record(stats.seconds, attrs)
         for journal, lag in stats.lag.items():
             self.lag.set(lag, {**attrs, "journal": journal})
-        counts = {f"{_NS}.{field}": getattr(stats, field, 0) for field in _APPLIER_COUNTS}
+        counts = {f"{_NS}.{field}": getattr(stats, field, 0) for field, _ in APPLIER_COUNTS}
         span, end = _span(self.tracer, f"{_NS}.batch", stats.seconds, {**attrs, **counts}, None)
         span.end(end_time=end)

@@ -21,6 +21,21 @@ __all__ = ["BatchStats", "WriteBuffer"]
 log = logging.getLogger("zcluster.state")
 
 
+APPLIER_COUNTS = (
+    ("frames", "Journal frames read"),
+    ("delivered", "Committed messages delivered to the mapper"),
+    ("duplicates", "Duplicate messages dropped"),
+    ("rollbacks", "Transactions rolled back"),
+    ("replays", "Transactions replayed from the journal (their ACK came in a later batch)"),
+    ("malformed", "Frames that did not frame or decode (logged)"),
+    ("lost_skipped", "Lost ranges of file journals skipped (fail_on_data_loss=False)"),
+    ("lost_bytes", "Bytes of the lost ranges skipped"),
+    ("applied", "Writes that took effect"),
+)
+"""The counted fields of :class:`BatchStats` a metrics bridge exports (``zcluster.metrics``, ``zcluster.otel``),
+with their help text."""
+
+
 @dataclass
 class BatchStats:
     """What one batch did (summed over journals and tasks): frames read, messages seen, delivered and
