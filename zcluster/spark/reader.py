@@ -48,7 +48,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from zcluster.cluster import Cluster
 from zcluster.config import ClusterConfig
 from zcluster.errors import ConfigError, PartialScanError
-from zcluster.spark.writer import config_from_options
+from zcluster.spark.options import config_from_options
 from zcluster.types import Blob, Insert, ShardFailure, to_bytes
 
 SCHEMA = "key string, score double, member string"

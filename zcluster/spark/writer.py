@@ -25,8 +25,10 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from zcluster.config import ClusterConfig, StoreConfig
+from zcluster.config import StoreConfig
 from zcluster.errors import ConfigError
+from zcluster.spark.options import config_from_options
+from zcluster.spark.reader import TupleReader, read_schema
 from zcluster.state.batch import BatchStats, WriteBuffer
 from zcluster.types import Delete, Insert
 
@@ -37,20 +39,6 @@ class Written(WriterCommitMessage):
 
     sent: int
     applied: int
-
-
-def config_from_options(options: dict[str, str]) -> ClusterConfig:
-    """Where the store is, from the data source's options (``urls`` or ``cluster_url``, ``prefix``,
-    ``max_size``): the writer's and the reader's."""
-    extra: dict[str, Any] = {"prefix": options.get("prefix", "zc:")}
-    if options.get("max_size"):
-        extra["max_size"] = int(options["max_size"])
-    if options.get("cluster_url"):  # a seed node's URL
-        return ClusterConfig.of(options["cluster_url"], cluster=True, **extra)
-    urls = [u.strip() for u in options.get("urls", "").split(",") if u.strip()]
-    if not urls:
-        raise ConfigError("the zcluster data source needs the 'urls' or 'cluster_url' option")
-    return ClusterConfig.of(urls, **extra)
 
 
 def write_rows(config: StoreConfig, rows: Iterator[Any], batch: int, retries: int = 5) -> Written:
@@ -105,13 +93,11 @@ class TupleDataSource(DataSource):
 
     def schema(self) -> str:
         """What a read gives (:mod:`zcluster.spark.reader`); a write takes its DataFrame's columns."""
-        from zcluster.spark.reader import read_schema  # the reader builds on this module: imported late
 
         return read_schema(dict(self.options))
 
     def reader(self, schema: Any) -> DataSourceReader:
         """``spark.read.format("zcluster")``: :class:`zcluster.spark.reader.TupleReader`."""
-        from zcluster.spark.reader import TupleReader
 
         return TupleReader(dict(self.options))
 
