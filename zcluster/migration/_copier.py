@@ -115,7 +115,7 @@ class Listener:
         self._peer.close()
 
     def _run(self) -> None:
-        conn, cut, lock, keys = self._peer.conn, self._cut, self._lock, self
+        conn, cut, lock = self._peer.conn, self._cut, self._lock
         try:
             while not self._stop.is_set():
                 if self._ping.is_set():
@@ -126,7 +126,7 @@ class Listener:
                 reply = conn.read_response(push_request=True)  # RESP3 sends notifications as pushes
                 if isinstance(reply, list) and reply[0] == b"pmessage":
                     with lock:
-                        keys._keys.add(reply[2][cut:])
+                        self._keys.add(reply[2][cut:])
                 elif reply == b"PONG" or (isinstance(reply, list) and reply[0] == b"pong"):  # RESP3 / RESP2
                     self._pong.set()
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
