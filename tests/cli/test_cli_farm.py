@@ -102,7 +102,8 @@ def test_walk_repairs_a_diverged_replica(servers: LocalShards, args: list[str], 
     assert run([*args, "diff", "w0", "w1", "w2", "new", "w3"]).exit_code == 3
 
     report = doc([*args, "walk", "--batch-size", "3"])
-    assert report["keys"] == 11 and report["diverged"] == 4
+    # Repairing w0/w1 gives replica0 their tombstone keys mid-sweep; SCAN may meet those again (see WalkReport).
+    assert 11 <= report["keys"] <= 13 and report["diverged"] == 4
     assert report["repaired"] == 8 and report["repair_failures"] == 0  # 4 records onto 2 replicas each
     assert report["complete"] is True and report["position"] is None and report["failures"] == []
     assert report["interrupted"] is False

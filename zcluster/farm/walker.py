@@ -37,7 +37,10 @@ __all__ = ["WalkReport", "Walker"]
 class WalkReport:
     """What a walk did. ``position`` resumes it (None: it reached the end of the last replica).
 
-    ``keys``: keys compared; ``diverged``: keys whose replicas held different records; ``repaired`` /
+    ``keys``: keys compared. A key is compared once per sweep, except one that changed while the walk
+    passed it (a write, or the walk's own repair): its records sit in up to three Redis keys, and SCAN may
+    meet the one it gained after meeting another, so it is compared again (harmless: it now agrees).
+    ``diverged``: keys whose replicas held different records; ``repaired`` /
     ``repair_failures``: records written / not written (the replica failed); ``floors_raised``: keys of a
     replica whose floor was raised to the key's highest floor (see :meth:`Walker._repairs`);
     ``failures``: replica shards that could not be scanned or read (their keys were not compared, or
