@@ -98,6 +98,7 @@ return 1
 #: Commands per pipeline round trip for the redis-py baselines (b) and (c).
 PIPELINE = 1000
 PREFIX = "zc:"
+OTHER_PREFIX = "zd:"  # a second store on the same servers, with keys as long as PREFIX's
 
 #: The matrix (at 200k tuples; key counts scale with --tuples so that tuples per key stay 100 / 20 / 2).
 MATRIX_TUPLES = 200_000
@@ -491,7 +492,8 @@ def run_core(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any
         bench_bin = _benchmark_binary(binary)
         c0, c1 = (s.client() for s in shards.servers)
         one = Cluster.from_urls(shards.urls[:1], **options)
-        two = Cluster.from_urls(shards.urls, **options)
+        # Another prefix of the same length: a store's layout marker names its shard list (zcluster._guard).
+        two = Cluster.from_urls(shards.urls, **{**options, "prefix": OTHER_PREFIX})
         for c in (one, two):
             c.load_scripts()
         sha = c0.script_load(PER_TUPLE_LUA)
@@ -734,7 +736,13 @@ def run_matrix(
     with LocalShards(1) as shards:
         client = shards.servers[0].client()
         servers = (client,)
-        clusters = {b: Cluster.from_urls(shards.urls, max_size=b, **options) for b in bounds}
+        # One prefix per bound (the same length): a store's layout marker names its max_size (zcluster._guard).
+        clusters = {
+            b: Cluster.from_urls(
+                shards.urls, max_size=b, **{**options, "prefix": options["prefix"] if b is None else OTHER_PREFIX}
+            )
+            for b in bounds
+        }
         for c in clusters.values():
             c.load_scripts()
         sha = client.script_load(PER_TUPLE_LUA)

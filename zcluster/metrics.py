@@ -162,14 +162,13 @@ class ProgressCollector:
 
     def collect(self) -> Iterator[Any]:
         """Read every application's progress now (see the class) and yield the gauges."""
-        from zcluster.state.monitor import applications, progress
+        from zcluster.state.monitor import checkpoints, progress
 
         out = self._families()
         failures: list[Any] = []
-        apps = (
-            self.apps if self.apps is not None else applications(self.cluster, self.state_namespace, failures=failures)
-        )
-        for app in apps:
+        # One SCAN of the state namespace per scrape, whatever the number of applications.
+        held = checkpoints(self.cluster, self.state_namespace, failures=failures)
+        for app in self.apps if self.apps is not None else held:
             try:
                 found = progress(
                     self.cluster,
@@ -178,6 +177,7 @@ class ProgressCollector:
                     verify=self.verify,
                     namespace=self.state_namespace,
                     failures=failures,
+                    checkpointed=held.get(app, ()),
                 )
             except Exception:  # one application's failure must not hide the others' (logged, and exported)
                 log.exception("progress of application %s could not be read", app)

@@ -36,7 +36,7 @@ from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.errors import JournalNotFoundError
 from zcluster.message.labels import parse_selector
-from zcluster.state import JournalProgress, StateStore, applications, checkpointed_journals, progress
+from zcluster.state import JournalProgress, StateStore, checkpoints, progress
 from zcluster.types import ShardFailure
 
 __all__ = ["consumers"]
@@ -164,14 +164,13 @@ def _list(settings: Settings, store: Any, namespace: str, max_lag: int | None) -
     unhealthy = False
     now = time.time()
     failures: list[ShardFailure] = []
-    apps = applications(cluster, namespace, failures=failures)
-    for app in apps:
+    apps = checkpoints(cluster, namespace, failures=failures)  # one SCAN for every application
+    for app, names in apps.items():
         if store is None and max_lag is None:
-            names = checkpointed_journals(cluster, app, namespace, failures=failures)
             rows.append((app, len(names), "-", "-", "-"))
             docs.append({"app": app, "journals": len(names), "lag_bytes": None, "last_moved": None, "problems": None})
             continue
-        found = progress(cluster, app, store, namespace=namespace, failures=failures)
+        found = progress(cluster, app, store, namespace=namespace, failures=failures, checkpointed=names)
         lag = sum(p.lag_bytes or 0 for p in found) if store is not None else None
         moved = max((p.last_moved for p in found if p.last_moved is not None), default=None)
         problems = sum(1 for p in found if p.error is not None)

@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from zcluster.state.clocks import clock_to_score, score_to_clock
     from zcluster.state.consumer import Consumer, JournalFailure
     from zcluster.state.dedup import DedupStore
-    from zcluster.state.monitor import JournalProgress, SkippedRange, applications, checkpointed_journals, progress
+    from zcluster.state.monitor import (
+        JournalProgress,
+        SkippedRange,
+        applications,
+        checkpointed_journals,
+        checkpoints,
+        progress,
+    )
     from zcluster.state.store import JournalCheckpoint, StateStore, TimedCheckpoint
 
 _WHERE = {
@@ -42,6 +49,7 @@ _WHERE = {
     "SkippedRange": "zcluster.state.monitor",
     "applications": "zcluster.state.monitor",
     "checkpointed_journals": "zcluster.state.monitor",
+    "checkpoints": "zcluster.state.monitor",
     "progress": "zcluster.state.monitor",
     "clock_to_score": "zcluster.state.clocks",
     "score_to_clock": "zcluster.state.clocks",
@@ -61,6 +69,7 @@ __all__ = [
     "TimedCheckpoint",
     "applications",
     "checkpointed_journals",
+    "checkpoints",
     "clock_to_score",
     "progress",
     "score_to_clock",

@@ -2,7 +2,8 @@
 
 What ``zcluster consumers`` prints, as an API a health check can call:
 
-* :func:`applications`: the application ids with checkpoints (a SCAN of the state namespace; no registry);
+* :func:`applications`: the application ids with checkpoints (a SCAN of the state namespace; no registry),
+  and :func:`checkpoints`: each one's checkpointed journals too, from that one SCAN;
 * :func:`progress`: per journal of one application, a :class:`JournalProgress`: its checkpoint (offset,
   producer states, open transactions, when it last moved), the journal's end (its write head) and the lag
   between them in bytes (and frames, on request: that reads the lag), the lost ranges ahead, the lost
@@ -115,7 +116,21 @@ def applications(
 ) -> list[str]:
     """The ids of the applications whose checkpoints ``cluster`` holds, sorted (a SCAN of ``namespace``).
     ``failures``: see the module (those of the shards that could not be scanned are missing)."""
-    return sorted({k.split("/", 1)[0] for k in _scan(cluster, namespace, "*/journal/*", failures)})
+    return sorted(checkpoints(cluster, namespace, failures=failures))
+
+
+def checkpoints(
+    cluster: Store, namespace: str = _NAMESPACE, *, failures: list[ShardFailure] | None = None
+) -> dict[str, list[str]]:
+    """Each application with checkpoints -> the journals it holds checkpoints of, sorted: one SCAN of
+    ``namespace`` for them all (a view of every application reads this once, not one SCAN per application).
+    ``failures``: see the module."""
+    found: dict[str, set[str]] = {}
+    for key in _scan(cluster, namespace, "*/journal/*", failures):
+        app, _, rest = key.partition("/")  # as applications name their keys: "<app>/journal/<journal>"
+        if rest.startswith("journal/"):
+            found.setdefault(app, set()).add(rest[len("journal/") :])
+    return {app: sorted(journals) for app, journals in sorted(found.items())}
 
 
 def checkpointed_journals(
@@ -137,6 +152,7 @@ def progress(
     verify: bool = True,
     namespace: str = _NAMESPACE,
     failures: list[ShardFailure] | None = None,
+    checkpointed: Iterable[str] | None = None,
 ) -> list[JournalProgress]:
     """Where application ``app`` stands in each of its journals (see :class:`JournalProgress`).
 
@@ -145,9 +161,13 @@ def progress(
     at offset 0). ``journals``: the journal store (or its URL) for the ends, lags and lost ranges; without
     it only the checkpoints are known. ``verify``: read each lag as the consumer will (see the module);
     ``frames``: count the frames of each lag too (that read). ``failures``: see the module.
+    ``checkpointed``: the journals ``app`` holds checkpoints of, when the caller read them already
+    (:func:`checkpoints`); None: a SCAN of ``namespace`` finds them.
     """
     state = StateStore(cluster, app, namespace)
-    names = set(checkpointed_journals(cluster, app, namespace, failures=failures))
+    if checkpointed is None:
+        checkpointed = checkpointed_journals(cluster, app, namespace, failures=failures)
+    names = set(checkpointed)
     store: Any = open_store(journals, recover=False, create=False) if isinstance(journals, str) else journals
     try:
         if selector is not None and store is not None:

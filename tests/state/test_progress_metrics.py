@@ -1,10 +1,7 @@
 """ProgressCollector (the metrics extra): each application's lag per journal, read from the cluster's checkpoints
-on every scrape. Real servers, real file journals damaged on disk (a lost range), a dead shard.
-
-Open bug (2026-11-26): run after tests/state/test_poll_boundaries.py in one process, the scrape after the
-append below hung for good in ``Transport.fanout`` (its futures never ran, the pool threads of the process
-idle); ``pytest tests/state/test_poll_boundaries.py tests/state/test_progress_metrics.py`` reproduced it. The
-file was renamed from test_progress_metrics.py so that it runs first; the cause is not found yet."""
+on every scrape. Real servers, real file journals damaged on disk (a lost range), a dead shard, and a scrape's
+cost with many applications (it was one SCAN of the state namespace per application: behind the hundreds of
+applications test_poll_boundaries.py leaves on the shared servers, one scrape took minutes)."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 
 pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry
@@ -66,6 +64,40 @@ def test_the_lag_of_an_application_stopped_before_a_lost_range_then_past_it(
         other = CollectorRegistry()
         other.register(missing)
         assert other.get_sample_value("zcluster_consumer_progress_failed", {"app": app}) == 1
+
+
+def _scans(shards: LocalShards) -> int:
+    total = 0
+    for url in shards.urls:
+        with redis.Redis.from_url(url) as client:
+            total += int(client.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
+    return total
+
+
+def test_a_scrape_scans_the_state_namespace_once_whatever_the_number_of_applications(shards: LocalShards) -> None:
+    namespace = f"zcs{uuid.uuid4().hex[:8]}:"
+    apps = [f"app{i:02d}" for i in range(40)]
+    with Cluster.from_urls(shards.urls, prefix=f"pm{uuid.uuid4().hex[:8]}:") as cluster:
+        for app in apps:
+            StateStore(cluster, app, namespace).save_journal("j", 7, [])
+
+        def scrape(collector: ProgressCollector) -> tuple[list[tuple[str, float]], int]:
+            registry = CollectorRegistry()
+            registry.register(collector)
+            before = _scans(shards)
+            samples = {
+                (s.labels["app"], s.value)
+                for m in registry.collect()
+                for s in m.samples
+                if s.name.endswith("offset_bytes")
+            }
+            return sorted(samples), _scans(shards) - before
+
+        many, many_scans = scrape(ProgressCollector(cluster, state_namespace=namespace))
+        one, one_scans = scrape(ProgressCollector(cluster, apps=[apps[0]], state_namespace=namespace))
+    assert many == [(a, 7.0) for a in apps] and one == [(apps[0], 7.0)]
+    # One SCAN pass of the namespace per scrape, whatever the number of applications (it was one per application).
+    assert 0 < many_scans <= 2 * one_scans, (many_scans, one_scans)
 
 
 def test_a_dead_shard_is_reported_not_raised(shards: LocalShards) -> None:
