@@ -21,7 +21,9 @@
 --
 -- Aggregate keys (lua/incr.lua) keep a hash in K- (and, for counters, in K+). Every path here touches K-
 -- (a read, or the tombstone) before it writes K+, and reads K+ before it writes K-, so a write to such a key
--- fails with WRONGTYPE before it changes anything of it.
+-- fails with WRONGTYPE before it changes anything of it. The one exception: an insert into a set found with
+-- no K- (and no floor) by EXISTS writes K+ unread; there is no aggregate's K- there, and a K+ of another
+-- type refuses the ZADD (or the bound's ZCARD) itself.
 -- Past a read, a key stays writable in a migrating slot: an insert only adds to K+ and removes from K-,
 -- a delete the reverse, and a floor is only set, so no call empties a key and then writes it again.
 --
@@ -88,7 +90,7 @@ end
 -- does: one record read and ZADD GT CH, which decides and writes at once. CH says "changed", not "added",
 -- so after it a count may be high by the members it raised (`exact` false): a high count only sends the
 -- next tuple the exact way (both records, and the size read again before it can trim).
-local function bounded(adds, rems, floorkey, floor, pos, count)
+local function bounded(adds, rems, floorkey, floor, pos, count, clean)
   local nadds, nrems = false, false
   local adds_exact, rems_exact = true, true
   for j = 0, count - 1 do
@@ -97,7 +99,8 @@ local function bounded(adds, rems, floorkey, floor, pos, count)
     local m = ARGV[pos + 2 * j + 1]
     local ok = "0"
     if insert then
-      local del = num(redis.call("ZSCORE", rems, m))
+      local del = false
+      if not clean then del = num(redis.call("ZSCORE", rems, m)) end
       if not nadds then nadds = redis.call("ZCARD", adds) end
       if del and s <= del then
         ok = "0"
@@ -255,10 +258,11 @@ end
 -- One tuple for a set (spread keys; or each of a few, in order): no tables, two or three commands. ZADD GT CH adds a new member or
 -- raises its score and says whether it did, so it decides and writes at once where the other set's record
 -- (read first) does not decide. A member is never in both sets, so one record read suffices.
-local function single(adds, rems, floor, stext, m)
+local function single(adds, rems, floor, stext, m, clean)
   local s = tonumber(stext)
   if insert then
-    local d = num(redis.call("ZSCORE", rems, m))
+    local d = false
+    if not clean then d = num(redis.call("ZSCORE", rems, m)) end
     if d then
       if s <= d then return "0" end
       -- Inline keys: K+ must prove local before K- loses the record (see the header).
@@ -302,16 +306,24 @@ local function apply()
     end
     local adds, rems = from[at + 1], from[at + 2]
     local count = tonumber(ARGV[pos])
-    local floorkey, floor = nil, false
-    if floors then
-      floorkey = from[at + 3]
-      floor = num(redis.call("GET", floorkey))
+    local floorkey, floor, clean = nil, false, false
+    if floors then floorkey = from[at + 3] end
+    if insert and (bound > 0 or count <= FEW) and (floors or count > 1) then
+      -- One EXISTS instead of a tombstone read per tuple (and the floor's GET): a set with neither, the
+      -- common case of spread keys, needs only its K+. EXISTS reads no type: an aggregate key's K- (a
+      -- hash) exists, so its write takes the reading path and fails with WRONGTYPE as before.
+      if floors then
+        clean = redis.call("EXISTS", rems, floorkey) == 0
+      else
+        clean = redis.call("EXISTS", rems) == 0
+      end
     end
+    if floors and not clean then floor = num(redis.call("GET", floorkey)) end
     if bound > 0 then
-      bounded(adds, rems, floorkey, floor, pos + 1, count)
+      bounded(adds, rems, floorkey, floor, pos + 1, count, clean)
     elseif count <= FEW then
       for j = pos + 1, pos + 2 * count, 2 do
-        out[#out + 1] = single(adds, rems, floor, ARGV[j], ARGV[j + 1])
+        out[#out + 1] = single(adds, rems, floor, ARGV[j], ARGV[j + 1], clean)
       end
     else
       grouped(adds, rems, floor, pos + 1, count)
