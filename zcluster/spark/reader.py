@@ -193,6 +193,9 @@ class SlotScan(InputPartition):
 class FarmScan(InputPartition):
     """A farm's scan: every replica's keys, each once."""
 
+    def __init__(self) -> None:
+        self.name = "farm"
+
 
 class KeyList(InputPartition):
     """A part of the ``keys`` option."""

@@ -170,7 +170,11 @@ def _raise(cluster: Cluster, kind: str, errors: dict[Any, ShardFailure], results
 
 def farm_rows(farm: Farm, keys: list[bytes], kind: str, limit: int) -> pa.RecordBatch:
     """One Arrow batch: the rows of ``keys`` read from ``farm`` under its read strategy (``select`` for
-    sets, ``top`` for totals, ``counters`` for counts)."""
+    sets, ``top`` for totals, ``counters`` for counts), after every replica's kinds of them were checked."""
+    for i, states in enumerate(farm.per_replica(lambda c: whole_keys_of(c).states(keys), keys)):
+        for key, state in states.items():  # a replica that failed here fails (or not) the read below
+            if state.kind not in ("", "a") and _NAMES[state.kind] != _WANTED[kind]:
+                raise KeyKindError(key, _NAMES[state.kind], _WANTED[kind], f"replica {farm.names[i]}")
     out = Columns(kind, False)
     if kind == "set":
         for key, items in farm.select(keys, limit=limit).items():
