@@ -4,6 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,3 +125,52 @@ def test_a_farm_read_with_a_strategy_and_a_diverged_replica(spark: Any, prefix: 
             read(spark, {"urls": a.urls[0]}, read="one").collect()
         one.close()
         two.close()
+
+
+CONNECT = textwrap.dedent(
+    """
+    import json, sys
+    from zcluster.spark import local_session
+
+    spark = local_session("local[2]", connect=True)
+    try:
+        where = {"urls": sys.argv[1], "prefix": sys.argv[2]}
+        sets = spark.read.format("zcluster").options(**where, pattern="u:*", limit="1").load()
+        totals = spark.read.format("zcluster").options(**where, kind="aggregates").option("keys", "lb:3,cnt:1").load()
+        out = {"sets": [list(r) for r in sets.collect()], "aggregates": [list(r) for r in totals.collect()]}
+        out["schema"] = totals.schema.simpleString()
+        try:
+            spark.read.format("zcluster").options(**where, keys="lb:1").load().collect()
+        except Exception as error:
+            out["refused"] = str(error)
+        print(json.dumps(out))
+    finally:
+        spark.stop()
+    """
+)
+
+
+def test_the_reader_on_spark_connect(shards: Any, prefix: str) -> None:
+    """Sets, aggregates and a refused key through a Spark Connect session (run it under
+    ``flock /tmp/zc-connect.lock``: Connect's port is fixed)."""
+    cluster = Cluster.from_urls(shards.urls, prefix=prefix)
+    fill(cluster)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", CONNECT, ",".join(shards.urls), prefix],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(map(tuple, out["sets"])) == [(f"u:{i}", 1.0, "m") for i in range(5)]
+    assert out["schema"] == "struct<key:string,kind:string,member:string,total:double,count:bigint>"
+    want = [["lb:3", "totals", f"p{j}", float(j * 10 + 3), None] for j in (3, 2, 1, 0)]
+    want += [["cnt:1", "counts", f"f{j}", j + 1 + 2**40] for j in (1, 0)]
+    assert sorted(out["aggregates"], key=str) == sorted(
+        [w if len(w) == 5 else [*w[:3], None, w[3]] for w in want], key=str
+    )
+    assert "key b'lb:1'" in out["refused"] and "is a sums (Incr) aggregate key, not a 2P-set" in out["refused"]
+    cluster.close()
