@@ -41,7 +41,8 @@ _ALL = (1 << 31) - 1  # GETKEYSINSLOT's count: servers answer with the keys the 
 def glob_regex(pattern: bytes) -> re.Pattern[bytes]:
     """A Redis glob (``*``, ``?``, ``[...]`` with ``^`` and ranges, ``\\`` escapes) as a regex: SCAN MATCH's
     test, for keys that come from ``CLUSTER GETKEYSINSLOT`` (which takes no pattern)."""
-    out, i, n = [], 0, len(pattern)
+    out: list[bytes] = []
+    i, n = 0, len(pattern)
     while i < n:
         c = pattern[i : i + 1]
         if c == b"*":
@@ -52,7 +53,7 @@ def glob_regex(pattern: bytes) -> re.Pattern[bytes]:
             i += 1
             out.append(re.escape(pattern[i : i + 1]))
         elif c == b"[":
-            j, body = i + 1, []
+            j, body = i + 1, list[bytes]()
             negate = pattern[j : j + 1] == b"^"
             j += negate
             while j < n and pattern[j : j + 1] != b"]":
@@ -94,9 +95,9 @@ class _View:
                 self.me = name
             for entry in fields[8:]:
                 if entry.startswith("["):  # [slot->-id] or [slot-<-id]: only a node's own line has them
-                    slot, arrow, peer = entry[1:-1].partition("->-") if "->-" in entry else entry[1:-1].partition("-<-")
+                    text, arrow, peer = entry[1:-1].partition("->-") if "->-" in entry else entry[1:-1].partition("-<-")
                     if myself:
-                        (self.migrating if arrow == "->-" else self.importing)[int(slot)] = peer
+                        (self.migrating if arrow == "->-" else self.importing)[int(text)] = peer
                     continue
                 lo, _, hi = entry.partition("-")
                 for slot in range(int(lo), int(hi or lo) + 1):
@@ -130,7 +131,9 @@ def slot_keys(
     for lo in range(0, len(slots), per_step):
         found: dict[bytes, None] = {}
         # slot -> (node to read, read after its migration source, hops so far)
-        todo: dict[int, tuple[Shard, bool, int]] = {s: (_owner(topology, s), False, 0) for s in slots[lo : lo + per_step]}
+        todo: dict[int, tuple[Shard, bool, int]] = {
+            s: (_owner(topology, s), False, 0) for s in slots[lo : lo + per_step]
+        }
         while todo:
             by_node: dict[str, list[int]] = {}
             shards: dict[str, Shard] = {}

@@ -42,8 +42,10 @@ def test_leaderboards_and_counters_with_their_kind_and_another_kind_refused(
     where = {"urls": ",".join(shards.urls), "prefix": prefix}
     totals = read(spark, where, pattern="lb:*", kind="totals")
     assert totals.schema.simpleString() == "struct<key:string,kind:string,member:string,total:double,count:bigint>"
-    expected = {k: [("totals", t.member, t.score, None) for t in v] for k, v in cluster.top(
-        [f"lb:{i}" for i in range(20)], 0, 99).items()}
+    expected = {
+        k: [("totals", t.member, t.score, None) for t in v]
+        for k, v in cluster.top([f"lb:{i}" for i in range(20)], 0, 99).items()
+    }
     got: dict[str, list[tuple[Any, ...]]] = {}
     for r in totals.collect():
         got.setdefault(r["key"], []).append(tuple(r)[1:])
@@ -117,7 +119,7 @@ def test_a_farm_read_with_a_strategy_and_a_diverged_replica(spark: Any, prefix: 
 
         # The merge is neither replica's view (and its read repair made them agree since).
         assert {x for x in merged if x[0] in ("t:0", "t:1")} not in views
-        with pytest.raises(Exception, match="key b'lb' on replica .* is a sums \\(Incr\\) aggregate key, not a 2P-set"):
+        with pytest.raises(Exception, match=r"key b'lb' on replica .* is a sums \(Incr\) aggregate key, not a 2P-set"):
             read(spark, where).collect()
         with pytest.raises(Exception, match="a farm \\(option replicas\\) is read with kind set, totals or counts"):
             read(spark, where, tombstones="true").collect()

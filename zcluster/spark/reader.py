@@ -212,13 +212,17 @@ class TupleReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         o = self.options
-        with o.config.open() as store:
+        store: Cluster | Farm = o.config.open()  # type: ignore[assignment]  # StoreConfig opens one of these
+        try:
             if isinstance(store, Farm):
                 shards = store.clusters[0].shards
                 scans: list[InputPartition] = [FarmScan()]
             else:
+                assert isinstance(store, Cluster)
                 shards = store.shards
                 scans = _scans(store, o.partitions)
+        finally:
+            store.close()
         if o.keys is None:
             return scans
         keys = list(o.keys)

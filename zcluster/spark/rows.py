@@ -35,7 +35,13 @@ KINDS = ("set", "totals", "counts", "aggregates")
 SET_ARROW = pa.schema([("key", pa.string()), ("score", pa.float64()), ("member", pa.string())])
 TOMBSTONES_ARROW = SET_ARROW.append(pa.field("inserted", pa.bool_()))
 AGGREGATES_ARROW = pa.schema(
-    [("key", pa.string()), ("kind", pa.string()), ("member", pa.string()), ("total", pa.float64()), ("count", pa.int64())]
+    [
+        ("key", pa.string()),
+        ("kind", pa.string()),
+        ("member", pa.string()),
+        ("total", pa.float64()),
+        ("count", pa.int64()),
+    ]
 )
 _WANTED = {
     "set": "a 2P-set",
@@ -66,7 +72,7 @@ class Columns:
         self.schema = arrow_schema(kind, tombstones)
         self.columns: list[list[Any]] = [[] for _ in self.schema]
 
-    def pairs(self, key: bytes, pairs: list[Any]) -> None:
+    def pairs(self, key: Any, pairs: list[Any]) -> None:
         """A set's ``pairs`` ((member, score, ...), highest first)."""
         cols = self.columns
         cols[0] += [key] * len(pairs)
@@ -81,7 +87,7 @@ class Columns:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
-def cluster_rows(cluster: Cluster, keys: list[bytes], kind: str, limit: int, tombstones: bool) -> pa.RecordBatch:
+def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombstones: bool) -> pa.RecordBatch:
     """One Arrow batch: the rows of ``keys`` (bytes) in ``cluster`` (see the module)."""
     layout = cluster._layout
     last = limit - 1
@@ -125,7 +131,7 @@ def cluster_rows(cluster: Cluster, keys: list[bytes], kind: str, limit: int, tom
     return out.batch()
 
 
-def _aggregate(out: Columns, key: bytes, kind: str, pairs: list[tuple[bytes, Any]]) -> None:
+def _aggregate(out: Columns, key: Any, kind: str, pairs: list[tuple[Any, Any]]) -> None:
     """Aggregate rows of ``key``: (member, total) pairs of a sums key, (field, count) of a counters key."""
     n = len(pairs)
     cols = out.columns
@@ -136,11 +142,11 @@ def _aggregate(out: Columns, key: bytes, kind: str, pairs: list[tuple[bytes, Any
     cols[4 if kind == "totals" else 3] += [None] * n
 
 
-def _dumped(cluster: Cluster, keys: list[bytes], limit: int) -> pa.RecordBatch:
+def _dumped(cluster: Cluster, keys: list[Any], limit: int) -> pa.RecordBatch:
     """``aggregates``: each key's kind and totals in one script call (``lua/aggregate.lua``'s dump)."""
     states = whole_keys_of(cluster).states(keys, dump=True)
     if states.errors:
-        raise PartialReadError(dict(states), dict(states.errors))
+        raise PartialReadError(dict(states.items()), dict(states.errors.items()))
     out = Columns("aggregates", False)
     for key in keys:
         state = states[key]
@@ -168,7 +174,7 @@ def _raise(cluster: Cluster, kind: str, errors: dict[Any, ShardFailure], results
     raise PartialReadError(results, errors)
 
 
-def farm_rows(farm: Farm, keys: list[bytes], kind: str, limit: int) -> pa.RecordBatch:
+def farm_rows(farm: Farm, keys: list[Any], kind: str, limit: int) -> pa.RecordBatch:
     """One Arrow batch: the rows of ``keys`` read from ``farm`` under its read strategy (``select`` for
     sets, ``top`` for totals, ``counters`` for counts), after every replica's kinds of them were checked."""
     for i, states in enumerate(farm.per_replica(lambda c: whole_keys_of(c).states(keys), keys)):
