@@ -9,7 +9,9 @@ evenly over ``--keys`` keys. Timed, each materialized with Spark's ``noop`` writ
       rows as tuples through ``mapPartitions`` and ``createDataFrame`` with the same schema.
 
 Each runs once untimed first, then ``--repeat`` times interleaved; medians reported. Goals (issue 31):
-(a)/(b) >= 1.0 and (a) >= 500k rows/s at 1M members over 100k keys. Run under ``flock /tmp/zc-bench.lock``.
+(a)/(b) >= 1.0 and (a) >= 500k rows/s at 1M members over 100k keys. ``--quick``: 100k members over 10k keys.
+Writes ``results/spark-read[-quick].json`` and a bar chart ``results/spark-read[-quick].png``. Run under
+``flock /tmp/zc-bench.lock``.
 """
 
 from __future__ import annotations
@@ -68,8 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--members", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "spark-read.json")
+    ap.add_argument("--quick", action="store_true", help="100k members over 10k keys")
+    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results"))
+    ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.members, args.keys = 100_000, 10_000
+    stem = "spark-read-quick" if args.quick else "spark-read"
     with LocalShards(2) as shards:
         cluster = Cluster.from_urls(shards.urls, prefix=PREFIX)
         per = args.members // args.keys
@@ -99,15 +106,42 @@ def main(argv: list[str] | None = None) -> int:
         cluster.close()
     median = {name: statistics.median(t) for name, t in times.items()}
     result = {
+        "date": time.strftime("%Y-%m-%d"),
         "members": len(rows),
         "keys": args.keys,
         "seconds": median,
         "rows_per_s": {name: len(rows) / t for name, t in median.items()},
         "ratio_zcluster_over_by_hand": median["by_hand"] / median["zcluster"],
+        "runs": times,
     }
     print(json.dumps(result, indent=2))
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    if not args.no_plot:
+        plot(args.out / f"{stem}.png", result)
     return 0
+
+
+def plot(path: Path, result: dict[str, Any]) -> None:
+    """Rows/s of each reader (medians), the ratio in the title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["zcluster", "by_hand"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(names, [result["rows_per_s"][n] / 1000 for n in names], color=["tab:blue", "tab:gray"])
+    ax.axhline(500, color="tab:red", linestyle="--", label="goal: 500k rows/s")
+    ax.set_ylabel("thousand rows/s (median)")
+    ax.set_title(
+        f"spark.read.format('zcluster') vs mapPartitions over redis-py\n{result['members']:,} members, "
+        f"{result['keys']:,} keys: ratio {result['ratio_zcluster_over_by_hand']:.2f}"
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

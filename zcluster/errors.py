@@ -22,6 +22,7 @@ is true::
     ├── RedirectLoopError            a Redis Cluster kept redirecting one command (a shard's failure)
     ├── DurabilityError              replicas or the AOF did not confirm a shard's writes by the deadline
     ├── InconsistentDataError        the server holds what the 2P-set layout forbids (a foreign write)
+    ├── KeyKindError                 (TypeError) a read of one kind of key met a key of another; ``key`` names it
     ├── WriteRefusedError            (ValueError) a write to a key of another kind, or an overflowing total
     ├── ReplicaLate                  (TimeoutError) a farm call returned without this replica
     ├── ReplicaBusy                  (TimeoutError) a replica not called: its late calls pile up
@@ -241,6 +242,16 @@ class DurabilityError(ZClusterError):
 
 class InconsistentDataError(ZClusterError):
     """The servers hold what the 2P-set layout forbids (a member both in K+ and K-): a foreign write."""
+
+
+class KeyKindError(ZClusterError, TypeError):
+    """A read asked for one kind of key (a 2P-set, sums of :class:`zcluster.Incr`, counters of
+    :class:`zcluster.Count`) and met ``key``, of kind ``found`` (as :data:`zcluster._aggregate_keys.KIND_NAMES`
+    words it); ``where`` names the server. Nothing of that key was returned; the read stops there."""
+
+    def __init__(self, key: object, found: str, wanted: str, where: str) -> None:
+        self.key, self.found, self.wanted, self.where = key, found, wanted, where
+        super().__init__(f"key {_short(key)} on {where} is {found}, not {wanted}")
 
 
 class WriteRefusedError(ZClusterError, ValueError):

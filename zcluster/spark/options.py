@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from zcluster.config import ClusterConfig
+from zcluster.config import ClusterConfig, StoreConfig
 from zcluster.errors import ConfigError
+from zcluster.farm.config import FarmConfig
 
 
-def config_from_options(options: dict[str, str]) -> ClusterConfig:
-    """Where the store is, from the data source's options (``urls`` or ``cluster_url``, ``prefix``,
-    ``max_size``): the writer's and the reader's."""
+def config_from_options(options: dict[str, str]) -> StoreConfig:
+    """Where the store is, from the data source's options: ``urls`` (standalone shards, comma-separated),
+    ``cluster_url`` (a Redis Cluster seed) or ``replicas`` (a farm: a JSON list, one replica each in any
+    form :func:`zcluster.connect` takes, with ``read``, the farm's read strategy); ``prefix``, ``max_size``.
+    The writer's and the reader's."""
     extra: dict[str, Any] = {"prefix": options.get("prefix", "zc:")}
     if options.get("max_size"):
         extra["max_size"] = int(options["max_size"])
+    given = [name for name in ("urls", "cluster_url", "replicas") if options.get(name)]
+    if len(given) > 1:
+        raise ConfigError(f"give the zcluster data source one of 'urls', 'cluster_url', 'replicas', not {given}")
+    if "read" in options and given != ["replicas"]:
+        raise ConfigError("option read (a farm's read strategy) goes with option replicas")
+    if options.get("replicas"):
+        try:
+            replicas = json.loads(options["replicas"])
+        except ValueError as error:
+            raise ConfigError(f"option replicas: not a JSON list ({error})") from None
+        if not isinstance(replicas, list) or not replicas:
+            raise ConfigError("option replicas: a JSON list of replicas (URLs, or lists of shard URLs) is needed")
+        return FarmConfig.of(replicas, read=options.get("read", "all"), **extra)
     if options.get("cluster_url"):  # a seed node's URL
         return ClusterConfig.of(options["cluster_url"], cluster=True, **extra)
     urls = [u.strip() for u in options.get("urls", "").split(",") if u.strip()]
     if not urls:
-        raise ConfigError("the zcluster data source needs the 'urls' or 'cluster_url' option")
+        raise ConfigError("the zcluster data source needs the 'urls', 'cluster_url' or 'replicas' option")
     return ClusterConfig.of(urls, **extra)

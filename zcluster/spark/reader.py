@@ -1,35 +1,63 @@
-"""``spark.read.format("zcluster")``: the store's sets as a DataFrame (the batch reader of the ``zcluster``
-data source, whose writer is :mod:`zcluster.spark.writer`).
+"""``spark.read.format("zcluster")``: the store as a DataFrame (the batch reader of the ``zcluster`` data
+source, whose writer is :mod:`zcluster.spark.writer`).
 
-Rows are ``key string, score double, member string``: each key's members, highest score first (ties:
-member descending, as :meth:`zcluster.Cluster.select`). With ``tombstones`` = ``true`` the removed members
-come too, and a column ``inserted boolean`` tells them apart (false for a tombstone).
+What is read, by the ``kind`` option (the schemas and orders are :mod:`zcluster.spark.rows`'):
+
+* ``set`` (the default): 2P-sets, rows ``key string, score double, member string``, each key's members
+  highest score first (ties: member descending, as :meth:`zcluster.Cluster.select`). With ``tombstones`` =
+  ``true`` the removed members come too, and a column ``inserted boolean`` tells them apart (false for a
+  tombstone);
+* ``totals`` (leaderboards: sums of :class:`zcluster.Incr`), ``counts`` (counters of :class:`zcluster.Count`),
+  ``aggregates`` (both): rows ``key string, kind string, member string, total double, count bigint``, the
+  kind ``"totals"`` or ``"counts"`` in ``kind``, a member's total in ``total`` or a field's count in
+  ``count`` (the other null), highest first.
+
+A key of another kind than the one asked (a leaderboard met by a ``set`` read, a 2P-set by a ``counts``
+read, ...) fails the read with :class:`KeyKindError` naming the key and its server. A key holding
+nothing gives no rows.
 
 Options (names are case-insensitive; any other is refused with a :class:`ConfigError` listing these):
 
-* ``urls`` (comma-separated standalone shard URLs) or ``cluster_url`` (a Redis Cluster seed), ``prefix``
-  (default ``zc:``): where the store is, as the writer takes them;
+* where the store is, as the writer takes them (:func:`zcluster.spark.options.config_from_options`):
+  ``urls`` (comma-separated standalone shard URLs), ``cluster_url`` (a Redis Cluster seed) or ``replicas``
+  (a farm: a JSON list, one replica each, in any form :func:`zcluster.connect` takes) with ``read``, the
+  farm's read strategy (``one``, ``all``, ``first-linger``, ``var``; default ``all``); ``prefix`` (default
+  ``zc:``);
 * ``keys``: the keys to read, comma-separated or a JSON list of strings; or ``pattern``: a Redis glob over
   the logical keys (:meth:`zcluster.Cluster.keys`' ``match``). Neither: every key. Not both;
-* ``limit``: at most this many rows per key (its highest scores; with ``tombstones``, members and tombstones
-  together); default: all of them;
-* ``tombstones``: ``true`` to read the removed members too (and keys holding nothing else);
-* ``batch``: keys per SCAN step and per read call (default 1000);
-* ``numPartitions``: with ``keys``, how many partitions the list is cut into (default: one per shard).
+* ``kind``: ``set``, ``totals``, ``counts`` or ``aggregates`` (above);
+* ``limit``: at most this many rows per key (its highest; with ``tombstones``, members and tombstones
+  together); default: all of them. Sets and totals read only these from the server; counters and
+  ``aggregates`` are read whole, then cut;
+* ``tombstones``: ``true`` to read a set's removed members too (and keys holding nothing else);
+* ``batch``: keys per read call (default 1000; a Redis Cluster's scan takes ``batch // 16`` slots a step);
+* ``numPartitions``: with ``keys``, how many partitions the list is cut into (default: one per shard); on
+  a Redis Cluster without ``keys``, how many slot ranges the 16384 slots are cut into (default: one per
+  master, its slots when the read was planned).
 
-Partitions: a scan (``pattern``, or neither option) has one partition per master (a standalone shard, a
-Redis Cluster's master), and each scans only its own master (:meth:`zcluster.Cluster.scan` positions
-``"<shard>:<cursor>"``) and reads its keys' members from it. A key list is cut into contiguous parts.
+Partitions:
+
+* standalone shards: one per shard, scanning it with SCAN (:meth:`zcluster.Cluster.scan` positions);
+* a Redis Cluster: one per set of hash slots, read slot by slot wherever each slot is at read time
+  (:mod:`zcluster._slots`: ``CLUSTER GETKEYSINSLOT`` on the owner, checked against the node's own view after
+  the read, following a migration to its target and a failover to the promoted replica). A reshard or a
+  failover during the read neither fails it nor loses or repeats a key: partitions own disjoint slots,
+  and a key met twice in a slot (on a migration's source and target) is read once;
+* a farm: one partition scanning every replica (:meth:`zcluster.farm.Farm.keys`: each key once, from the
+  first replica that holds it), the rows read under the read strategy (``select``, ``top``, ``counters``:
+  ``all`` merges every replica's answer, so a replica behind the others does not hide members; ``one``
+  reads one replica). ``tombstones`` and ``aggregates`` are not offered on a farm;
+* a key list: contiguous parts of it.
 
 What a read is, and is not:
 
-* Not a snapshot. SCAN's guarantee holds: a key present for the whole read is read; a key created or
-  removed during it may or may not be. SCAN may return a key twice: each partition reads a key once.
-  Each row is its member's state when its key was read (keys are read in batches, one after another): a
-  member written during the read may or may not appear, and two keys may be read at different moments.
+* Not a snapshot. A key present for the whole read is read, exactly once; a key created or removed
+  during it may or may not be. Each row is its member's state when its key was read (keys are read in
+  batches, one after another): a member written during the read may or may not appear, and two keys may
+  be read at different moments.
 * Never silently partial. A shard that fails fails the read, naming it (:class:`PartialScanError` from its
   scan, :class:`PartialReadError` from its keys' reads), after Spark's task retries; so does a Redis
-  Cluster whose masters changed (a failover) since the read was planned: its positions name the old masters.
+  Cluster slot that kept moving during its read (:data:`zcluster._slots.MAX_HOPS`).
 * A pattern matching nothing, or an empty key list, gives an empty DataFrame with the schema.
 * Members and keys must be UTF-8 (they become Spark strings): another byte string fails the read (Arrow's
   ``Invalid UTF8 payload``).
@@ -45,31 +73,39 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from zcluster._keys import SLOTS
+from zcluster._slots import slot_keys, slot_ranges
+from zcluster._topology import ClusterTopology
 from zcluster.cluster import Cluster
-from zcluster.config import ClusterConfig
+from zcluster.config import StoreConfig
 from zcluster.errors import ConfigError, PartialScanError
+from zcluster.farm import Farm
+from zcluster.farm.config import FarmConfig
 from zcluster.spark.options import config_from_options
-from zcluster.types import Blob, Insert, ShardFailure, to_bytes
+from zcluster.spark.rows import KINDS, cluster_rows, farm_rows, spark_schema
+from zcluster.types import Blob, ShardFailure, to_bytes
 
-SCHEMA = "key string, score double, member string"
-TOMBSTONES_SCHEMA = SCHEMA + ", inserted boolean"
-OPTIONS = ("urls", "cluster_url", "prefix", "keys", "pattern", "limit", "tombstones", "batch", "numpartitions")
+OPTIONS = (
+    *("urls", "cluster_url", "replicas", "read", "prefix"),
+    *("keys", "pattern", "kind", "limit", "tombstones", "batch", "numpartitions"),
+)
 """Every option the reader takes (lowercase: Spark's options are case-insensitive)."""
-_ALL = 1 << 62  # "every member" as a select limit: ZREVRANGE key 0 2**62-1
+_ALL = 1 << 62  # "every member" as a limit: ZREVRANGE key 0 2**62-1
 
 
 def read_schema(options: dict[str, str]) -> str:
-    """The DataFrame schema for these options (the ``inserted`` column with ``tombstones``)."""
-    return TOMBSTONES_SCHEMA if _flag(options, "tombstones") else SCHEMA
+    """The DataFrame schema for these options (by ``kind``; the ``inserted`` column with ``tombstones``)."""
+    return spark_schema(_kind(options), _flag(options, "tombstones"))
 
 
 @dataclass(frozen=True)
 class ReadOptions:
     """The reader's options, parsed and checked in the driver."""
 
-    config: ClusterConfig
+    config: StoreConfig
     keys: tuple[str, ...] | None  # None: scan
     pattern: str | None
+    kind: str
     limit: int
     tombstones: bool
     batch: int
@@ -85,15 +121,29 @@ class ReadOptions:
             )
         if "keys" in options and "pattern" in options:
             raise ConfigError("give the zcluster data source 'keys' or 'pattern', not both")
+        kind, tombstones = _kind(options), _flag(options, "tombstones")
+        if tombstones and kind != "set":
+            raise ConfigError(f"option tombstones is for kind 'set' (2P-sets), not {kind!r}")
+        config = config_from_options(options)
+        if isinstance(config, FarmConfig) and (tombstones or kind == "aggregates"):
+            raise ConfigError("a farm (option replicas) is read with kind set, totals or counts, without tombstones")
         return cls(
-            config=config_from_options(options),
+            config=config,
             keys=_keys(options["keys"]) if "keys" in options else None,
             pattern=options.get("pattern"),
+            kind=kind,
             limit=_count(options, "limit", _ALL),
-            tombstones=_flag(options, "tombstones"),
+            tombstones=tombstones,
             batch=_count(options, "batch", 1000),
             partitions=_count(options, "numpartitions", 0) or None,
         )
+
+
+def _kind(options: dict[str, str]) -> str:
+    kind = options.get("kind", "set").strip().lower()
+    if kind not in KINDS:
+        raise ConfigError(f"option kind must be one of {', '.join(KINDS)}, not {options['kind']!r}")
+    return kind
 
 
 def _keys(text: str) -> tuple[str, ...]:
@@ -127,10 +177,24 @@ def _flag(options: dict[str, str], name: str) -> bool:
 
 
 class ShardScan(InputPartition):
-    """A scan partition: the keys of master ``name`` (``host:port``)."""
+    """A scan partition of standalone shards: the keys of shard ``name`` (``host:port``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+class SlotScan(InputPartition):
+    """A scan partition of a Redis Cluster: the keys of these hash slots, wherever they are."""
+
+    def __init__(self, slots: list[int]) -> None:
+        self.slots = slots
+
+
+class FarmScan(InputPartition):
+    """A farm's scan: every replica's keys, each once."""
+
+    def __init__(self) -> None:
+        self.name = "farm"
 
 
 class KeyList(InputPartition):
@@ -148,10 +212,19 @@ class TupleReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         o = self.options
-        with o.config.open() as cluster:
-            shards = cluster.shards
+        store: Cluster | Farm = o.config.open()  # type: ignore[assignment]  # StoreConfig opens one of these
+        try:
+            if isinstance(store, Farm):
+                shards = store.clusters[0].shards
+                scans: list[InputPartition] = [FarmScan()]
+            else:
+                assert isinstance(store, Cluster)
+                shards = store.shards
+                scans = _scans(store, o.partitions)
+        finally:
+            store.close()
         if o.keys is None:
-            return [ShardScan(name) for name in shards]
+            return scans
         keys = list(o.keys)
         parts = max(1, min(len(keys), o.partitions or len(shards)))
         size = max(1, -(-len(keys) // parts))
@@ -159,71 +232,65 @@ class TupleReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         o = self.options
-        cluster = o.config.shared().view(o.config.prefix, decode=False)  # bytes: Arrow checks UTF-8 itself
-        if isinstance(partition, ShardScan):
-            batches = _scan(cluster, partition.name, o.pattern, o.tombstones, o.batch)
-        else:
-            assert isinstance(partition, KeyList)
-            keys: list[Blob] = list(partition.keys)
+        shared = o.config.shared()
+        store: Cluster | Farm = shared.view(shared.prefix, decode=False)  # type: ignore[assignment]  # bytes: Arrow checks UTF-8
+        batches: Iterator[list[Any]]
+        if isinstance(partition, KeyList):
+            keys: list[Blob] = [to_bytes(k) for k in partition.keys]
             batches = (keys[i : i + o.batch] for i in range(0, len(keys), o.batch))
+        elif isinstance(store, Farm):
+            batches = store.keys(o.batch, match=o.pattern)
+        elif isinstance(partition, SlotScan):
+            pattern = store._layout.scan_pattern(_match(o.pattern), o.tombstones)
+            batches = slot_keys(store._transport, store._layout, partition.slots, pattern, max(1, o.batch // 16))
+        else:
+            assert isinstance(partition, ShardScan)
+            batches = _scan(store, partition.name, o.pattern, o.tombstones, o.batch)
         for keys_batch in batches:
             if keys_batch:
-                yield _rows(cluster, keys_batch, o.limit, o.tombstones)
+                if isinstance(store, Farm):
+                    yield farm_rows(store, keys_batch, o.kind, o.limit)
+                else:
+                    yield cluster_rows(store, keys_batch, o.kind, o.limit, o.tombstones)
+
+
+def _match(pattern: str | None) -> bytes | None:
+    return None if pattern is None else to_bytes(pattern)
+
+
+def _scans(cluster: Cluster, partitions: int | None) -> list[InputPartition]:
+    """The scan partitions of a Cluster: one per standalone shard; on a Redis Cluster, each master's slots
+    (or ``partitions`` contiguous slot ranges)."""
+    topology = cluster._transport.topology
+    if not isinstance(topology, ClusterTopology):
+        return [ShardScan(name) for name in cluster.shards]
+    if partitions:
+        size = -(-SLOTS // partitions)
+        return [SlotScan(list(range(lo, min(SLOTS, lo + size)))) for lo in range(0, SLOTS, size)]
+    return [SlotScan(slots) for slots in slot_ranges(topology).values()]
 
 
 def _scan(cluster: Cluster, name: str, pattern: str | None, removed: bool, batch: int) -> Iterator[list[Blob]]:
-    """The keys of master ``name`` in batches, each once: its SCAN, by :meth:`Cluster.scan` positions."""
+    """The keys of standalone shard ``name`` in batches, each once: its SCAN, by :meth:`Cluster.scan`
+    positions."""
     seen: set[Blob] = set()
     cursor = "0"
     while True:
-        index = _index(cluster, name)  # again each step: a Redis Cluster's masters may be listed anew
+        index = _index(cluster, name)
         keys, position = cluster.scan(f"{index}:{cursor}", batch, include_removed=removed, match=pattern)
         fresh = [k for k in keys if k not in seen]
         seen.update(fresh)
         yield fresh
         if position is None or not position.startswith(f"{index}:"):
-            return  # past this master: the next one is another partition's
+            return  # past this shard: the next one is another partition's
         cursor = position.partition(":")[2]
 
 
 def _index(cluster: Cluster, name: str) -> int:
-    """Master ``name``'s index in ``cluster``'s masters now; a master no longer one fails the scan (its
-    positions would scan another server: the read would be silently partial)."""
+    """Shard ``name``'s index in ``cluster``'s shards now; a shard no longer listed (the store moved to
+    another layout) fails the scan: its positions would scan another server."""
     shards = cluster.shards
     if name not in shards:
-        gone = LookupError(f"{name} is no longer a master (a failover since the read was planned?)")
+        gone = LookupError(f"{name} is no longer one of the store's shards (the store moved?)")
         raise PartialScanError([ShardFailure(name, gone, ())])
     return shards.index(name)
-
-
-def _rows(cluster: Cluster, keys: list[Any], limit: int, tombstones: bool) -> pa.RecordBatch:
-    """One Arrow batch: the members of ``keys`` (and their tombstones, with ``tombstones``)."""
-    key_col: list[bytes] = []
-    scores: list[float] = []
-    members: list[Blob] = []
-    inserted: list[bool] = []
-    if tombstones:
-        for key, writes in cluster.records(keys).items():
-            top = writes[:limit]
-            key_col += [to_bytes(key)] * len(top)
-            scores += [w.score for w in top]
-            members += [w.member for w in top]
-            inserted += [isinstance(w, Insert) for w in top]
-    else:
-        for key, items in cluster.select(keys, limit=limit).items():
-            key_col += [to_bytes(key)] * len(items)
-            scores += [t.score for t in items]
-            members += [t.member for t in items]
-    columns = [_strings(key_col), pa.array(scores, pa.float64()), _strings(members)]
-    if tombstones:
-        columns.append(pa.array(inserted, pa.bool_()))
-    return pa.RecordBatch.from_arrays(columns, schema=TOMBSTONES_ARROW if tombstones else ARROW)
-
-
-def _strings(values: list[Any]) -> pa.Array:
-    """``values`` (bytes) as an Arrow string column (Arrow's ``ArrowInvalid`` for bytes that are not UTF-8)."""
-    return pa.array(values, pa.binary()).cast(pa.string())
-
-
-ARROW = pa.schema([("key", pa.string()), ("score", pa.float64()), ("member", pa.string())])
-TOMBSTONES_ARROW = ARROW.append(pa.field("inserted", pa.bool_()))

@@ -1,0 +1,195 @@
+"""The rows of ``spark.read.format("zcluster")``: a batch of keys read into one Arrow batch, by kind (see
+:mod:`zcluster.spark.reader` for the options and what a read guarantees).
+
+* ``set`` (2P-sets): ``key, score, member`` (and ``inserted`` with tombstones), highest score first;
+* ``totals`` (sums of :class:`zcluster.Incr`, leaderboards), ``counts`` (counters of :class:`zcluster.Count`),
+  ``aggregates`` (either): ``key, kind, member, total, count``, ``kind`` ``"totals"`` or ``"counts"``, the
+  total of a sums key's member in ``total`` (``count`` null), a counter's field in ``member`` and its
+  count in ``count`` (``total`` null); highest first (ties: member descending).
+
+A key of another kind than the one asked fails the read with :class:`KeyKindError` naming it; a key that
+holds nothing (never written, or expired) gives no rows, whatever the kind asked.
+
+On a :class:`zcluster.Cluster` each batch is one pipeline per shard (``ZREVRANGE ... WITHSCORES`` and the
+``TYPE`` of the fences key that tells an aggregate apart, or ``HGETALL``), the replies put into Arrow
+columns directly. On a :class:`zcluster.farm.Farm` the rows come from its reads under its read strategy
+(``select``, ``top``, ``counters``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from zcluster._aggregate_keys import KIND_NAMES, whole_keys_of
+from zcluster._transport import read
+from zcluster.cluster import Cluster
+from zcluster.errors import KeyKindError, PartialReadError
+from zcluster.farm import Farm
+from zcluster.types import ShardFailure
+
+KINDS = ("set", "totals", "counts", "aggregates")
+"""The ``kind`` option's values."""
+SET_ARROW = pa.schema([("key", pa.string()), ("score", pa.float64()), ("member", pa.string())])
+TOMBSTONES_ARROW = SET_ARROW.append(pa.field("inserted", pa.bool_()))
+AGGREGATES_ARROW = pa.schema(
+    [
+        ("key", pa.string()),
+        ("kind", pa.string()),
+        ("member", pa.string()),
+        ("total", pa.float64()),
+        ("count", pa.int64()),
+    ]
+)
+_WANTED = {
+    "set": "a 2P-set",
+    "totals": KIND_NAMES["s"],
+    "counts": KIND_NAMES["c"],
+    "aggregates": "an aggregate key",
+}
+_NAMES = {"2": "a 2P-set", **KIND_NAMES}
+
+
+def arrow_schema(kind: str, tombstones: bool) -> pa.Schema:
+    """The Arrow schema of a read of ``kind`` (with the ``inserted`` column for a set's tombstones)."""
+    if kind == "set":
+        return TOMBSTONES_ARROW if tombstones else SET_ARROW
+    return AGGREGATES_ARROW
+
+
+def spark_schema(kind: str, tombstones: bool) -> str:
+    """The DataFrame schema of a read of ``kind``, as Spark's DDL."""
+    names = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.bool_(): "boolean"}
+    return ", ".join(f"{f.name} {names[f.type]}" for f in arrow_schema(kind, tombstones))
+
+
+class Columns:
+    """Rows gathered column by column, then one Arrow batch."""
+
+    def __init__(self, kind: str, tombstones: bool) -> None:
+        self.schema = arrow_schema(kind, tombstones)
+        self.columns: list[list[Any]] = [[] for _ in self.schema]
+
+    def pairs(self, key: Any, pairs: list[Any]) -> None:
+        """A set's ``pairs`` ((member, score, ...), highest first)."""
+        cols = self.columns
+        cols[0] += [key] * len(pairs)
+        cols[1] += [p[1] for p in pairs]
+        cols[2] += [p[0] for p in pairs]
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [
+            pa.array(col, pa.binary()).cast(pa.string()) if f.type == pa.string() else pa.array(col, f.type)
+            for col, f in zip(self.columns, self.schema, strict=True)
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombstones: bool) -> pa.RecordBatch:
+    """One Arrow batch: the rows of ``keys`` (bytes) in ``cluster`` (see the module)."""
+    layout = cluster._layout
+    last = limit - 1
+    build: Callable[[bytes, int], list[tuple[Any, ...]]]
+    if kind == "set" and tombstones:  # ZREVRANGE of an aggregate's fences (a hash) fails: WRONGTYPE
+        build = lambda kb, _: [  # noqa: E731
+            ("ZREVRANGE", layout.adds(kb), 0, last, "WITHSCORES"),
+            ("ZREVRANGE", layout.removes(kb), 0, last, "WITHSCORES"),
+        ]
+    elif kind in ("set", "totals"):
+        build = lambda kb, _: [("TYPE", layout.removes(kb)), ("ZREVRANGE", layout.adds(kb), 0, last, "WITHSCORES")]  # noqa: E731
+    elif kind == "counts":
+        build = lambda kb, _: [("TYPE", layout.removes(kb)), ("HGETALL", layout.adds(kb))]  # noqa: E731
+    else:
+        return _dumped(cluster, keys, limit)
+    result = read(cluster._transport, keys, cluster._encoder.keys(keys), build, lambda _, replies: replies)
+    if result.errors:
+        _raise(cluster, kind, result.errors, dict(result))
+    out = Columns(kind, tombstones)
+    for key in keys:
+        replies = result[key]
+        if kind == "set" and tombstones:
+            both = [(m, s, True) for m, s in replies[0]] + [(m, s, False) for m, s in replies[1]]
+            both.sort(key=lambda t: (t[1], t[0]), reverse=True)
+            top = both[:limit]
+            out.pairs(key, top)
+            out.columns[3] += [t[2] for t in top]
+            continue
+        fenced = replies[0] in (b"hash", "hash")  # an aggregate's fences
+        if not replies[1]:
+            continue  # nothing (or an aggregate whose totals expired): no rows, whatever the kind
+        if fenced != (kind != "set"):
+            _raise(cluster, kind, {key: ShardFailure(cluster.shard_of(key), TypeError(kind), ())}, {})
+        if kind == "set":
+            out.pairs(key, replies[1])
+        elif kind == "totals":
+            _aggregate(out, key, "totals", [(m, s) for m, s in replies[1]])
+        else:
+            counts = sorted(((int(v), f) for f, v in replies[1].items()), reverse=True)[:limit]
+            _aggregate(out, key, "counts", [(f, c) for c, f in counts])
+    return out.batch()
+
+
+def _aggregate(out: Columns, key: Any, kind: str, pairs: list[tuple[Any, Any]]) -> None:
+    """Aggregate rows of ``key``: (member, total) pairs of a sums key, (field, count) of a counters key."""
+    n = len(pairs)
+    cols = out.columns
+    cols[0] += [key] * n
+    cols[1] += [kind.encode()] * n
+    cols[2] += [m for m, _ in pairs]
+    cols[3 if kind == "totals" else 4] += [v for _, v in pairs]
+    cols[4 if kind == "totals" else 3] += [None] * n
+
+
+def _dumped(cluster: Cluster, keys: list[Any], limit: int) -> pa.RecordBatch:
+    """``aggregates``: each key's kind and totals in one script call (``lua/aggregate.lua``'s dump)."""
+    states = whole_keys_of(cluster).states(keys, dump=True)
+    if states.errors:
+        raise PartialReadError(dict(states.items()), dict(states.errors.items()))
+    out = Columns("aggregates", False)
+    for key in keys:
+        state = states[key]
+        flat = state.totals or []
+        if state.kind == "2":
+            raise KeyKindError(key, _NAMES["2"], _WANTED["aggregates"], cluster.shard_of(key))
+        if state.kind == "s":
+            sums = sorted(((float(flat[j + 1]), flat[j]) for j in range(0, len(flat), 2)), reverse=True)[:limit]
+            _aggregate(out, key, "totals", [(m, t) for t, m in sums])
+        elif state.kind == "c":
+            counts = sorted(((int(flat[j + 1]), flat[j]) for j in range(0, len(flat), 2)), reverse=True)[:limit]
+            _aggregate(out, key, "counts", [(f, c) for c, f in counts])
+    return out.batch()
+
+
+def _raise(cluster: Cluster, kind: str, errors: dict[Any, ShardFailure], results: dict[Any, Any]) -> None:
+    """A key of another kind among ``errors`` (a WRONGTYPE reply, or a kind the replies showed) raises
+    :class:`KeyKindError` naming it; otherwise the shards' failures raise :class:`PartialReadError`."""
+    keys = list(errors)
+    states = whole_keys_of(cluster).states(keys)
+    for key in keys:
+        state = states.get(key)
+        if state is not None and state.kind not in ("", "a") and _NAMES[state.kind] != _WANTED[kind]:
+            raise KeyKindError(key, _NAMES[state.kind], _WANTED[kind], cluster.shard_of(key))
+    raise PartialReadError(results, errors)
+
+
+def farm_rows(farm: Farm, keys: list[Any], kind: str, limit: int) -> pa.RecordBatch:
+    """One Arrow batch: the rows of ``keys`` read from ``farm`` under its read strategy (``select`` for
+    sets, ``top`` for totals, ``counters`` for counts), after every replica's kinds of them were checked."""
+    for i, states in enumerate(farm.per_replica(lambda c: whole_keys_of(c).states(keys), keys)):
+        for key, state in states.items():  # a replica that failed here fails (or not) the read below
+            if state.kind not in ("", "a") and _NAMES[state.kind] != _WANTED[kind]:
+                raise KeyKindError(key, _NAMES[state.kind], _WANTED[kind], f"replica {farm.names[i]}")
+    out = Columns(kind, False)
+    if kind == "set":
+        for key, items in farm.select(keys, limit=limit).items():
+            out.pairs(key, [(t.member, t.score) for t in items])
+    elif kind == "totals":
+        for key, items in farm.top(keys, 0, limit).items():
+            _aggregate(out, key, "totals", [(t.member, t.score) for t in items])
+    else:
+        for key, fields in farm.counters(keys).items():
+            counts = sorted(((c, f) for f, c in fields.items()), reverse=True)[:limit]
+            _aggregate(out, key, "counts", [(f, c) for c, f in counts])
+    return out.batch()
