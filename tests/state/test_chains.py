@@ -11,6 +11,7 @@ uncommitted, one journal of two got its ACK, the downstream reader saw the rollb
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -32,8 +33,10 @@ from chain_helpers import (
     stage_a,
     stage_b,
 )
+from click.testing import CliRunner
 
 from zcluster import Cluster, ConfigError, FencedError, PollError
+from zcluster.cli import cli
 from zcluster.journal import FileJournals, RedisJournals
 from zcluster.journal.store import JournalStore
 from zcluster.message import JournalError
@@ -41,7 +44,7 @@ from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
 from zcluster.message.readers import ReadCommittedIter, ReadUncommittedIter
 from zcluster.message.sequencer import Sequencer
-from zcluster.state import Consumer, StateStore
+from zcluster.state import Consumer, StateStore, progress
 from zcluster.state.txn import TxnStore
 from zcluster.testing import LocalShards
 
@@ -124,6 +127,16 @@ def test_crash_between_checkpoint_and_acks(env: Env) -> None:
     assert sum(len(env.read(j, committed=False)) for j in OUTPUTS) > 0
     env.b().poll()
     assert board(env.cluster) != model(docs)  # B cannot see the transaction yet: its ACK was lost
+    # The consumers view shows the intents the checkpoint holds (the library's and the CLI's).
+    (shown,) = [p for p in progress(env.cluster, env.app_a, env.store) if p.journal == "in/0"]
+    assert set(shown.ack_intents) == {i.journal for i in held.intents} and shown.generation == 1
+    conn = [a for u in env.shards.urls for a in ("--url", u)]
+    listed = CliRunner().invoke(cli, [*conn, "consumers", env.app_a, "--journals", env.url, "--json"])
+    assert listed.exit_code == 0, listed.output
+    (row,) = [j for j in json.loads(listed.stdout)["journals"] if j["journal"] == "in/0"]
+    assert sorted(row["ack_intents"]) == sorted(shown.ack_intents)
+    text = CliRunner().invoke(cli, [*conn, "consumers", env.app_a, "--journals", env.url]).stdout
+    assert "in/0: ACK intents for" in text
     with env.a() as a:  # restart: the claim re-appends the intents, then A goes on
         a.poll()
     env.b().poll()

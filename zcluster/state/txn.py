@@ -150,7 +150,7 @@ class TxnStore:
         return TxnCheckpoint(cp.offset, cp.states, cp.journal_id, cp.base, 0, 0, b"", 0, [], timed.saved_at)
 
     @staticmethod
-    def _newest(records: list[KeyScoreMember], below: float | None = None) -> KeyScoreMember | None:
+    def newest(records: list[KeyScoreMember], below: float | None = None) -> KeyScoreMember | None:
         """The newest record (below ``below``): v4 records outrank the older layouts by score; of records of
         the older layouts, the snapshot layouts' top one (as StateStore.timed picks), else all of them."""
         held = [r for r in records if below is None or r.score < below]
@@ -161,7 +161,7 @@ class TxnStore:
     def load(self, journal: str) -> TxnCheckpoint:
         """The newest checkpoint of ``journal`` (what a claim starts from)."""
         records = self._records(journal)
-        newest = self._newest(records)
+        newest = self.newest(records)
         if newest is None and records:  # the layout before snapshots: StateStore parses the whole key
             cp = self.state.timed(journal, records).checkpoint
             return TxnCheckpoint(cp.offset, cp.states, cp.journal_id, cp.base, 0, 0, b"", 0, [])
@@ -182,7 +182,7 @@ class TxnStore:
                 raise FencedError(self.state.app, journal, gen, None)
             records = self._records(journal)
             rivals = [r for r in records if r.score >= record.score and str(r.member) != record.member]
-            below = self._newest(records, record.score)
+            below = self.newest(records, record.score)
             if rivals or (below is None and start.gen > 0):
                 # Another claim of this generation or a newer one, or one that finished (it forgot the
                 # checkpoint this claim copied): it goes on.
@@ -197,13 +197,14 @@ class TxnStore:
         raise FencedError(self.state.app, journal, gen, None)
 
     def save_journal(self, journal: str, saved: TxnCheckpoint) -> TxnCheckpoint:
-        """Save ``saved`` (its ``seq`` one past the previous save or claim of its generation) fenced; returns
-        it. Raises :class:`zcluster.FencedError` when a newer claim exists: nothing of this save counts (its
-        intents must never be appended)."""
+        """Save ``saved`` (its ``seq`` one past the previous save or claim of its generation; ``saved_at``, when
+        given, the time recorded, so that a retry writes the same record) fenced; returns it. Raises
+        :class:`zcluster.FencedError` when a newer claim exists: nothing of this save counts (its intents must
+        never be appended)."""
         key = self.state._journal_key(journal)
-        record = KeyScoreMember(key, score(saved.gen, saved.seq), _encode(saved, time.time()))
+        record = KeyScoreMember(key, score(saved.gen, saved.seq), _encode(saved, saved.saved_at or time.time()))
         applied = self.state.cluster.insert([record]).applied[0]
-        newest = self._newest(self._records(journal))
+        newest = self.newest(self._records(journal))
         if not applied or newest is None or str(newest.member) != record.member or newest.score != record.score:
             theirs = _unscore(newest.score)[0] if newest is not None and newest.score >= _TOP else None
             raise FencedError(self.state.app, journal, saved.gen, theirs)
@@ -321,6 +322,7 @@ class Publishing:
             seq=held.seq + 1,
             clock=claim.producer.clock.value,
             intents=intents,
+            saved_at=time.time(),  # fixed here: a retried save sends the same record
         )
         txns = TxnStore(state)
         claim.checkpoint = retrying(lambda: txns.save_journal(journal, saved), self.retries, f"save {journal}")
