@@ -35,7 +35,7 @@ from chain_helpers import (
 )
 from click.testing import CliRunner
 
-from zcluster import Cluster, ConfigError, FencedError, PollError
+from zcluster import Cluster, ConfigError, FencedError, MapperError, PollError
 from zcluster.cli import cli
 from zcluster.journal import FileJournals, RedisJournals
 from zcluster.journal.store import JournalStore
@@ -254,3 +254,15 @@ def test_a_non_publishing_save_over_a_publishing_checkpoint_is_refused(env: Env)
     assert held.offset > 0  # the v4 record reads as a checkpoint
     with pytest.raises(ConfigError, match="publishing application"):
         state.save_journal("in/0", held.offset + 1, held.states)
+
+
+def test_a_publish_without_a_journal_store_to_publish_to_is_a_mapper_error(env: Env) -> None:
+    feed(env.store, events(0, 2))
+    with (
+        Consumer(env.cluster, env.store, stage_a, env.app_a, selector=A_SELECTOR) as a,
+        pytest.raises(PollError) as raised,
+    ):
+        a.poll()
+    errors = [f.error for f in raised.value.failures]
+    assert errors and all(isinstance(e, MapperError) and "publish=" in str(e) for e in errors)
+    assert StateStore(env.cluster, env.app_a).load_journal("in/0").offset == 0  # nothing checkpointed
