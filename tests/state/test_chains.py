@@ -44,7 +44,7 @@ from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
 from zcluster.message.readers import ReadCommittedIter, ReadUncommittedIter
 from zcluster.message.sequencer import Sequencer
-from zcluster.state import Consumer, StateStore, progress
+from zcluster.state import Consumer, StateStore, progress, txn
 from zcluster.state.txn import TxnStore
 from zcluster.testing import LocalShards
 
@@ -266,3 +266,29 @@ def test_a_publish_without_a_journal_store_to_publish_to_is_a_mapper_error(env: 
     errors = [f.error for f in raised.value.failures]
     assert errors and all(isinstance(e, MapperError) and "publish=" in str(e) for e in errors)
     assert StateStore(env.cluster, env.app_a).load_journal("in/0").offset == 0  # nothing checkpointed
+
+
+class CountingAppends:
+    """A journal store that counts ``append_many`` calls (the messages of a transaction)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.calls = store, 0
+
+    def append_many(self, journal: str, items: Any) -> Any:
+        self.calls += 1
+        return self.store.append_many(journal, items)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_a_long_transaction_appends_its_messages_in_chunks(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(txn, "QUEUED", 4)
+    docs = events(0, 40)
+    feed(env.store, docs)
+    counting = CountingAppends(env.store)
+    with env.a(store=counting) as a:
+        assert a.poll().published == 40
+    assert counting.calls >= 40 // 4  # appended while the transactions ran (20 messages each), not at the end
+    env.b().poll()
+    assert board(env.cluster) == model(docs)

@@ -61,6 +61,7 @@ log = logging.getLogger("zcluster.state")
 V4 = "v4|"
 _BITS = 26  # of the generation and of the save number each
 LIMIT = 1 << _BITS
+QUEUED = 4096  # messages a transaction queues before appending them
 _TOP = 2.0**60  # every v4 score is at or above it; positions of the older layouts are far below
 
 
@@ -226,6 +227,8 @@ class Claim:
         self.checkpoint = checkpoint
         self.producer = producer
         self.pending: dict[str, list[bytes]] = {}
+        self.queued = 0  # frames in pending
+        self.published = 0  # messages of the open transaction appended (uncommitted) so far
 
 
 class Publishing:
@@ -298,6 +301,9 @@ class Publishing:
             framing = self._framing(journal)
             claim.producer.stamp_uncommitted(msg, journal, framing)
             claim.pending.setdefault(journal, []).append(framing.marshal(msg))
+            claim.queued += 1
+        if claim.queued >= QUEUED:
+            self._flush(claim)
         return rest
 
     def commit(
@@ -307,13 +313,10 @@ class Publishing:
         append the intents. Returns how many messages were published. Nothing read and nothing published:
         nothing saved."""
         held = claim.checkpoint
-        if offset == held.offset and not claim.pending:
+        if offset == held.offset and not claim.pending and not claim.published:
             return 0
-        published = 0
-        for target, frames in claim.pending.items():
-            self.writer.append_many(target, frames)
-            published += len(frames)
-        claim.pending = {}
+        self._flush(claim)
+        published, claim.published = claim.published, 0
         intents = claim.producer.commit_intents()
         saved = held._replace(
             offset=offset,
@@ -328,6 +331,14 @@ class Publishing:
         claim.checkpoint = retrying(lambda: txns.save_journal(journal, saved), self.retries, f"save {journal}")
         self._append(intents)
         return published
+
+    def _flush(self, claim: Claim) -> None:
+        """Append the queued messages (uncommitted: any time before the save will do; appending in chunks
+        bounds a long transaction's memory)."""
+        for target, frames in claim.pending.items():
+            self.writer.append_many(target, frames)
+            claim.published += len(frames)
+        claim.pending, claim.queued = {}, 0
 
     def _append(self, intents: list[AckIntent]) -> None:
         for intent in intents:
