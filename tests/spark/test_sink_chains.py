@@ -1,0 +1,77 @@
+"""Exactly-once chains through the Spark sink (classic local Spark, real redis-server shards, file journals):
+stage A is a ``ZClusterSink`` whose mapper publishes (``publish=``), stage B a ``Consumer`` reading A's output
+read-committed into a leaderboard (tests/state/chain_helpers.py). The board must equal the model after task
+retries (a task failing once after publishing, retried by Spark), a replayed batch from a new checkpoint
+directory, and a failed batch run again."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zcluster import Cluster
+from zcluster.journal import FileJournals
+from zcluster.spark import ZClusterSink, run_available_now
+from zcluster.state import Consumer
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
+from chain_helpers import A_SELECTOR, B_SELECTOR, board, create, events, feed, model, stage_a, stage_b
+
+pytestmark = pytest.mark.spark
+_ids = itertools.count()
+
+
+def failing_once(marker: str) -> Any:
+    """stage A's mapper, raising on event 5 the first time any task meets it (``marker``: a file that says
+    it did), after earlier events were published in that task's transaction."""
+
+    def mapper(message: Any) -> list[Any]:
+        if message.doc["id"] == 5 and not Path(marker).exists():
+            Path(marker).write_text("failed once")
+            raise RuntimeError("injected task failure")
+        return stage_a(message)
+
+    return mapper
+
+
+@pytest.fixture
+def chain(tmp_path: Path, shards: Any) -> Any:
+    root = tmp_path / "journals"
+    store = FileJournals(root)
+    create(store)
+    prefix = f"sc{next(_ids)}:"
+    cluster = Cluster.from_urls(shards.urls, prefix=prefix)
+    yield store, f"file://{root}", cluster, prefix, shards.urls
+    cluster.close()
+    store.close()
+
+
+def test_a_spark_stage_publishes_exactly_once_through_retries_and_replays(
+    spark: Any, chain: Any, tmp_path: Path
+) -> None:
+    store, url, cluster, prefix, urls = chain
+    app = f"sa{next(_ids)}"
+    docs = events(0, 30)
+    feed(store, docs)
+    marker = str(tmp_path / "failed")
+    sink = ZClusterSink(urls, failing_once(marker), app, journals=url, prefix=prefix, publish=url)
+    run_available_now(spark, sink, url, tmp_path / "ckpt", selector=A_SELECTOR)
+    assert Path(marker).exists()  # a task failed once and Spark ran it again
+    assert sum(b.published for b in sink.history) == 30
+    with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
+        b.poll()
+        assert board(cluster) == model(docs)
+        # A new checkpoint directory replays every batch: nothing is published again.
+        replay = ZClusterSink(urls, stage_a, app, journals=url, prefix=prefix, publish=url)
+        run_available_now(spark, replay, url, tmp_path / "ckpt2", selector=A_SELECTOR)
+        assert sum(x.published for x in replay.history) == 0
+        more = events(30, 16)
+        feed(store, more)
+        run_available_now(spark, replay, url, tmp_path / "ckpt2", selector=A_SELECTOR)
+        assert sum(x.published for x in replay.history) == 16
+        b.poll()
+    assert board(cluster) == model(docs + more)
