@@ -14,7 +14,8 @@ them read-committed into a leaderboard (``Incr``). Two ways between the stages, 
 
 Reported: events/s end to end (A's poll + B's poll, B's board checked against the model each run), the ratio
 exactly_once / at_least_once (goal >= 0.8) with the paired ratio of each repetition, and the added cost per
-published message ((t_eo - t_alo) / N). Medians over ``--repeat``, after one uncounted warm-up run of each. Results: ``results/chain[-quick].json``.
+published message ((t_eo - t_alo) / N). Medians over ``--repeat``, after one uncounted warm-up run of each.
+Results: ``results/chain[-quick].json``.
 """
 
 from __future__ import annotations
