@@ -1,8 +1,8 @@
 """Exactly-once chains through the Spark sink (classic local Spark, real redis-server shards, file journals):
 stage A is a ``ZClusterSink`` whose mapper publishes (``publish=``), stage B a ``Consumer`` reading A's output
-read-committed into a leaderboard (tests/state/chain_helpers.py). The board must equal the model after task
-retries (a task failing once after publishing, retried by Spark), a replayed batch from a new checkpoint
-directory, and a failed batch run again."""
+read-committed into a leaderboard (tests/state/chain_helpers.py). The board must equal the model after a task
+failing once after appending 4,096 of its messages (retried by Spark), every batch replayed from a new
+checkpoint directory, and more input."""
 
 from __future__ import annotations
 
@@ -15,22 +15,46 @@ import pytest
 
 from zcluster import Cluster
 from zcluster.journal import FileJournals
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.message.journals import JournalSpec
+from zcluster.message.readers import ReadCommittedIter, ReadUncommittedIter
+from zcluster.message.sequencer import Sequencer
 from zcluster.spark import ZClusterSink, run_available_now
 from zcluster.state import Consumer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
-from chain_helpers import A_SELECTOR, B_SELECTOR, board, create, events, feed, model, stage_a, stage_b
+from chain_helpers import (
+    A_SELECTOR,
+    B_SELECTOR,
+    OUTPUTS,
+    board,
+    create,
+    events,
+    feed,
+    model,
+    stage_a,
+    stage_b,
+)
 
 pytestmark = pytest.mark.spark
+
+
+def read(store: FileJournals, journal: str, committed: bool) -> list[Any]:
+    spec = JournalSpec(journal, {"content-type": CONTENT_TYPE_NDJSON})
+    it = ReadCommittedIter(store, spec, Sequencer()) if committed else ReadUncommittedIter(store, spec)
+    return [e for e in it if not e.is_ack]
+
+
 _ids = itertools.count()
 
 
-def failing_once(marker: str) -> Any:
-    """stage A's mapper, raising on event 5 the first time any task meets it (``marker``: a file that says
-    it did), after earlier events were published in that task's transaction."""
+def failing_once(marker: str, at: int) -> Any:
+    """stage A's mapper, raising on event ``at`` the first time any task meets it (``marker``: a file that says
+    it did), after earlier events of that task's transaction were published (appended uncommitted: a
+    transaction appends every 4,096 messages)."""
 
     def mapper(message: Any) -> list[Any]:
-        if message.doc["id"] == 5 and not Path(marker).exists():
+        if message.doc["id"] == at and not Path(marker).exists():
             Path(marker).write_text("failed once")
             raise RuntimeError("injected task failure")
         return stage_a(message)
@@ -55,13 +79,17 @@ def test_a_spark_stage_publishes_exactly_once_through_retries_and_replays(
 ) -> None:
     store, url, cluster, prefix, urls = chain
     app = f"sa{next(_ids)}"
-    docs = events(0, 30)
-    feed(store, docs)
+    docs = events(0, 5000)
+    feed(store, docs, ["in/0"])  # one journal: one task's transaction publishes all of it
     marker = str(tmp_path / "failed")
-    sink = ZClusterSink(urls, failing_once(marker), app, journals=url, prefix=prefix, publish=url)
+    sink = ZClusterSink(urls, failing_once(marker, 4500), app, journals=url, prefix=prefix, publish=url)
     run_available_now(spark, sink, url, tmp_path / "ckpt", selector=A_SELECTOR)
     assert Path(marker).exists()  # a task failed once and Spark ran it again
-    assert sum(b.published for b in sink.history) == 30
+    assert sum(b.published for b in sink.history) == 5000
+    committed = [e.message.doc["src"] for j in OUTPUTS for e in read(store, j, committed=True)]
+    uncommitted = sum(len(read(store, j, committed=False)) for j in OUTPUTS)
+    assert sorted(committed) == list(range(5000))
+    assert uncommitted >= 5000 + 4096  # the failed attempt's messages are in the journals, never committed
     with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
         b.poll()
         assert board(cluster) == model(docs)
@@ -69,7 +97,7 @@ def test_a_spark_stage_publishes_exactly_once_through_retries_and_replays(
         replay = ZClusterSink(urls, stage_a, app, journals=url, prefix=prefix, publish=url)
         run_available_now(spark, replay, url, tmp_path / "ckpt2", selector=A_SELECTOR)
         assert sum(x.published for x in replay.history) == 0
-        more = events(30, 16)
+        more = events(5000, 16)
         feed(store, more)
         run_available_now(spark, replay, url, tmp_path / "ckpt2", selector=A_SELECTOR)
         assert sum(x.published for x in replay.history) == 16

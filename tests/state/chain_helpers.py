@@ -49,11 +49,14 @@ def events(first: int, n: int) -> list[dict[str, Any]]:
     return [{"id": i, "user": f"u{i % 7}", "pts": 1 + i % 5} for i in range(first, first + n)]
 
 
-def feed(store: JournalStore, docs: list[dict[str, Any]]) -> None:
-    """Append each event committed to an input journal (alternating)."""
+def feed(store: JournalStore, docs: list[dict[str, Any]], journals: list[str] = INPUTS) -> None:
+    """Append each event committed to one of ``journals`` (alternating)."""
+    per: dict[str, list[bytes]] = {}
     for k, doc in enumerate(docs):
         uuid = format_uuid(build_uuid(PRODUCER, _tick() << 4, Flags.OUTSIDE_TXN))
-        store.append(INPUTS[k % len(INPUTS)], (json.dumps({"UUID": uuid, **doc}) + "\n").encode())
+        per.setdefault(journals[k % len(journals)], []).append((json.dumps({"UUID": uuid, **doc}) + "\n").encode())
+    for journal, frames in per.items():
+        store.append_many(journal, frames)
 
 
 def model(docs: Iterable[dict[str, Any]]) -> dict[str, float]:
