@@ -7,6 +7,7 @@ checkpoint directory, and more input."""
 from __future__ import annotations
 
 import itertools
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,25 @@ def test_a_spark_stage_publishes_exactly_once_through_retries_and_replays(
         assert sum(x.published for x in replay.history) == 16
         b.poll()
     assert board(cluster) == model(docs + more)
+
+
+def test_a_spark_connect_stage_publishes_exactly_once_across_runs_and_a_new_checkpoint(
+    chain: Any, tmp_path: Path
+) -> None:
+    """On Spark Connect (a driver process per run, ``driver_job.py --connect --chain``)."""
+    store, url, cluster, prefix, urls = chain
+    driver = Path(__file__).with_name("driver_job.py")
+    cmd = [sys.executable, str(driver), "--journals", url, "--urls", *urls, "--prefix", prefix, "--connect"]
+    cmd += ["--chain", "--query-name", f"sx{next(_ids)}"]
+    docs = events(0, 40)
+    feed(store, docs)
+    for checkpoint in ("ckpt", "ckpt", "fresh-ckpt"):  # again from the same checkpoint, then from a new one
+        done = subprocess.run(
+            [*cmd, "--checkpoint", str(tmp_path / checkpoint)], capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    committed = sorted(e.message.doc["src"] for j in OUTPUTS for e in read(store, j, committed=True))
+    assert committed == list(range(40))  # published once over three runs
+    with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
+        b.poll()
+    assert board(cluster) == model(docs)
