@@ -6,7 +6,8 @@
 
 ``--leaderboard`` has the mapper also add one point per event to its user on ``leaderboard`` (exactly-once
 increments). ``--chain`` runs stage A of tests/state/chain_helpers.py instead (it publishes to the output
-journals, ``publish=`` the journal store). ``--sleep`` makes the mapper sleep per message (so a batch is slow enough to be killed mid-way),
+journals, ``publish=`` the journal store). ``--sleep`` makes the mapper sleep per message (so a batch is
+slow enough to be killed mid-way),
 ``--flush``
 bounds the sink's write batches (so writes land while the batch still runs). ``--stats`` writes the sink's
 history (one BatchStats per batch) as JSON when the run ends. ``--max-frames`` sets the source's
