@@ -50,6 +50,7 @@ is true::
     ├── NoHandlerError               (LookupError) a channel command nobody handles
     ├── MapperError                  the exactly-once mapper raised or wrote badly; not checkpointed
     ├── JournalMismatchError         a checkpoint of another journal, or past its end
+    ├── FencedError                  another process took over a publishing application's journal
     ├── PollError                    (ExceptionGroup) a Consumer's journals failed, others applied
     ├── ServerNotFound               the local test servers: no redis-server/valkey-server binary
     └── TlsUnsupported               the local test servers: the binary was built without TLS
@@ -318,6 +319,23 @@ class JournalMismatchError(ZClusterError):
             f"application {app}: {why}; nothing was delivered from it. To deliver the journal as it is now "
             f"from its start, call StateStore(cluster, {app!r}).restart_journal({journal!r}); or use a new "
             "application id"
+        )
+
+
+class FencedError(ZClusterError):
+    """Another process claimed journal ``journal`` of publishing application ``app`` (its generation
+    ``theirs`` is above this process's ``mine``): this process's transaction on that journal was not
+    checkpointed, so the messages it published never commit (its ACK intents are never appended), and its
+    CRDT writes and increments are idempotent or fenced. The next poll claims the journal again (fencing the
+    other process in turn): two live consumers of one application do the work twice, never commit it twice.
+    See :mod:`zcluster.state.txn`."""
+
+    def __init__(self, app: str, journal: str, mine: int, theirs: int | None) -> None:
+        self.app, self.journal, self.mine, self.theirs = app, journal, mine, theirs
+        other = f"generation {theirs}" if theirs is not None else "a newer claim"
+        super().__init__(
+            f"application {app}, journal {journal}: {other} took over from this process's generation {mine}; "
+            "its transaction was not checkpointed and what it published never commits"
         )
 
 

@@ -13,7 +13,7 @@ import math
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from zcluster.errors import ConfigError, PartialWriteError, WriteRefusedError
 
@@ -49,6 +49,18 @@ class Delete(NamedTuple):
 Write = Insert | Delete
 """One CRDT write: the only spelling of a write in zcluster (a plain 3-tuple or KeyScoreMember is an insert
 where an :class:`Insert` is accepted)."""
+
+
+class Publish(NamedTuple):
+    """A message a mapper publishes to ``journal`` (a journal name, or a ``MappingFunc`` of
+    :mod:`zcluster.message.mapping` choosing one per message, as a ``Publisher`` does): part of the
+    consumer's transaction, so read-committed readers of ``journal`` see it exactly once when the
+    transaction that published it is checkpointed, and never if it is abandoned. ``message`` must implement
+    the message protocol (:class:`zcluster.message.Message`, e.g. a ``JsonMessage``). Only an applier given a
+    journal store to publish to accepts it (``Consumer(..., publish=...)``); see :mod:`zcluster.state.txn`."""
+
+    journal: Any
+    message: Any
 
 
 class Incr(NamedTuple):

@@ -5,7 +5,9 @@
         [--max-frames 40 --progress batches.json]
 
 ``--leaderboard`` has the mapper also add one point per event to its user on ``leaderboard`` (exactly-once
-increments). ``--sleep`` makes the mapper sleep per message (so a batch is slow enough to be killed mid-way),
+increments). ``--chain`` runs stage A of tests/state/chain_helpers.py instead (it publishes to the output
+journals, ``publish=`` the journal store). ``--sleep`` makes the mapper sleep per message (so a batch is
+slow enough to be killed mid-way),
 ``--flush``
 bounds the sink's write batches (so writes land while the batch still runs). ``--stats`` writes the sink's
 history (one BatchStats per batch) as JSON when the run ends. ``--max-frames`` sets the source's
@@ -20,7 +22,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from zcluster.spark import ZClusterSink, local_session, run_available_now
@@ -64,20 +68,28 @@ def main() -> int:
     p.add_argument("--observed")
     p.add_argument("--connect", action="store_true", help="a local Spark Connect session (no --stats there)")
     p.add_argument("--leaderboard", action="store_true", help="the mapper also counts events per user (Incr)")
+    p.add_argument("--chain", action="store_true", help="stage A of tests/state/chain_helpers.py, publishing")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
     spark = local_session(args.master, connect=args.connect)
+    selector, mapper, publish = "", SlowMapper(args.sleep, args.deliveries, args.leaderboard), None
+    if args.chain:
+        sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
+        from chain_helpers import A_SELECTOR, stage_a
+
+        selector, mapper, publish = A_SELECTOR, stage_a, args.journals
     sink = ZClusterSink(
         args.urls,
-        SlowMapper(args.sleep, args.deliveries, args.leaderboard),
+        mapper,
         args.query_name,
         journals=args.journals,
         flush=args.flush,
         prefix=args.prefix,
+        publish=publish,
     )
     bound = {"maxFramesPerTrigger": args.max_frames} if args.max_frames else {}
-    query = run_available_now(spark, sink, args.journals, args.checkpoint, **bound)
+    query = run_available_now(spark, sink, args.journals, args.checkpoint, selector, **bound)
     if args.progress:
         with open(args.progress, "w") as f:
             json.dump([p.numInputRows for p in query.recentProgress], f)

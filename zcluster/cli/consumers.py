@@ -230,6 +230,11 @@ def _print(app: str, found: list[JournalProgress], count_frames: bool, failures:
     if not found and not failures:
         click.echo(f"application {app}: no checkpoints")
     for p in found:
+        if p.ack_intents:
+            click.echo(
+                f"{p.journal}: ACK intents for {', '.join(p.ack_intents)} (generation {p.generation}): appended "
+                "after the checkpoint's save, and again when a process next claims the journal"
+            )
         for b, e, why in p.lost:
             click.echo(f"{p.journal}: lost range {b}..{e} ahead ({why})")
         for s in p.skipped:

@@ -2,7 +2,8 @@
 
 ``ZClusterSink`` commits journal messages into the cluster exactly once (a ``foreachBatch`` function
 running :class:`zcluster.state.Applier` on executors); ``zcluster-journal`` reads journals as a streaming
-source or, with ``spark.read``, as a batch (the committed messages: :mod:`zcluster.spark.batch_source`);
+source or, with ``spark.read``, as a batch (the committed messages: :mod:`zcluster.spark.batch_source`), and
+with ``writeStream`` writes rows into journals exactly once per micro-batch (:mod:`zcluster.spark.journal_writer`);
 ``zcluster`` writes Insert/Delete rows. :func:`register` registers both data sources with a
 SparkSession; :func:`local_session` starts a local one with them registered.
 

@@ -257,3 +257,10 @@ class JournalDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> JournalStreamReader:
         return JournalStreamReader(dict(self.options))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        """``writeStream.format("zcluster-journal")``: :mod:`zcluster.spark.journal_writer` (imported here: a
+        reading worker needs nothing of the state layer)."""
+        from zcluster.spark.journal_writer import JournalStreamWriter
+
+        return JournalStreamWriter(dict(self.options))

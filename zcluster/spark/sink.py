@@ -64,6 +64,7 @@ class _Job:
     prune_horizon: float | None
     fail_on_data_loss: bool = True
     lag: bool = True
+    publish: str | None = None
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: frames (Arrow record batches of the source's rows) in, stats out.
@@ -83,8 +84,9 @@ class _Job:
             return
         # The store (when given) also binds each checkpoint to its journal's identity, in both row modes.
         store = None if self.journals is None else open_store(self.journals, recover=False)
+        publish = None if self.publish is None else open_store(self.publish)
         try:
-            applier = self._applier(store)
+            applier = self._applier(store, publish)
             if "data" in first.schema.names:
                 frames = _frames(itertools.chain([first], batches))
                 for journal, group in itertools.groupby(frames, key=lambda r: r[0]):
@@ -97,8 +99,10 @@ class _Job:
         finally:
             if store is not None:
                 close_store(store)
+            if publish is not None:
+                close_store(publish)
 
-    def _applier(self, journals: JournalStore | str | None) -> Applier:
+    def _applier(self, journals: JournalStore | str | None, publish: JournalStore | None = None) -> Applier:
         return Applier(
             self.config.shared(),
             self.app,
@@ -111,6 +115,7 @@ class _Job:
             prune_horizon=self.prune_horizon,
             fail_on_data_loss=self.fail_on_data_loss,
             lag=self.lag,
+            publish=publish,
         )
 
 
@@ -197,6 +202,14 @@ class ZClusterSink:
     store per journal; ``rows=ranges``). ``metrics``: called with ``(query_name, stats)`` after each batch
     (e.g. a :class:`zcluster.metrics.ApplierMetrics`).
 
+    ``publish``: a journal store URL the mapper's :class:`zcluster.Publish` messages go to, exactly once
+    (:mod:`zcluster.state.txn`). The transaction is one journal's range in one task: the task claims the
+    journal (a new producer id per task attempt, fencing any earlier attempt still running: a speculative copy
+    or a retry's zombie, whose save then fails and whose messages never commit), appends the last checkpoint's
+    ACK intents again, publishes uncommitted, saves the checkpoint with its intents and appends them. A
+    replayed batch or a new checkpoint directory re-reads ranges the checkpoints already passed: nothing is
+    published again. Each task attempt is a new producer to downstream readers: give them a ``prune_horizon``.
+
     Progress in Spark: ``sink.observe(df).writeStream.foreachBatch(sink)`` (as
     :func:`zcluster.spark.run_available_now` does) runs the sink's tasks in the query's own plan, so each
     batch's figures appear in ``StreamingQueryProgress.observedMetrics["zcluster"]`` (delivered, duplicates,
@@ -243,6 +256,7 @@ class ZClusterSink:
         fail_on_data_loss: bool = True,
         lag: bool = True,
         metrics: Callable[[str, BatchStats], None] | None = None,
+        publish: str | None = None,
     ) -> None:
         self.config = store_config(cluster, prefix=prefix, max_size=max_size)
         self.query_name = query_name
@@ -258,6 +272,7 @@ class ZClusterSink:
             prune_horizon,
             fail_on_data_loss,
             lag,
+            publish,
         )
         self.metrics = metrics
         self.history: list[BatchStats] = []

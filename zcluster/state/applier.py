@@ -13,6 +13,10 @@ Per journal, :meth:`Applier.apply`:
    unconfirmed tuples (writes are idempotent);
 4. stores the new producer states with the read-through offset, atomically, only after the writes.
 
+With ``publish`` (a journal store), the mapper may also return :class:`zcluster.Publish` messages: each
+journal's batch is then a consumer transaction that publishes them uncommitted, saves a fenced checkpoint
+holding its ACK intents, and appends the intents after that (:mod:`zcluster.state.txn`).
+
 A lost range of a file journal (:mod:`zcluster.state.lost`) ends the journal's batch there: everything
 before it is delivered and checkpointed, then :class:`zcluster.message.OffsetOutOfRangeError` names it;
 with ``fail_on_data_loss=False`` the applier skips it instead (logged, counted, audited) and goes on.
@@ -21,6 +25,10 @@ Why this is exactly-once: every effect is a CRDT write, so applying a message's 
 task, a replayed batch, a crash before step 4, a zombie) changes nothing; producer states only move
 forward (their scores are clocks); and the Sequencer's states keep duplicates and rolled-back messages
 out. Guaranteed only for a deterministic mapper (a replay must map a message to the same writes).
+
+Why this module is long: the per-frame loop of :meth:`Applier._apply` is one function on purpose (it runs once
+per frame: locals, counters added once, no call per frame it can avoid), and the frame decoding's fast path
+sits beside it; the publishing side lives in :mod:`zcluster.state.txn`.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zcluster._retry import retrying
@@ -47,7 +55,8 @@ from zcluster.message.sequencer import QueueOutcome, Sequencer
 from zcluster.state.batch import BatchStats, WriteBuffer
 from zcluster.state.lost import audit_skip, stays_before
 from zcluster.state.store import JournalCheckpoint, StateStore
-from zcluster.types import Count, Delete, Incr, Insert, KeyScoreMember, Store
+from zcluster.state.txn import Claim, Publishing
+from zcluster.types import Count, Delete, Incr, Insert, KeyScoreMember, Publish, Store
 
 __all__ = ["Applier", "Mapper"]
 
@@ -69,11 +78,12 @@ with contextlib.suppress(ImportError):  # orjson (the spark extra) parses a fram
     from orjson import loads as _loads
 
 
-Mapper = Callable[[Any], Iterable[Insert | Delete | Incr | Count | KeyScoreMember]]
+Mapper = Callable[[Any], Iterable[Insert | Delete | Incr | Count | Publish | KeyScoreMember]]
 """Turns one committed message into writes; must be deterministic (a replay must write the same tuples, in
 the same order: an increment's fence position counts the message's increments). A :class:`KeyScoreMember`
 or plain (key, score, member) tuple is an insert; :class:`zcluster.Incr` and :class:`zcluster.Count` are
-applied exactly once, fenced by the message's delivery position in its journal."""
+applied exactly once, fenced by the message's delivery position in its journal; :class:`zcluster.Publish`
+messages are published exactly once (an applier with ``publish`` only; see :mod:`zcluster.state.txn`)."""
 
 
 class FrameLike(Protocol):
@@ -119,6 +129,9 @@ class Applier:
     delivered again), or None to keep every producer. ``fail_on_data_loss``: False skips the lost ranges
     of file journals (see the module). ``lag``: measure each journal's lag after applying it
     (``BatchStats.lag``; one ``end()`` call of the journal store per journal, when a store object is given).
+    ``publish``: the journal store :class:`zcluster.Publish` messages go to (see the module); the applier then
+    keeps this process's claims of its journals, so one Applier object is one process's (never pickle it with
+    claims in it).
 
     Errors: :class:`MapperError` for a failing mapper; :class:`zcluster.ShardError` subclasses when a
     shard still fails after the retries. Either way that journal's checkpoint is not saved. A lost range:
@@ -136,6 +149,12 @@ class Applier:
     prune_horizon: float | None = None
     fail_on_data_loss: bool = True
     lag: bool = True
+    publish: JournalStore | None = None
+    publishing: Publishing | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.publish is not None:
+            object.__setattr__(self, "publishing", Publishing(self.publish, self.retries))
 
     def state(self) -> StateStore:
         return StateStore(self.cluster, self.app)
@@ -146,9 +165,10 @@ class Applier:
         With a journal store object as ``journals``, the checkpoint is first checked against the journal's
         identity (:class:`JournalMismatchError`); with a URL or none, frames carry no identity to check."""
         store = None if self.journals is None or isinstance(self.journals, str) else self.journals
-        state, checkpoint = self._checkpoint(journal)
-        journal_id = self._verify(store, journal, checkpoint, 0) if store is not None else checkpoint.journal_id
-        offset = self._apply(journal, frames, stats, state, checkpoint, journal_id)
+        with self._failing(journal):
+            state, checkpoint = self._checkpoint(journal)
+            journal_id = self._verify(store, journal, checkpoint, 0) if store is not None else checkpoint.journal_id
+            offset = self._apply(journal, frames, stats, state, checkpoint, journal_id)
         if store is not None:
             self._measure(store, journal, offset, stats)
 
@@ -160,18 +180,19 @@ class Applier:
         checkpoint re-reading from 0) costs one checkpoint lookup. Raises what :func:`read_range` raises
         when the store holds fewer bytes than the range, and :class:`JournalMismatchError` when the stored
         checkpoint is not of the journal ``store`` holds now (re-created, or ending before the checkpoint)."""
-        state, checkpoint = self._checkpoint(journal)
-        journal_id = self._verify(store, journal, checkpoint, end)
-        start, offset = max(begin, checkpoint.offset), checkpoint.offset
-        if start < end:
-            offset = self._apply(
-                journal,
-                read_range_frames(store, journal, content_type, start, end, lost_rows=True),
-                stats,
-                state,
-                checkpoint,
-                journal_id,
-            )
+        with self._failing(journal):
+            state, checkpoint = self._checkpoint(journal)
+            journal_id = self._verify(store, journal, checkpoint, end)
+            start, offset = max(begin, checkpoint.offset), checkpoint.offset
+            if start < end:
+                offset = self._apply(
+                    journal,
+                    read_range_frames(store, journal, content_type, start, end, lost_rows=True),
+                    stats,
+                    state,
+                    checkpoint,
+                    journal_id,
+                )
         self._measure(store, journal, offset, stats)
 
     def _measure(self, store: object, journal: str, offset: int, stats: BatchStats) -> None:
@@ -180,8 +201,15 @@ class Applier:
         if journal_end is not None:
             stats.lag[journal] = max(0, journal_end(journal) - offset)
 
+    def _failing(self, journal: str) -> contextlib.AbstractContextManager[None]:
+        """A publishing applier gives up its claim of ``journal`` on any failure (see Publishing.guard)."""
+        return self.publishing.guard(journal) if self.publishing is not None else contextlib.nullcontext()
+
     def _checkpoint(self, journal: str) -> tuple[StateStore, JournalCheckpoint]:
         state = self.state()
+        if self.publishing is not None:
+            held = self.publishing.claimed(state, journal).checkpoint
+            return state, JournalCheckpoint(held.offset, held.states, held.journal_id, held.base)
         checkpoint = retrying(lambda: state.load_journal(journal), self.retries, f"load checkpoint of {journal}")
         return state, checkpoint
 
@@ -220,7 +248,12 @@ class Applier:
         read_through = done = checkpoint.offset
         outcomes: dict[QueueOutcome, int] = {}
         queue, step, outside, add = seq.queue_uncommitted, seq.step, seq.commit_outside, writes.add
-        mapper, envelope = self._map, self._envelope
+        mapper: Callable[[str, Envelope], list[Any]] = self._map
+        envelope = self._envelope
+        claim: Claim | None = None
+        if self.publishing is not None:
+            claim = self.publishing.claimed(state, journal)
+            mapper = self.publishing.mapper(claim, self._map)
         # Counted in locals and added to `stats` once: this loop runs once per frame.
         n_frames = n_seen = n_malformed = n_acks = n_delivered = 0
         stopped: OffsetOutOfRangeError | None = None  # the lost range this batch of the journal stops at
@@ -305,11 +338,15 @@ class Applier:
             stats.lost_bytes += (lost.lost_end or 0) - (lost.lost_begin or 0)
         # Quiet producers are forgotten here (their later duplicates would be delivered again).
         states = seq.checkpoint(self.prune_horizon or 0.0).states
-        retrying(
-            lambda: state.save_journal(journal, read_through, states, journal_id=journal_id, base=checkpoint.base),
-            self.retries,
-            f"save checkpoint of {journal}",
-        )
+        if claim is not None:
+            assert self.publishing is not None
+            stats.published += self.publishing.commit(state, journal, claim, read_through, states, journal_id)
+        else:
+            retrying(
+                lambda: state.save_journal(journal, read_through, states, journal_id=journal_id, base=checkpoint.base),
+                self.retries,
+                f"save checkpoint of {journal}",
+            )
         if stopped is not None:
             raise stays_before(self.app, journal, read_through, stopped)
         return read_through

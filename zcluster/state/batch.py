@@ -44,7 +44,8 @@ class BatchStats:
     journals the batch measured: those it read from a journal store). ``increments``: increments sent;
     ``fenced``: those of them found at or below their key's fence, so applied before (a replayed batch, a
     task run again, a resend whose first send had landed); ``applied``: 2P-set writes and increments that
-    took effect (a sent increment is either applied or fenced once its batch succeeds)."""
+    took effect (a sent increment is either applied or fenced once its batch succeeds); ``published``: messages
+    a publishing applier published and checkpointed (:mod:`zcluster.state.txn`)."""
 
     batch_id: int = -1
     query_id: str = ""
@@ -64,6 +65,7 @@ class BatchStats:
     increments: int = 0
     fenced: int = 0
     applied: int = 0
+    published: int = 0
     seconds: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
     lag: dict[str, int] = field(default_factory=dict)
@@ -160,7 +162,8 @@ class WriteBuffer:
             else:
                 raise MapperError(
                     f"mapper returned {w!r} for {_where(journal, offset)}: expected Insert, Delete, Incr, Count "
-                    "or KeyScoreMember"
+                    "or KeyScoreMember (a Publish needs an applier given a journal store to publish to: "
+                    "Consumer(..., publish=...))"
                 )
         origins = self.origins
         if journal or origins.journal:

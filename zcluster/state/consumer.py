@@ -54,6 +54,13 @@ class Consumer:
     another (one journal is one ordered stream; run several consumers with disjoint selectors to go wider).
     Several consumers with the same ``app`` on the same journals are safe (each write is idempotent and
     checkpoints only move forward) but do the work twice.
+
+    ``publish``: a journal store (or its URL; may be ``journals`` itself) that the mapper's
+    :class:`zcluster.Publish` messages go to, exactly once: each journal's poll is a transaction whose
+    messages commit when its checkpoint is saved (:mod:`zcluster.state.txn`). A publishing consumer claims each
+    journal on its first poll of it (fencing any other process of the same ``app`` there, whose transaction then
+    fails with :class:`zcluster.FencedError` and never commits), and appends the last checkpoint's ACK intents
+    again before anything new.
     """
 
     def __init__(
@@ -70,9 +77,12 @@ class Consumer:
         prune_horizon: float | None = None,
         fail_on_data_loss: bool = True,
         metrics: Callable[[str, BatchStats], None] | None = None,
+        publish: JournalStore | str | None = None,
     ) -> None:
         self._owned = isinstance(journals, str)
         self.store: JournalStore = open_store(journals) if isinstance(journals, str) else journals
+        self._owned_publish = isinstance(publish, str)
+        self.publish: JournalStore | None = open_store(publish) if isinstance(publish, str) else publish
         self.selector = selector
         self.metrics = metrics
         self.applier = Applier(
@@ -85,6 +95,7 @@ class Consumer:
             retries=retries,
             prune_horizon=prune_horizon,
             fail_on_data_loss=fail_on_data_loss,
+            publish=self.publish,
         )
 
     def poll(self) -> BatchStats:
@@ -147,9 +158,11 @@ class Consumer:
                 stop.wait(interval)
 
     def close(self) -> None:
-        """Close the journal store if this consumer opened it from a URL (the cluster is the caller's)."""
+        """Close the journal stores this consumer opened from URLs (the cluster is the caller's)."""
         if self._owned:
             close_store(self.store)
+        if self._owned_publish and self.publish is not None:
+            close_store(self.publish)
 
     def __enter__(self) -> Consumer:
         return self

@@ -37,6 +37,7 @@ from zcluster.journal.store import CONTENT_TYPE_LABEL, JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.errors import JournalNotFoundError, MessageError
 from zcluster.state.store import StateStore, audit_entries
+from zcluster.state.txn import V4, TxnStore, decode_v4
 from zcluster.types import ShardFailure, Store
 
 __all__ = ["JournalProgress", "SkippedRange", "applications", "checkpointed_journals", "progress"]
@@ -72,7 +73,10 @@ class JournalProgress:
     ``lost``: the journal's lost ranges at or after the checkpoint, as ``(begin, end, reason)``;
     ``skipped``: the lost ranges skipped so far. ``error``: why the application cannot go on in this
     journal (stopped before a lost range, a journal created again, a checkpoint past the end, a journal
-    missing from the store), else None.
+    missing from the store), else None. ``ack_intents``: for a publishing application
+    (:mod:`zcluster.state.txn`), the journals its last checkpoint holds ACK intents for: appended right after
+    that save, unless the process died in between; a process that claims the journal appends them again
+    (``generation``: the checkpoint's claim generation, None for a non-publishing application).
     """
 
     journal: str
@@ -88,6 +92,8 @@ class JournalProgress:
     lost: tuple[tuple[int, int, str], ...] = ()
     skipped: tuple[SkippedRange, ...] = ()
     error: str | None = None
+    ack_intents: tuple[str, ...] = ()
+    generation: int | None = None
 
 
 def _state_view(cluster: Store, namespace: str) -> Any:
@@ -204,6 +210,15 @@ def _skips(audit: Iterable[dict[str, Any]]) -> dict[str, tuple[SkippedRange, ...
     return {journal: tuple(found) for journal, found in out.items()}
 
 
+def _publishing(records: list[Any]) -> dict[str, Any]:
+    """``ack_intents`` and ``generation`` of a publishing application's checkpoint records (none: nothing)."""
+    newest = TxnStore.newest(records)
+    if newest is None or not str(newest.member).startswith(V4):
+        return {}
+    gen, _, _, _, intents = decode_v4(str(newest.member).split("|")[6:])
+    return {"ack_intents": tuple(i.journal for i in intents), "generation": gen}
+
+
 def _journal(
     state: StateStore,
     store: Any,
@@ -232,6 +247,7 @@ def _journal(
         checkpointed=bool(records),
         journal_id=checkpoint.journal_id,
         skipped=skipped,
+        **_publishing(records),
     )
     if store is None:
         return held

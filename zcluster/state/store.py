@@ -14,7 +14,9 @@ Layout (namespace prefix ``zcstate:``, one logical set each):
   operator or automatically), one JSON record each, scored by time.
 
 Member layouts: ``v3|<uid>|<base>|<offset>|<saved at>|<producer:last_ack:begin:max_clock,...>`` (saved at: Unix
-time, milliseconds); ``v2`` is the same without the time, and is still read (its time is unknown). A save
+time, milliseconds); ``v2`` is the same without the time, and is still read (its time is unknown); ``v4`` (a
+publishing application's, fenced, with ACK intents: :mod:`zcluster.state.txn`) adds fields after these, and
+:meth:`StateStore.save_journal` refuses to save over it. A save
 at or below the stored position changes nothing, so the time says when the checkpoint last *moved*.
 
 A save reads the stored position (a save not past it changes nothing), writes the new record (one tuple of
@@ -57,7 +59,7 @@ log = logging.getLogger("zcluster.state")
 
 _ALL = 1_000_000  # select limit and batch size meaning "every record"
 _VERSION = "v3"
-_VERSIONS = ("v2|", "v3|")  # the snapshot layouts read (v2: without the time it was saved)
+_VERSIONS = ("v2|", "v3|", "v4|")  # the snapshot layouts read (v2: without the time; v4: zcluster.state.txn)
 _LEGACY_OFFSET = "~offset"
 
 
@@ -87,19 +89,24 @@ class TimedCheckpoint(NamedTuple):
     saved_at: float | None
 
 
-def _encode(journal_id: str, base: int, offset: int, states: Iterable[ProducerState], saved_at: float) -> str:
+def encode_states(states: Iterable[ProducerState]) -> str:
+    """Producer states as a checkpoint member holds them (sorted, so one snapshot has one text)."""
     parts = (
         f"{s.producer.hex()}:{s.last_ack}:{s.begin}:{s.last_ack if s.max_clock is None else s.max_clock}"
         for s in states
     )
-    return f"{_VERSION}|{journal_id}|{base}|{offset}|{round(saved_at * 1000)}|{','.join(sorted(parts))}"
+    return ",".join(sorted(parts))
+
+
+def _encode(journal_id: str, base: int, offset: int, states: Iterable[ProducerState], saved_at: float) -> str:
+    return f"{_VERSION}|{journal_id}|{base}|{offset}|{round(saved_at * 1000)}|{encode_states(states)}"
 
 
 def _decode(journal: str, member: str) -> TimedCheckpoint:
     fields = member.split("|")
     saved_at = None
-    if fields[0] == "v3":
-        _, journal_id, base, offset, millis, producers = fields
+    if fields[0] in ("v3", "v4"):  # v4 adds the fenced fields of zcluster.state.txn, read there
+        _, journal_id, base, offset, millis, producers = fields[:6] if fields[0] == "v4" else fields
         saved_at = int(millis) / 1000
     else:
         _, journal_id, base, offset, producers = fields
@@ -196,6 +203,11 @@ class StateStore:
         key = self._journal_key(journal)
         position = base + offset
         held = [r for r in self.cluster.select([key], limit=_ALL)[key] if str(r.member).startswith(_VERSIONS)]
+        if any(str(r.member).startswith("v4|") for r in held):
+            raise ConfigError(
+                f"application {self.app}, journal {journal}: the checkpoint is a publishing application's (fenced, "
+                "with ACK intents; zcluster.state.txn): only its applier saves it. Nothing was changed"
+            )
         if held and max(r.score for r in held) >= position:
             return False  # not forward: the stored record (and its time, when it last moved) stays
         record = KeyScoreMember(key, float(position), _encode(journal_id, base, offset, states, time.time()))

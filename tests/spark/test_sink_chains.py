@@ -1,0 +1,128 @@
+"""Exactly-once chains through the Spark sink (classic local Spark, real redis-server shards, file journals):
+stage A is a ``ZClusterSink`` whose mapper publishes (``publish=``), stage B a ``Consumer`` reading A's output
+read-committed into a leaderboard (tests/state/chain_helpers.py). The board must equal the model after a task
+failing once after appending 4,096 of its messages (retried by Spark), every batch replayed from a new
+checkpoint directory, and more input."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zcluster import Cluster
+from zcluster.journal import FileJournals
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.message.journals import JournalSpec
+from zcluster.message.readers import ReadCommittedIter, ReadUncommittedIter
+from zcluster.message.sequencer import Sequencer
+from zcluster.spark import ZClusterSink, run_available_now
+from zcluster.state import Consumer
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
+from chain_helpers import (
+    A_SELECTOR,
+    B_SELECTOR,
+    OUTPUTS,
+    board,
+    create,
+    events,
+    feed,
+    model,
+    stage_a,
+    stage_b,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def read(store: FileJournals, journal: str, committed: bool) -> list[Any]:
+    spec = JournalSpec(journal, {"content-type": CONTENT_TYPE_NDJSON})
+    it = ReadCommittedIter(store, spec, Sequencer()) if committed else ReadUncommittedIter(store, spec)
+    return [e for e in it if not e.is_ack]
+
+
+_ids = itertools.count()
+
+
+def failing_once(marker: str, at: int) -> Any:
+    """stage A's mapper, raising on event ``at`` the first time any task meets it (``marker``: a file that says
+    it did), after earlier events of that task's transaction were published (appended uncommitted: a
+    transaction appends every 4,096 messages)."""
+
+    def mapper(message: Any) -> list[Any]:
+        if message.doc["id"] == at and not Path(marker).exists():
+            Path(marker).write_text("failed once")
+            raise RuntimeError("injected task failure")
+        return stage_a(message)
+
+    return mapper
+
+
+@pytest.fixture
+def chain(tmp_path: Path, shards: Any) -> Any:
+    root = tmp_path / "journals"
+    store = FileJournals(root)
+    create(store)
+    prefix = f"sc{next(_ids)}:"
+    cluster = Cluster.from_urls(shards.urls, prefix=prefix)
+    yield store, f"file://{root}", cluster, prefix, shards.urls
+    cluster.close()
+    store.close()
+
+
+def test_a_spark_stage_publishes_exactly_once_through_retries_and_replays(
+    spark: Any, chain: Any, tmp_path: Path
+) -> None:
+    store, url, cluster, prefix, urls = chain
+    app = f"sa{next(_ids)}"
+    docs = events(0, 5000)
+    feed(store, docs, ["in/0"])  # one journal: one task's transaction publishes all of it
+    marker = str(tmp_path / "failed")
+    sink = ZClusterSink(urls, failing_once(marker, 4500), app, journals=url, prefix=prefix, publish=url)
+    run_available_now(spark, sink, url, tmp_path / "ckpt", selector=A_SELECTOR)
+    assert Path(marker).exists()  # a task failed once and Spark ran it again
+    assert sum(b.published for b in sink.history) == 5000
+    committed = [e.message.doc["src"] for j in OUTPUTS for e in read(store, j, committed=True)]
+    uncommitted = sum(len(read(store, j, committed=False)) for j in OUTPUTS)
+    assert sorted(committed) == list(range(5000))
+    assert uncommitted >= 5000 + 4096  # the failed attempt's messages are in the journals, never committed
+    with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
+        b.poll()
+        assert board(cluster) == model(docs)
+        # A new checkpoint directory replays every batch: nothing is published again.
+        replay = ZClusterSink(urls, stage_a, app, journals=url, prefix=prefix, publish=url)
+        run_available_now(spark, replay, url, tmp_path / "ckpt2", selector=A_SELECTOR)
+        assert sum(x.published for x in replay.history) == 0
+        more = events(5000, 16)
+        feed(store, more)
+        run_available_now(spark, replay, url, tmp_path / "ckpt2", selector=A_SELECTOR)
+        assert sum(x.published for x in replay.history) == 16
+        b.poll()
+    assert board(cluster) == model(docs + more)
+
+
+def test_a_spark_connect_stage_publishes_exactly_once_across_runs_and_a_new_checkpoint(
+    chain: Any, tmp_path: Path
+) -> None:
+    """On Spark Connect (a driver process per run, ``driver_job.py --connect --chain``)."""
+    store, url, cluster, prefix, urls = chain
+    driver = Path(__file__).with_name("driver_job.py")
+    cmd = [sys.executable, str(driver), "--journals", url, "--urls", *urls, "--prefix", prefix, "--connect"]
+    cmd += ["--chain", "--query-name", f"sx{next(_ids)}"]
+    docs = events(0, 40)
+    feed(store, docs)
+    for checkpoint in ("ckpt", "ckpt", "fresh-ckpt"):  # again from the same checkpoint, then from a new one
+        done = subprocess.run(
+            [*cmd, "--checkpoint", str(tmp_path / checkpoint)], capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    committed = sorted(e.message.doc["src"] for j in OUTPUTS for e in read(store, j, committed=True))
+    assert committed == list(range(40))  # published once over three runs
+    with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
+        b.poll()
+    assert board(cluster) == model(docs)

@@ -1,0 +1,92 @@
+"""The claim and save races of a publishing application's fenced checkpoints (:mod:`zcluster.state.txn`), on
+real redis-server shards: a save landing between a claim's load and its insert is adopted; two claims of one
+generation never both win; a claim fences every later save of older generations, which the server refuses;
+a v3 checkpoint is carried over by the first claim."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from zcluster import Cluster, FencedError
+from zcluster.message.producer import AckIntent
+from zcluster.state import StateStore
+from zcluster.state.txn import TxnCheckpoint, TxnStore
+from zcluster.testing import LocalShards
+
+_ids = itertools.count()
+J = "in/0"
+
+
+@pytest.fixture
+def state(shards: LocalShards) -> Iterator[StateStore]:
+    with Cluster.from_urls(shards.urls, prefix=f"tc{next(_ids)}:") as c:
+        yield StateStore(c, f"app{next(_ids)}")
+
+
+def next_save(cp: TxnCheckpoint, offset: int, target: str) -> TxnCheckpoint:
+    return cp._replace(offset=offset, seq=cp.seq + 1, intents=[AckIntent(target, f"ack {offset}\n".encode())])
+
+
+class Interleaved(TxnStore):
+    """A TxnStore whose next ``load`` runs ``meanwhile`` right after reading (another process's step lands
+    between this claim's load and its insert)."""
+
+    def __init__(self, state: StateStore, meanwhile: object) -> None:
+        super().__init__(state)
+        self.meanwhile = meanwhile
+
+    def load(self, journal: str) -> TxnCheckpoint:
+        held = super().load(journal)
+        step, self.meanwhile = self.meanwhile, None
+        if callable(step):
+            step()
+        return held
+
+
+def test_a_save_landing_between_a_claims_load_and_insert_is_adopted(state: StateStore) -> None:
+    zombie = TxnStore(state)
+    held = zombie.claim(J, b"\x01" * 6)
+    held = zombie.save_journal(J, next_save(held, 10, "out/0"))
+    late: list[TxnCheckpoint] = []
+
+    def zombie_saves() -> None:
+        late.append(zombie.save_journal(J, next_save(held, 20, "out/1")))
+
+    claimed = Interleaved(state, zombie_saves).claim(J, b"\x02" * 6)
+    assert late and late[0].offset == 20  # the zombie's save landed (and read itself back as the newest)
+    # The claim continues from it, with its intents (the claimer appends them): nothing is lost or doubled.
+    assert (claimed.offset, claimed.intents, claimed.gen) == (20, late[0].intents, 2)
+    with pytest.raises(FencedError) as fenced:
+        zombie.save_journal(J, next_save(late[0], 30, "out/0"))
+    assert (fenced.value.mine, fenced.value.theirs) == (1, 2)
+    assert TxnStore(state).load(J).offset == 20
+
+
+def test_two_claims_of_one_generation_never_both_win(state: StateStore) -> None:
+    first = TxnStore(state)
+    first.claim(J, b"\x01" * 6)
+    won: list[TxnCheckpoint] = []
+    rival = Interleaved(state, lambda: won.append(TxnStore(state).claim(J, b"\x03" * 6)))
+    with pytest.raises(FencedError):
+        rival.claim(J, b"\x02" * 6)  # it loaded generation 1, claimed 2 after the other claim of 2 won
+    assert won and won[0].gen == 2
+    newest = TxnStore(state).load(J)
+    assert (newest.gen, newest.owner) == (2, b"\x03" * 6)  # the loser's record was withdrawn
+    saved = TxnStore(state).save_journal(J, next_save(won[0], 5, "out/0"))
+    assert TxnStore(state).load(J) == saved._replace(saved_at=TxnStore(state).load(J).saved_at)
+
+
+def test_a_claim_carries_a_v3_checkpoint_over_and_fences_older_saves(state: StateStore) -> None:
+    state.save_journal(J, 42, [], journal_id="uid1")
+    claimed = TxnStore(state).claim(J, b"\x01" * 6)
+    assert (claimed.offset, claimed.journal_id, claimed.gen, claimed.intents) == (42, "uid1", 1, [])
+    assert state.load_journal(J).offset == 42
+    later = TxnStore(state).claim(J, b"\x02" * 6)
+    # The first claimer's save is below the second claim's floor: the server refuses it.
+    stale = next_save(claimed, 50, "out/0")
+    with pytest.raises(FencedError):
+        TxnStore(state).save_journal(J, stale)
+    assert TxnStore(state).load(J).offset == 42 and later.gen == 2
