@@ -17,8 +17,9 @@ the read, says whether the read was the whole slot:
 
 A slot found on two nodes gives each key once. A failed node is followed as every call is
 (:func:`zcluster._follow.follow`: the failover is waited for, the pipeline resent to the new owner). A slot
-that keeps moving (more than ``MAX_HOPS`` nodes) fails the scan with :class:`PartialScanError` naming it:
-never a silently partial scan.
+that keeps moving (more than ``MAX_HOPS`` nodes), or a node that fails for good (killed with no replica to
+take over, or one that did not within the failover timeout), fails the scan with :class:`PartialScanError`
+naming the slot's node: never a silently partial scan.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 from zcluster._keys import KeyLayout
 from zcluster._topology import ClusterTopology, Shard
-from zcluster._transport import Transport
+from zcluster._transport import SHARD_ERRORS, Transport
 from zcluster.errors import PartialScanError
 from zcluster.types import ShardFailure, to_bytes
 
@@ -124,7 +125,8 @@ def slot_keys(
 ) -> Iterator[list[bytes]]:
     """The logical keys whose Redis keys match ``pattern`` (a :meth:`KeyLayout.scan_pattern`) in ``slots``,
     ``per_step`` slots at a time, each key once (see the module). :class:`PartialScanError` for a slot
-    that kept moving; a node's failure propagates as the transport raises it (a :class:`ShardError`)."""
+    that kept moving, or a node that failed (after the transport followed what it could: a failover, a
+    redirect), naming the node; the error it failed with is the failure's ``error`` and the cause."""
     topology = transport.topology
     assert isinstance(topology, ClusterTopology)
     wanted = glob_regex(pattern).fullmatch
@@ -143,7 +145,10 @@ def slot_keys(
             following: dict[int, tuple[Shard, bool, int]] = {}
             for name, node_slots in by_node.items():
                 commands: list[tuple[Any, ...]] = [("CLUSTER", "GETKEYSINSLOT", s, _ALL) for s in node_slots]
-                replies = transport.commands(shards[name], [*commands, ("CLUSTER", "NODES")])
+                try:
+                    replies = transport.commands(shards[name], [*commands, ("CLUSTER", "NODES")])
+                except SHARD_ERRORS as error:  # a node that stayed down (no replica took over): name it
+                    raise PartialScanError([ShardFailure(name, error, ())]) from error
                 for reply in replies:
                     if isinstance(reply, BaseException):
                         raise PartialScanError([ShardFailure(name, reply, ())])
@@ -176,13 +181,3 @@ def slot_keys(
 
 def _owner(topology: ClusterTopology, slot: int) -> Shard:
     return topology.shards[topology.shard_of(b"", slot)]
-
-
-def slot_ranges(topology: ClusterTopology) -> dict[str, list[int]]:
-    """Each master's slots in the map now ("host:port" -> slots, ascending)."""
-    out: dict[str, list[int]] = {}
-    for slot in range(len(topology._slots)):
-        idx = topology._slots[slot]
-        if idx >= 0:
-            out.setdefault(topology.shards[idx].name, []).append(slot)
-    return out

@@ -369,6 +369,15 @@ class ClusterTopology:
         owners = sorted({i for i in self._slots if i >= 0})
         return [self.shards[i] for i in owners]
 
+    def slots_by_master(self) -> dict[str, list[int]]:
+        """Each master's hash slots in the slot map now ("host:port" -> slots, ascending); slots no node
+        serves are left out. The map as last loaded or corrected by redirects: not asked of the nodes."""
+        out: dict[str, list[int]] = {}
+        for slot, idx in enumerate(self._slots):
+            if idx >= 0:
+                out.setdefault(self.shards[idx].name, []).append(slot)
+        return out
+
     def redirect(self, host: str, port: int) -> Shard:
         return self.shards[self._shard_for(host, port)]
 

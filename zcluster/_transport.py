@@ -176,11 +176,13 @@ def read(
     encoded: list[tuple[int, bytes]],
     build: Callable[[bytes, int], list[Command]],
     parse: Callable[[Any, list[Any]], Any],
+    streamed: bool = False,
 ) -> ReadResult[Any, Any]:
     """Pipeline ``build(key, position)`` commands per shard, then ``parse(item, replies)`` per item.
 
     ``encoded[i]`` is (shard index, encoded key) of ``items[i]``. Items of a failed shard land in the
-    result's ``errors``; every other item is answered.
+    result's ``errors``; every other item is answered. ``streamed``: :meth:`Transport.commands`' streamed
+    pipelines, whose replies are raw (the connection's protocol's shapes, no redis-py callbacks).
     """
     work = _by_shard(encoded)
     commands: dict[int, list[Command]] = {}
@@ -193,7 +195,7 @@ def read(
             cmds.extend(built)
             ws.append(len(built))
         commands[shard_idx], widths[shard_idx] = cmds, ws
-    outcome = transport.fanout(commands, transport.commands)
+    outcome = transport.fanout(commands, lambda shard, cmds: transport.commands(shard, cmds, streamed))
     answers: list[Any] = [None] * len(items)
     for shard_idx, positions in work.items():
         res = outcome[shard_idx]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from zcluster import Cluster, Count, Incr, KeyScoreMember
+from zcluster.spark.reader import TupleReader
 from zcluster.testing import LocalShards
 
 pytestmark = pytest.mark.spark
@@ -175,4 +176,33 @@ def test_the_reader_on_spark_connect(shards: Any, prefix: str) -> None:
         [w if len(w) == 5 else [*w[:3], None, w[3]] for w in want], key=str
     )
     assert "key b'lb:1'" in out["refused"] and "is a sums (Incr) aggregate key, not a 2P-set" in out["refused"]
+    cluster.close()
+
+
+def test_every_kind_reads_the_same_rows_over_resp2_and_resp3(shards: Any, prefix: str) -> None:
+    """The reader builds its rows from raw replies, whose shapes are the connection's protocol's (pairs and
+    maps in RESP3, flat lists in RESP2): the same rows either way. In-process, the reader's own calls."""
+    cluster = Cluster.from_urls(shards.urls, prefix=prefix)
+    fill(cluster)
+    cluster.delete([KeyScoreMember("u:1", 2.0, "m"), KeyScoreMember("u:gone", 1.0, "x")])
+    got: dict[int, dict[str, list[Any]]] = {}
+    for protocol in (2, 3):
+        urls = ",".join(f"{u}?protocol={protocol}" for u in shards.urls)
+        options = [
+            {"pattern": "u:*"},
+            {"pattern": "u:*", "tombstones": "true"},
+            {"pattern": "lb:*", "kind": "totals", "limit": "2"},
+            {"pattern": "cnt:*", "kind": "counts"},
+        ]
+        got[protocol] = {}
+        for o in options:
+            reader = TupleReader({"urls": urls, "prefix": prefix, **o})
+            rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+            got[protocol][json.dumps(o)] = sorted(rows, key=str)
+    assert got[2] == got[3]
+    sets, tombstones, totals, counts = got[3].values()
+    assert sorted(r["key"] for r in sets) == ["u:0", "u:2", "u:3", "u:4"]
+    assert {"key": "u:1", "score": 2.0, "member": "m", "inserted": False} in tombstones
+    assert len(totals) == sum(min(2, 1 + i % 4) for i in range(20))
+    assert {"key": "cnt:2", "kind": "counts", "member": "f2", "total": None, "count": 3 + 2**40} in counts
     cluster.close()

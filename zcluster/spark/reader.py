@@ -74,7 +74,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from zcluster._keys import SLOTS
-from zcluster._slots import slot_keys, slot_ranges
+from zcluster._slots import slot_keys
 from zcluster._topology import ClusterTopology
 from zcluster.cluster import Cluster
 from zcluster.config import StoreConfig
@@ -267,7 +267,7 @@ def _scans(cluster: Cluster, partitions: int | None) -> list[InputPartition]:
     if partitions:
         size = -(-SLOTS // partitions)
         return [SlotScan(list(range(lo, min(SLOTS, lo + size)))) for lo in range(0, SLOTS, size)]
-    return [SlotScan(slots) for slots in slot_ranges(topology).values()]
+    return [SlotScan(slots) for slots in topology.slots_by_master().values()]
 
 
 def _scan(cluster: Cluster, name: str, pattern: str | None, removed: bool, batch: int) -> Iterator[list[Blob]]:

@@ -12,13 +12,14 @@ holds nothing (never written, or expired) gives no rows, whatever the kind asked
 
 On a :class:`zcluster.Cluster` each batch is one pipeline per shard (``ZREVRANGE ... WITHSCORES`` and the
 ``TYPE`` of the fences key that tells an aggregate apart, or ``HGETALL``), the replies put into Arrow
-columns directly. On a :class:`zcluster.farm.Farm` the rows come from its reads under its read strategy
+columns directly (raw replies of streamed pipelines, no redis-py callbacks: that client work was
+most of a read's time). On a :class:`zcluster.farm.Farm` the rows come from its reads under its read strategy
 (``select``, ``top``, ``counters``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -71,15 +72,19 @@ class Columns:
     def __init__(self, kind: str, tombstones: bool) -> None:
         self.schema = arrow_schema(kind, tombstones)
         self.columns: list[list[Any]] = [[] for _ in self.schema]
+        self._pairs: list[Any] = []  # a set's rows but their keys, transposed once in batch()
 
     def pairs(self, key: Any, pairs: list[Any]) -> None:
-        """A set's ``pairs`` ((member, score, ...), highest first)."""
-        cols = self.columns
-        cols[0] += [key] * len(pairs)
-        cols[1] += [p[1] for p in pairs]
-        cols[2] += [p[0] for p in pairs]
+        """A set's ``pairs`` ((member, score) or, with tombstones, (member, score, inserted)), highest first."""
+        self.columns[0] += [key] * len(pairs)
+        self._pairs += pairs
 
     def batch(self) -> pa.RecordBatch:
+        rows = self._pairs
+        if rows:  # one pass per column over the batch (zip(*rows) is ten times slower: one iterator a row)
+            self.columns[1:3] = [[r[1] for r in rows], [r[0] for r in rows]]
+            if len(self.columns) == 4:
+                self.columns[3] = [r[2] for r in rows]
         arrays = [
             pa.array(col, pa.binary()).cast(pa.string()) if f.type == pa.string() else pa.array(col, f.type)
             for col, f in zip(self.columns, self.schema, strict=True)
@@ -103,18 +108,17 @@ def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombs
         build = lambda kb, _: [("TYPE", layout.removes(kb)), ("HGETALL", layout.adds(kb))]  # noqa: E731
     else:
         return _dumped(cluster, keys, limit)
-    result = read(cluster._transport, keys, cluster._encoder.keys(keys), build, lambda _, replies: replies)
+    encoded = cluster._encoder.keys(keys)
+    result = read(cluster._transport, keys, encoded, build, lambda _, replies: replies, streamed=True)
     if result.errors:
         _raise(cluster, kind, result.errors, dict(result))
     out = Columns(kind, tombstones)
     for key in keys:
         replies = result[key]
         if kind == "set" and tombstones:
-            both = [(m, s, True) for m, s in replies[0]] + [(m, s, False) for m, s in replies[1]]
+            both = [(m, s, True) for m, s in _pairs(replies[0])] + [(m, s, False) for m, s in _pairs(replies[1])]
             both.sort(key=lambda t: (t[1], t[0]), reverse=True)
-            top = both[:limit]
-            out.pairs(key, top)
-            out.columns[3] += [t[2] for t in top]
+            out.pairs(key, both[:limit])
             continue
         fenced = replies[0] in (b"hash", "hash")  # an aggregate's fences
         if not replies[1]:
@@ -122,13 +126,26 @@ def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombs
         if fenced != (kind != "set"):
             _raise(cluster, kind, {key: ShardFailure(cluster.shard_of(key), TypeError(kind), ())}, {})
         if kind == "set":
-            out.pairs(key, replies[1])
+            out.pairs(key, _pairs(replies[1]))
         elif kind == "totals":
-            _aggregate(out, key, "totals", [(m, s) for m, s in replies[1]])
+            _aggregate(out, key, "totals", _pairs(replies[1]))
         else:
-            counts = sorted(((int(v), f) for f, v in replies[1].items()), reverse=True)[:limit]
+            counts = sorted(((int(v), f) for f, v in _fields(replies[1])), reverse=True)[:limit]
             _aggregate(out, key, "counts", [(f, c) for c, f in counts])
     return out.batch()
+
+
+def _pairs(reply: list[Any]) -> list[Any]:
+    """A raw ``ZREVRANGE ... WITHSCORES`` reply as (member, score) pairs: RESP3 answers pairs already (the
+    score a float), RESP2 one flat list of members and scores (bytes)."""
+    if not reply or isinstance(reply[0], list):
+        return reply
+    return list(zip(reply[0::2], map(float, reply[1::2]), strict=True))
+
+
+def _fields(reply: dict[Any, Any] | list[Any]) -> Iterable[tuple[Any, Any]]:
+    """A raw ``HGETALL`` reply's (field, value) pairs: a map in RESP3, a flat list in RESP2."""
+    return reply.items() if isinstance(reply, dict) else zip(reply[0::2], reply[1::2], strict=True)
 
 
 def _aggregate(out: Columns, key: Any, kind: str, pairs: list[tuple[Any, Any]]) -> None:
