@@ -292,3 +292,21 @@ def test_a_long_transaction_appends_its_messages_in_chunks(env: Env, monkeypatch
     assert counting.calls >= 40 // 4  # appended while the transactions ran (20 messages each), not at the end
     env.b().poll()
     assert board(env.cluster) == model(docs)
+
+
+def test_a_claim_that_used_its_last_save_number_is_made_anew(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long-lived consumer saves without end: past a claim's last save number it claims again (a new
+    # generation and producer), never stops; here a claim has 3 save numbers (0: the claim, 1 and 2: saves).
+    monkeypatch.setattr(txn, "SAVES", 3)
+    docs: list[dict[str, Any]] = []
+    with env.a() as a:
+        for _ in range(5):
+            more = events(len(docs), 6)
+            docs += more
+            feed(env.store, more, journals=["in/0"])
+            assert a.poll().published == 6
+            held = TxnStore(StateStore(env.cluster, env.app_a)).load("in/0")
+            assert held.seq <= 2
+        assert held.gen == 3  # saves 1, 2 | 1, 2 | 1: five polls, three claims
+    env.b().poll()
+    assert board(env.cluster) == model(docs)  # every event once, through every renewed claim

@@ -14,8 +14,12 @@ checkpoint with its clock. A zombie and its replacement never share a producer i
 messages can never join a span its replacement's ACK commits; the clock continues from the checkpoint's.
 
 Fencing: a journal's records (the same key as :class:`zcluster.state.StateStore`'s, layout ``v4``) are
-scored by (generation, save number): ``2**60 + ((gen << 26 | seq) << 8)``, exact doubles above every
-position of the older layouts. A claim reads the newest record and inserts a copy of it one generation up,
+scored by (generation, save number): ``2**60 + ((gen << 16 | seq) << 8)``, exact doubles above every
+position of the older layouts. A claim saves at most ``SAVES`` (65,536) times: after that save the claim is
+given up and the next batch claims again (a new generation, the intents appended again: harmless), so a
+long-lived consumer never runs out of save numbers, and 2**36 generations outlast any run (a Spark sink
+claims once per journal per task: at 100 batches a second, for over 20 years).
+A claim reads the newest record and inserts a copy of it one generation up,
 then reads again: if a save of the older generation landed meanwhile, it copies that one instead, until the
 newest record below its claim is the one it copied; then it forgets everything below (raising the key's
 floor, so an older generation's late save is refused by the server). A save inserts the next record of its
@@ -59,8 +63,10 @@ __all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore"]
 log = logging.getLogger("zcluster.state")
 
 V4 = "v4|"
-_BITS = 26  # of the generation and of the save number each
-LIMIT = 1 << _BITS
+_SEQ_BITS = 16  # of the save number; the generation has the other 36 of a double's 52 exact ones
+SAVES = 1 << _SEQ_BITS
+"""Saves per claim (its save numbers); past the last one the claim is given up and made anew."""
+GENERATIONS = 1 << 36
 QUEUED = 4096  # messages a transaction queues before appending them
 _TOP = 2.0**60  # every v4 score is at or above it; positions of the older layouts are far below
 
@@ -68,14 +74,16 @@ _TOP = 2.0**60  # every v4 score is at or above it; positions of the older layou
 def score(gen: int, seq: int) -> float:
     """The score of save ``seq`` of generation ``gen``: ordered by (gen, seq), exact (doubles in [2**60, 2**61)
     are 256 apart)."""
-    if not (0 <= gen < LIMIT and 0 <= seq < LIMIT):
-        raise ConfigError(f"checkpoint generation {gen} or save number {seq} is past {LIMIT - 1}")
-    return _TOP + float(((gen << _BITS) | seq) << 8)
+    if not (0 <= gen < GENERATIONS and 0 <= seq < SAVES):
+        raise ConfigError(
+            f"checkpoint generation {gen} (< {GENERATIONS}) or save number {seq} (< {SAVES}) out of range"
+        )
+    return _TOP + float(((gen << _SEQ_BITS) | seq) << 8)
 
 
 def _unscore(value: float) -> tuple[int, int]:
     k = int(value - _TOP) >> 8
-    return k >> _BITS, k & (LIMIT - 1)
+    return k >> _SEQ_BITS, k & (SAVES - 1)
 
 
 class TxnCheckpoint(NamedTuple):
@@ -330,6 +338,8 @@ class Publishing:
         txns = TxnStore(state)
         claim.checkpoint = retrying(lambda: txns.save_journal(journal, saved), self.retries, f"save {journal}")
         self._append(intents)
+        if saved.seq >= SAVES - 1:  # the claim's last save number: the next batch claims anew
+            self.claims.pop(journal, None)
         return published
 
     def _flush(self, claim: Claim) -> None:
