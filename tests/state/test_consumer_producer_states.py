@@ -5,13 +5,16 @@ ever seen stays. Counts, not memory or time. Real Redis servers, file journals."
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from zcluster import Cluster
 from zcluster.journal.files import FileJournals
-from zcluster.state import Consumer, StateStore
+from zcluster.state import Consumer, StateStore, applier
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 ROUNDS = 6
@@ -57,7 +60,14 @@ def test_pruned_checkpoints_hold_the_last_producers_only_and_stay_exact(
     assert traffic.duplicates > 0 and check["equal"]
 
 
-def test_without_a_horizon_every_producer_seen_stays(shards: Any, tmp_path: Path, prefix: str) -> None:
-    held, _, check = _run(shards, tmp_path, prefix, prune_horizon=None)
+def test_without_a_horizon_every_producer_seen_stays_and_a_warning_says_so(
+    shards: Any, tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(applier, "MANY_PRODUCERS", 2 * PRODUCERS)
+    monkeypatch.setattr(applier, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="zcluster.state"):
+        held, _, check = _run(shards, tmp_path, prefix, prune_horizon=None)
     assert held == sorted(held) and held[-1] > 2 * PRODUCERS, held  # grows with every round
     assert check["equal"]
+    warned = [r.getMessage() for r in caplog.records if "prune_horizon" in r.getMessage()]
+    assert len(warned) == 2 and all("producers and grows" in w for w in warned), warned  # once per journal

@@ -117,6 +117,11 @@ def _kind(message: Any) -> str:
     return str(kind) if kind is not None else type(message).__name__
 
 
+MANY_PRODUCERS = 10_000
+"""Producers in one journal's checkpoint past which an application without ``prune_horizon`` is warned once."""
+_warned: set[tuple[str, str]] = set()
+
+
 @dataclass(frozen=True)
 class Applier:
     """Applies journal frames into ``cluster`` exactly once for application ``app`` (see the module).
@@ -338,6 +343,16 @@ class Applier:
             stats.lost_bytes += (lost.lost_end or 0) - (lost.lost_begin or 0)
         # Quiet producers are forgotten here (their later duplicates would be delivered again).
         states = seq.checkpoint(self.prune_horizon or 0.0).states
+        if self.prune_horizon is None and len(states) > MANY_PRODUCERS and (self.app, journal) not in _warned:
+            _warned.add((self.app, journal))  # once per process and journal: the count is in the consumers view
+            log.warning(
+                "%s: the checkpoint of %s holds %d producers and grows with each new one (a publishing "
+                "application upstream makes one per claim, a Spark sink one per task): give this application "
+                "a prune_horizon longer than any retry of an append",
+                self.app,
+                journal,
+                len(states),
+            )
         if claim is not None:
             assert self.publishing is not None
             stats.published += self.publishing.commit(state, journal, claim, read_through, states, journal_id)
