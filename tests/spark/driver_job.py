@@ -6,7 +6,8 @@
 
 ``--leaderboard`` has the mapper also add one point per event to its user on ``leaderboard`` (exactly-once
 increments). ``--chain`` runs stage A of tests/state/chain_helpers.py instead (it publishes to the output
-journals, ``publish=`` the journal store). ``--sleep`` makes the mapper sleep per message (so a batch is
+journals, ``publish=`` the journal store; tests/state must be on the workers' PYTHONPATH on classic Spark).
+``--sleep`` makes the mapper (either one) sleep per message (so a batch is
 slow enough to be killed mid-way),
 ``--flush``
 bounds the sink's write batches (so writes land while the batch still runs). ``--stats`` writes the sink's
@@ -79,6 +80,14 @@ def main() -> int:
         from chain_helpers import A_SELECTOR, stage_a
 
         selector, mapper, publish = A_SELECTOR, stage_a, args.journals
+        if args.sleep:
+            seconds = args.sleep
+
+            def slow_a(message: Any) -> list[Any]:
+                time.sleep(seconds)
+                return stage_a(message)
+
+            mapper = slow_a
     sink = ZClusterSink(
         args.urls,
         mapper,

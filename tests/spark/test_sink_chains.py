@@ -6,13 +6,18 @@ checkpoint directory, and more input."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_spark_faults import descendants
 
 from zcluster import Cluster
 from zcluster.journal import FileJournals
@@ -123,6 +128,62 @@ def test_a_spark_connect_stage_publishes_exactly_once_across_runs_and_a_new_chec
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     committed = sorted(e.message.doc["src"] for j in OUTPUTS for e in read(store, j, committed=True))
     assert committed == list(range(40))  # published once over three runs
+    with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
+        b.poll()
+    assert board(cluster) == model(docs)
+
+
+def test_a_spark_stage_driver_sigkilled_mid_batch_publishes_each_message_once_after_restart(
+    chain: Any, tmp_path: Path
+) -> None:
+    """Classic Spark, a driver process (``driver_job.py --chain``) SIGKILLed with its JVM and Python workers
+    once stage A's counts of batch 0 land (the batch running: nothing committed in Spark's checkpoint), then
+    run again from the same checkpoint: batch 0 runs again; downstream, read-committed, each derived message
+    is there once and the board equals the model."""
+    store, url, cluster, prefix, urls = chain
+    driver = Path(__file__).with_name("driver_job.py")
+    ckpt = tmp_path / "ckpt"
+    cmd = [sys.executable, str(driver), "--journals", url, "--urls", *urls, "--prefix", prefix, "--chain"]
+    cmd += ["--query-name", f"sk{next(_ids)}", "--checkpoint", str(ckpt)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "state"), *sys.path])}
+    docs = events(0, 60)
+    feed(store, docs)
+
+    def seen() -> float:
+        return sum(cluster.counters(["seen"])["seen"].values())
+
+    with open(tmp_path / "run1.log", "w") as log1:
+        proc = subprocess.Popen(
+            [*cmd, "--sleep", "0.05", "--flush", "4"],
+            stdout=log1,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while seen() == 0:
+            assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no count landed"
+            time.sleep(0.02)
+        for pid in descendants(proc.pid):  # the driver, its JVM and the Python workers
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert (ckpt / "offsets" / "0").exists() and not (ckpt / "commits" / "0").exists()  # killed inside batch 0
+    # Mid-transaction: some counts landed (written every 4), not all; not every derived message is committed
+    # (here none is even appended: a transaction appends its messages every 4,096 and at its end).
+    assert 0 < seen() < len(docs)
+    assert sum(len(read(store, j, committed=True)) for j in OUTPUTS) < len(docs)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert seen() == len(docs)  # stage A's own state: each event counted once
+    committed = sorted(e.message.doc["src"] for j in OUTPUTS for e in read(store, j, committed=True))
+    assert committed == list(range(60))
     with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
         b.poll()
     assert board(cluster) == model(docs)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from chain_helpers import (
     A_SELECTOR,
     B_SELECTOR,
@@ -34,6 +35,7 @@ from chain_helpers import (
     stage_b,
 )
 from click.testing import CliRunner
+from test_increments_faults import AOF_ALWAYS
 
 from zcluster import Cluster, ConfigError, FencedError, MapperError, PollError
 from zcluster.cli import cli
@@ -310,3 +312,73 @@ def test_a_claim_that_used_its_last_save_number_is_made_anew(env: Env, monkeypat
         assert held.gen == 3  # saves 1, 2 | 1, 2 | 1: five polls, three claims
     env.b().poll()
     assert board(env.cluster) == model(docs)  # every event once, through every renewed claim
+
+
+@pytest.mark.parametrize("journals", ["file", "stream"])
+def test_the_shard_holding_the_state_sigkilled_between_and_inside_transactions(
+    journals: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one redis-server holding A's checkpoints, counts and B's board (and, with Redis Streams journals,
+    the journals) is SIGKILLed twice and started again from its AOF (fsync always: what a reply confirmed is
+    on disk): between two polls of A, then inside A's transaction (its mapper kills it at an event, after
+    earlier events' messages were published uncommitted). Each poll while it is down fails naming the server
+    (a `PollError`; with the journals on that server too, the journal listing's redis-py `ConnectionError`,
+    as `RedisJournals` documents); the same `Consumer`'s next poll claims the journals again (re-appending
+    the last checkpoint's intents: the abandoned attempt is rolled back) and goes on: each input once."""
+    monkeypatch.setattr(txn, "QUEUED", 4)  # a transaction appends its messages as it goes, before the kill
+    with LocalShards(1, aof=True, extra=AOF_ALWAYS) as shards:
+        if journals == "file":
+            url = str(tmp_path / "journals")
+            store: Any = FileJournals(url)
+        else:
+            url = f"{shards.urls[0]}?prefix=chj{next(_ids)}:"
+            store = RedisJournals.from_url(url)
+        create(store)
+        env = Env(url, store, shards)
+        port = str(shards.servers[0].port)
+        trigger, killed = 52, threading.Event()
+
+        def killing(message: Any) -> list[Any]:
+            if message.doc["id"] == trigger and not killed.is_set():
+                killed.set()
+                shards.kill(0)
+            return stage_a(message)
+
+        docs = events(0, 20)
+        feed(env.store, docs)
+        try:
+            with env.a(mapper=killing) as a:
+                assert a.poll().published == 20
+                held = TxnStore(StateStore(env.cluster, env.app_a)).load("in/0")
+                more = events(20, 20)
+                feed(env.store, more)
+                shards.kill(0)  # between two polls
+                if journals == "file":
+                    with pytest.raises(PollError) as down:
+                        a.poll()
+                    assert down.value.failures and all(port in str(f.error) for f in down.value.failures)
+                else:  # listing the journals fails first: RedisJournals raises redis-py's errors (documented)
+                    with pytest.raises(redis.ConnectionError, match=port):
+                        a.poll()
+                shards.start(0)
+                assert TxnStore(StateStore(env.cluster, env.app_a)).load("in/0") == held  # loaded from the AOF
+                assert a.poll().published == 20
+                held = TxnStore(StateStore(env.cluster, env.app_a)).load("in/0")
+                last = events(40, 20)
+                feed(env.store, last)
+                with pytest.raises(PollError) as inside:  # the mapper kills the server at event 52
+                    a.poll()
+                assert killed.is_set() and all(port in str(f.error) for f in inside.value.failures)
+                shards.start(0)
+                assert TxnStore(StateStore(env.cluster, env.app_a)).load("in/0") == held
+                # The abandoned attempt's messages are in the journals, uncommitted.
+                uncommitted = sum(len(env.read(j, committed=False)) for j in OUTPUTS)
+                assert uncommitted > sum(len(env.read(j, committed=True)) for j in OUTPUTS)
+                assert a.poll().published >= 20  # the transactions the kill abandoned, again
+            env.b().poll()
+            assert board(env.cluster) == model(docs + more + last)
+            derived = sorted(e.message.doc["src"] for j in OUTPUTS for e in env.read(j, committed=True))
+            assert derived == list(range(60))
+        finally:
+            env.cluster.close()
+            store.close()
