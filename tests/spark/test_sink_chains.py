@@ -6,7 +6,6 @@ checkpoint directory, and more input."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import signal
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spark_faults import descendants
+from test_spark_faults import kill_tree
 
 from zcluster import Cluster
 from zcluster.journal import FileJournals
@@ -166,9 +165,7 @@ def test_a_spark_stage_driver_sigkilled_mid_batch_publishes_each_message_once_af
             assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no count landed"
             time.sleep(0.02)
-        for pid in descendants(proc.pid):  # the driver, its JVM and the Python workers
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_tree(proc.pid)  # the driver, its JVM and the Python workers
         proc.wait(30)
     finally:
         if proc.poll() is None:

@@ -175,6 +175,13 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it (a driver, its JVM and its Python workers: a machine dying)."""
+    for p in descendants(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+
+
 # -- 1. the driver process dies in the middle of a batch ----------------------------------------------------------
 
 
@@ -217,9 +224,7 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
             assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no write landed"
             time.sleep(0.02)
-        for pid in descendants(proc.pid):  # the driver, its JVM and the Python workers: a machine dying
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         proc.wait(30)
     finally:
         if proc.poll() is None:
