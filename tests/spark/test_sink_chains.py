@@ -2,7 +2,8 @@
 stage A is a ``ZClusterSink`` whose mapper publishes (``publish=``), stage B a ``Consumer`` reading A's output
 read-committed into a leaderboard (tests/state/chain_helpers.py). The board must equal the model after a task
 failing once after appending 4,096 of its messages (retried by Spark), every batch replayed from a new
-checkpoint directory, and more input."""
+checkpoint directory, and more input; and with stage A in a driver process (``driver_job.py --chain``) after the
+driver SIGKILLed mid-batch, and after an executor JVM SIGKILLed mid-batch on ``local-cluster``."""
 
 from __future__ import annotations
 
