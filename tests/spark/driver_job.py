@@ -8,8 +8,10 @@
 increments). ``--chain`` runs stage A of tests/state/chain_helpers.py instead (it publishes to the output
 journals, ``publish=`` the journal store; tests/state must be on the workers' PYTHONPATH on classic Spark).
 ``--sleep`` makes the mapper (either one) sleep per message (so a batch is
-slow enough to be killed mid-way),
-``--flush``
+slow enough to be killed mid-way); with ``--chain``, ``--deliveries`` records the pid of the Python worker that
+mapped each message and ``--queued`` sets how many messages a transaction queues before appending them.
+``--master local-cluster[2,1,1024]`` runs each executor in a JVM of its own (the driver prints the application
+id). ``--flush``
 bounds the sink's write batches (so writes land while the batch still runs). ``--stats`` writes the sink's
 history (one BatchStats per batch) as JSON when the run ends. ``--max-frames`` sets the source's
 ``maxFramesPerTrigger``; ``--progress`` writes each batch's input row count, from the query's progress
@@ -23,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +33,7 @@ from typing import Any
 
 from zcluster.spark import ZClusterSink, local_session, run_available_now
 from zcluster.spark.observe import figures
+from zcluster.state import txn
 from zcluster.testing.traffic import leaderboard_mapper, timeline_mapper
 
 
@@ -52,6 +56,25 @@ class SlowMapper:
         return leaderboard_mapper(message) if self.leaderboard else timeline_mapper(message)
 
 
+def chain_mapper(stage_a: Any, seconds: float, deliveries: str | None, queued: int | None) -> Any:
+    """Stage A's mapper, sleeping ``seconds`` per message; with ``deliveries``, it appends one line per message
+    naming the Python worker that mapped it (its pid); with ``queued``, the transactions append their messages
+    every ``queued`` messages (``txn.QUEUED`` is a global of the process running the transaction: the Python
+    worker, where this mapper runs, so it is set here)."""
+
+    def mapper(message: Any) -> list[Any]:
+        if queued:
+            txn.QUEUED = queued
+        if seconds:
+            time.sleep(seconds)
+        if deliveries:
+            with open(deliveries, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        return stage_a(message)  # type: ignore[no-any-return]
+
+    return mapper
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--journals", required=True)
@@ -70,24 +93,24 @@ def main() -> int:
     p.add_argument("--connect", action="store_true", help="a local Spark Connect session (no --stats there)")
     p.add_argument("--leaderboard", action="store_true", help="the mapper also counts events per user (Incr)")
     p.add_argument("--chain", action="store_true", help="stage A of tests/state/chain_helpers.py, publishing")
+    p.add_argument("--queued", type=int, help="with --chain: the workers' transactions append every N messages")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    spark = local_session(args.master, connect=args.connect)
+    cluster_mode = args.master.startswith("local-cluster")  # executors in JVMs of their own: bind them to loopback
+    spark = local_session(
+        args.master, connect=args.connect, **({"spark.driver.host": "127.0.0.1"} if cluster_mode else {})
+    )
+    if cluster_mode:  # the executors' logs are in $SPARK_HOME/work/<application id>
+        print("application", spark.sparkContext.applicationId, flush=True)
     selector, mapper, publish = "", SlowMapper(args.sleep, args.deliveries, args.leaderboard), None
     if args.chain:
         sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
         from chain_helpers import A_SELECTOR, stage_a
 
         selector, mapper, publish = A_SELECTOR, stage_a, args.journals
-        if args.sleep:
-            seconds = args.sleep
-
-            def slow_a(message: Any) -> list[Any]:
-                time.sleep(seconds)
-                return stage_a(message)
-
-            mapper = slow_a
+        if args.sleep or args.deliveries or args.queued:
+            mapper = chain_mapper(stage_a, args.sleep, args.deliveries, args.queued)
     sink = ZClusterSink(
         args.urls,
         mapper,

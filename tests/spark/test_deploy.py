@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from pyspark import cloudpickle
+from test_spark_faults import descendants
 
 from zcluster import Cluster
 from zcluster.errors import ConfigError
@@ -119,20 +120,6 @@ def test_a_worker_missing_a_module_is_explained() -> None:
 
 
 # -- the job, run as a user runs it ------------------------------------------------------------------------------
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat") as f:
-                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        out.append(todo.pop())
-        todo.extend(children.get(out[-1], []))
-    return out
 
 
 def cmdline(pid: int) -> str:

@@ -2,21 +2,25 @@
 stage A is a ``ZClusterSink`` whose mapper publishes (``publish=``), stage B a ``Consumer`` reading A's output
 read-committed into a leaderboard (tests/state/chain_helpers.py). The board must equal the model after a task
 failing once after appending 4,096 of its messages (retried by Spark), every batch replayed from a new
-checkpoint directory, and more input."""
+checkpoint directory, and more input; and with stage A in a driver process (``driver_job.py --chain``) after the
+driver SIGKILLed mid-batch, and after an executor JVM SIGKILLed mid-batch on ``local-cluster``."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spark_faults import kill_tree
+from test_deploy import _spark_home, cmdline, stop
+from test_spark_faults import descendants, kill_tree
 
 from zcluster import Cluster
 from zcluster.journal import FileJournals
@@ -181,6 +185,71 @@ def test_a_spark_stage_driver_sigkilled_mid_batch_publishes_each_message_once_af
     assert seen() == len(docs)  # stage A's own state: each event counted once
     committed = sorted(e.message.doc["src"] for j in OUTPUTS for e in read(store, j, committed=True))
     assert committed == list(range(60))
+    with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
+        b.poll()
+    assert board(cluster) == model(docs)
+
+
+def test_a_spark_stage_executor_jvm_sigkilled_mid_batch_publishes_each_message_once(chain: Any, tmp_path: Path) -> None:
+    """``local-cluster[2,1,1024]`` (each executor a JVM of its own; ``driver_job.py --chain``): the executor JVM
+    whose Python worker has mapped 30 messages of its task is SIGKILLed (its daemon and workers with it), after
+    its transaction appended messages uncommitted (``--queued 8``); Spark runs the task again elsewhere, the
+    query finishes. A's counts equal the events, read-committed each derived message is there once (the dead
+    attempt's appended messages stay uncommitted), B's board equals the model."""
+    store, url, cluster, prefix, urls = chain
+    driver = Path(__file__).with_name("driver_job.py")
+    deliveries, log = tmp_path / "deliveries.txt", tmp_path / "driver.log"
+    cmd = [sys.executable, str(driver), "--journals", url, "--urls", *urls, "--prefix", prefix, "--chain"]
+    cmd += ["--query-name", f"se{next(_ids)}", "--checkpoint", str(tmp_path / "ckpt")]
+    cmd += ["--master", "local-cluster[2,1,1024]", "--sleep", "0.04", "--flush", "4", "--queued", "8"]
+    cmd += ["--deliveries", str(deliveries)]
+    # The executors' Python workers import chain_helpers by name (it is shipped by value too): on their path.
+    path = os.pathsep.join([str(Path(__file__).parents[1] / "state"), *sys.path])
+    env = {**os.environ, "PYTHONPATH": path, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    docs = events(0, 120)
+    feed(store, docs)  # two input journals, 60 events each: a task each, one per executor
+
+    def seen() -> float:
+        return sum(cluster.counters(["seen"])["seen"].values())
+
+    def mapped() -> Counter[int]:  # messages mapped per Python worker (pid), complete lines only
+        text = deliveries.read_text() if deliveries.exists() else ""
+        return Counter(int(line) for line in text.split("\n")[:-1] if line)
+
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline, target = time.monotonic() + 240, None
+        while target is None:
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "no task got far enough\n" + log.read_text(errors="replace")[-3000:]
+            time.sleep(0.05)
+            counts = mapped()
+            executors = [p for p in descendants(proc.pid) if "CoarseGrainedExecutorBackend" in cmdline(p)]
+            target = next((e for e in executors if any(counts[w] >= 30 for w in descendants(e))), None)
+        os.kill(target, signal.SIGKILL)  # the executor JVM dies mid-task (its Python daemon and workers with it)
+        appended = sum(len(read(store, j, committed=False)) for j in OUTPUTS)
+        committed_at_kill = sum(len(read(store, j, committed=True)) for j in OUTPUTS)
+        assert len(executors) == 2 and 0 < seen() < len(docs), "the kill must land mid-batch"
+        assert appended > committed_at_kill, "the kill must land with messages appended uncommitted"
+        assert proc.wait(300) == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        stop(proc)
+        app_id = next(
+            (line.split()[1] for line in log.read_text().splitlines() if line.startswith("application ")), None
+        )
+        home = os.environ.get("SPARK_HOME") or _spark_home()
+        work = Path(home) / "work" / app_id if app_id and home else None
+        if work is not None and work.exists():  # the executors' logs, kept with the test's files
+            shutil.move(work, tmp_path / "spark-work")
+    assert "Lost executor" in log.read_text(errors="replace")  # Spark saw its executor die, and ran its task again
+    assert seen() == len(docs)  # stage A's own state: each event counted once
+    committed = sorted(e.message.doc["src"] for j in OUTPUTS for e in read(store, j, committed=True))
+    assert committed == list(range(len(docs)))
+    # The dead attempt's appended messages are in the journals, never committed (its producer id is never ACKed).
+    assert sum(len(read(store, j, committed=False)) for j in OUTPUTS) >= len(docs) + 8
+    assert sum(mapped().values()) > len(docs)  # the killed task's messages were mapped again
+    print(f"killed with {appended - committed_at_kill} messages appended uncommitted; {sum(mapped().values())} mapped")
     with Consumer(cluster, store, stage_b, f"sb{next(_ids)}", selector=B_SELECTOR) as b:
         b.poll()
     assert board(cluster) == model(docs)
