@@ -210,7 +210,7 @@ def test_local_cluster_executor_jvm_killed_mid_batch_exactly_once(shards: LocalS
     keys, total = list(job.traffic.expected()), sum(len(v) for v in job.traffic.expected().values())
     proc = job.start("--master", "local-cluster[2,1,1024]", "--sleep", "0.04", "--flush", "8")
     try:
-        deadline, target = time.monotonic() + 150, None
+        deadline, target = time.monotonic() + 300, None
         while target is None:  # a task has mapped 70 of its ~115 messages: its first journal is checkpointed
             assert proc.poll() is None, job.tail()
             assert time.monotonic() < deadline, "no task got far enough\n" + job.tail()
