@@ -94,7 +94,9 @@ class Env:
         out = []
         for journal in OUTPUTS:
             spec = JournalSpec(journal, {"content-type": CONTENT_TYPE_NDJSON})
-            it = ReadCommittedIter(self.store, spec, Sequencer()) if committed else ReadUncommittedIter(self.store, spec)
+            it: Any = (
+                ReadCommittedIter(self.store, spec, Sequencer()) if committed else ReadUncommittedIter(self.store, spec)
+            )
             out += [e for e in it if acks or not e.is_ack]
         return out
 
@@ -134,9 +136,9 @@ def test_a_batch_cut_over_two_tasks_publishes_once_and_its_replays_nothing(spark
     assert env.committed() == srcs(rows)
     sink(split_batch(spark), 0)  # the batch again
     env.sink()(split_batch(spark), 0)  # a new sink: batch ids from 0 again, the same offsets
-    assert sink.history[1].published == 0 and sink.history[1].seen == ROWS and sink.history[1].delivered == 0
     assert env.committed() == srcs(rows)
     assert len(env.read(committed=False)) == ROWS  # nothing appended again, even uncommitted
+    assert sink.history[1].published == 0 and sink.history[1].seen == ROWS and sink.history[1].delivered == 0
     assert env.board() == points(rows)
     assert env.cluster.counters(["rows"])["rows"] == {"p0": ROWS // 2, "p1": ROWS // 2}
     # The partitions' checkpoints, as `zcluster consumers` shows them (with the journal store given).
@@ -222,8 +224,8 @@ def test_a_task_dying_between_its_publish_and_its_save_then_replays_publish_each
     sink = env.sink(FailingSave(str(marker)))
     run_query(spark, tmp_path / "src", sink, tmp_path / "ckpt")
     assert marker.exists()  # a save failed, and Spark ran its task again
-    assert len(sink.history) == 2 and sum(b.published for b in sink.history) == len(rows)
     assert env.committed() == srcs(rows)
+    assert len(sink.history) == 2 and sum(b.published for b in sink.history) == len(rows)
     failed = len(env.read(committed=False)) - len(rows)
     assert failed > 0  # the failed attempt's messages are in the journals, never committed
     commits = ckpt_commits(tmp_path / "ckpt")
@@ -232,10 +234,10 @@ def test_a_task_dying_between_its_publish_and_its_save_then_replays_publish_each
     again = env.sink()
     run_query(spark, tmp_path / "src", again, tmp_path / "ckpt")
     run_query(spark, tmp_path / "src", again, tmp_path / "ckpt2")
-    assert len(again.history) == 3 and sum(b.published for b in again.history) == 0
-    assert sum(b.seen for b in again.history) == len(rows) + len(rows) // 2  # the last batch, then all
     assert env.committed() == srcs(rows)
     assert len(env.read(committed=False)) == len(rows) + failed
+    assert len(again.history) == 3 and sum(b.published for b in again.history) == 0
+    assert sum(b.seen for b in again.history) == len(rows) + len(rows) // 2  # the last batch, then all
     assert env.board() == points(rows)
 
 

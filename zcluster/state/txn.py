@@ -13,6 +13,10 @@ first poll of it, or its first poll after a failure) makes a new random producer
 checkpoint with its clock. A zombie and its replacement never share a producer id, so the zombie's late
 messages can never join a span its replacement's ACK commits; the clock continues from the checkpoint's.
 
+A :class:`zcluster.spark.PositionedSink` checkpoints each (topic, partition) of its source the same way,
+under the name :func:`partition_checkpoint` gives it: its offset is one past the last row applied (the
+source's own offsets), with no producer states (rows carry no UUIDs).
+
 Fencing: a journal's records (the same key as :class:`zcluster.state.StateStore`'s, layout ``v4``) are
 scored by (generation, save number): ``2**60 + ((gen << 16 | seq) << 8)``, exact doubles above every
 position of the older layouts. A claim saves at most ``SAVES`` (65,536) times: after that save the claim is
