@@ -4,8 +4,8 @@ journals, each (topic, partition)'s rows of a batch one consumer transaction (:m
 A read-committed reader downstream must see each derived message once, and a ``Consumer`` (stage B of
 tests/state/chain_helpers.py) reading them into a leaderboard must equal the model of the rows, after: a batch
 whose partitions Spark cut over two tasks; the batch run again, and again from a new checkpoint directory; a
-task failing after appending its messages, before its save (retried by Spark); a zombie attempt saving after
-a newer claim; and on Spark Connect.
+task failing after appending its messages, before its save (retried by Spark); an attempt dying after its save,
+before its ACKs; a zombie attempt saving after a newer claim; and on Spark Connect.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from zcluster.message.records import JsonMessage
 from zcluster.message.sequencer import Sequencer
 from zcluster.message.uuid import get_producer_id
 from zcluster.spark.positioned import PositionedSink
-from zcluster.state import Consumer, progress
+from zcluster.state import Consumer, progress, txn
 from zcluster.testing import LocalShards
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
@@ -286,6 +286,36 @@ def test_a_zombie_attempt_saving_after_a_newer_claim_is_fenced_and_never_commits
     producers = {get_producer_id(e.uuid) for e in messages}
     acked = {get_producer_id(e.uuid) for e in envelopes if e.is_ack}
     assert len(producers) == 2 and len(acked) == 1  # the zombie's producer id is never ACKed
+    assert env.board() == points(rows)
+
+
+def test_acks_lost_after_the_save_are_appended_by_the_next_attempts_claim(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Spark: a task attempt saves its checkpoint and dies before appending its ACK intents (the append
+    fails); nothing it published is read committed, `zcluster consumers` shows the intents pending. The next
+    attempt's claim appends them: each message committed once, the attempt itself publishing nothing."""
+    rows = [r for r in split_rows() if r["partition"] == "p1"][:20]  # offsets 2, 6, ... 78
+    append = txn.Publishing._append
+
+    def failing(self: txn.Publishing, intents: list[Any]) -> None:
+        if intents:  # a commit's (the first claim has none to append again)
+            raise OSError("injected: the task dies after its save, before its ACKs")
+        append(self, intents)
+
+    monkeypatch.setattr(txn.Publishing, "_append", failing)
+    with pytest.raises(OSError, match="before its ACKs"):
+        list(env.sink().job.run(batch(rows)))
+    monkeypatch.setattr(txn.Publishing, "_append", append)
+    assert env.committed() == [] and len(env.read(committed=False)) == len(rows)
+    (held,) = progress(env.cluster, env.app, env.store)
+    targets = sorted({derive(r)[1].journal for r in rows})
+    assert (held.journal, held.offset, sorted(held.ack_intents)) == ("~-/p1", rows[-1]["offset"] + 1, targets)
+    sink = env.sink()
+    (stats,) = list(sink.job.run(batch(rows)))
+    assert env.committed() == srcs(rows)
+    assert len(env.read(committed=False)) == len(rows)  # nothing published again
+    assert json.loads(stats.column("stats")[0].as_py())["published"] == 0
     assert env.board() == points(rows)
 
 
