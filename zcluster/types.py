@@ -57,7 +57,8 @@ class Publish(NamedTuple):
     consumer's transaction, so read-committed readers of ``journal`` see it exactly once when the
     transaction that published it is checkpointed, and never if it is abandoned. ``message`` must implement
     the message protocol (:class:`zcluster.message.Message`, e.g. a ``JsonMessage``). Only an applier given a
-    journal store to publish to accepts it (``Consumer(..., publish=...)``); see :mod:`zcluster.state.txn`."""
+    journal store to publish to accepts it (``Consumer(..., publish=...)``, ``ZClusterSink(..., publish=url)``,
+    ``PositionedSink(..., publish=url)``); see :mod:`zcluster.state.txn`."""
 
     journal: Any
     message: Any

@@ -15,6 +15,34 @@ Spark cuts one partition's rows over several tasks more often than it seems (a f
 files into tasks; Kafka's ``minPartitions`` splits a topic-partition's offset range): fencing each task's own
 rows would let the task holding later offsets move the fence past the other's, silently refused as applied
 before.
+
+Publishing (``publish=``, :mod:`zcluster.state.txn`): the mapper may also return :class:`zcluster.Publish`
+messages. A transaction is one (topic, partition)'s rows of one micro-batch, in the one task the shuffle gave
+them: it begins when that task reaches the partition (the claim of its checkpoint) and ends with the save of
+the checkpoint and the append of its ACK intents, before the task goes on to its next partition. The
+checkpoint is a ``v4`` record of the application (``query_name``) under :func:`partition_checkpoint`'s name,
+``~<topic>/<partition>`` (no journal's name begins with ``~``: it never meets a journal of a ``Consumer`` of the
+same name); it holds the offset one past the last row applied (no producer states: rows carry no UUIDs) and
+the ACK intents. In order: the task attempt claims the checkpoint (a new producer id; the last checkpoint's
+intents appended again: ACKs a crash lost delivered), skips the rows below the checkpoint's offset (their
+messages were published and committed, their writes made, by an earlier attempt), maps the rest, appends their
+messages uncommitted and writes their writes, saves the checkpoint (fenced) with the new offset and intents,
+and only then appends the intents. Why that is exactly once:
+
+* a task retried (or an executor lost) claims anew: the failed attempt's messages are under its own producer
+  id, never ACKed, never read committed; if it had saved, the claim adopts the save and its intents, and the
+  retry skips its rows;
+* a speculative copy and the original claim in turn: the later claim fences the earlier attempt, whose save
+  raises :class:`zcluster.FencedError` (its task fails, its intents are never appended); a save that landed
+  before the later claim is adopted by it, and the later attempt skips those rows;
+* a replayed batch (a lost Spark commit, a driver restarted) and a new checkpoint directory re-read offsets
+  the checkpoints in the cluster (keyed by ``query_name`` and the source's own offsets, not Spark's batch ids)
+  already passed: nothing is published again, and nothing saved;
+* increments are fenced and 2P-set writes idempotent as without ``publish``, so an attempt that wrote and
+  then failed before its save changes nothing when its rows are written again.
+
+Each task attempt that claims is a new producer to downstream readers: give them a ``prune_horizon``. The
+claim needs one master per key (a :class:`zcluster.Cluster`); with a farm the fence is not proven.
 """
 
 from __future__ import annotations
@@ -26,9 +54,14 @@ from typing import Any
 
 from zcluster.config import StoreConfig, Where, store_config, with_nodes
 from zcluster.errors import ConfigError, MapperError
+from zcluster.journal.store import close_store
+from zcluster.journal.urls import open_store
 from zcluster.spark.observe import TASK_SCHEMA, add_rows, task_batch
 from zcluster.spark.shipping import ship_by_value
 from zcluster.state.batch import BatchStats, WriteBuffer
+from zcluster.state.store import StateStore
+from zcluster.state.txn import Publishing, partition_checkpoint
+from zcluster.types import Store
 
 __all__ = ["PositionedSink"]
 
@@ -45,28 +78,79 @@ class _Job:
     topic: str | None
     flush: int
     retries: int
+    publish: str | None = None
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: rows in, one stats row out. A task's rows of a partition are applied in
-        offset order, each partition's writes flushed before the task ends. Exact only when the task holds
-        every row of the batch of each of its partitions (:meth:`PositionedSink.__call__` shuffles them so):
-        a fence moved by another task's later offsets of the partition refuses this task's earlier ones."""
+        offset order, each partition's writes flushed before the task ends (with ``publish``: each partition's
+        rows are one transaction, see :meth:`_transaction`). Exact only when the task holds every row of the
+        batch of each of its partitions (:meth:`PositionedSink.__call__` shuffles them so): a fence moved by
+        another task's later offsets of the partition refuses this task's earlier ones."""
         stats = BatchStats()
         parts: dict[Any, list[dict[str, Any]]] = {}
         for batch in batches:
             for row in batch.to_pylist():
                 parts.setdefault(row[self.partition], []).append(row)
         store = self.config.shared()
-        for part, rows in sorted(parts.items(), key=lambda p: str(p[0])):
-            name = f"{row_topic(rows[0], self.topic)}/{part}"
-            writes = WriteBuffer(store, self.flush, self.retries, stats, source=f"{self.app}/{name}")
-            for row in sorted(rows, key=lambda r: r[self.offset]):
-                offset = int(row[self.offset])
-                stats.frames += 1
-                stats.delivered += 1
-                writes.add(self._map(name, offset, row), name, offset, offset)
-            writes.flush()
+        # A Publishing per task attempt: its claims (producer ids) are this attempt's alone.
+        publishing = None if self.publish is None else Publishing(open_store(self.publish), self.retries)
+        try:
+            for part, rows in sorted(parts.items(), key=lambda p: str(p[0])):
+                topic = row_topic(rows[0], self.topic)
+                rows.sort(key=lambda r: r[self.offset])
+                if publishing is None:
+                    self._apply(store, f"{topic}/{part}", rows, stats)
+                else:
+                    self._transaction(store, publishing, topic, part, rows, stats)
+        finally:
+            if publishing is not None:
+                close_store(publishing.writer)
         yield task_batch(stats)
+
+    def _apply(
+        self,
+        store: Store,
+        name: str,
+        rows: list[dict[str, Any]],
+        stats: BatchStats,
+        publish: Callable[[list[Any], str, int, dict[str, Any]], list[Any]] | None = None,
+    ) -> None:
+        """Map and write ``rows`` of partition ``name`` (in offset order); ``publish``: what takes the mapped
+        writes' :class:`zcluster.Publish` items (``Publishing.published`` on the transaction's claim)."""
+        writes = WriteBuffer(store, self.flush, self.retries, stats, source=f"{self.app}/{name}")
+        for row in rows:
+            offset = int(row[self.offset])
+            stats.frames += 1
+            stats.delivered += 1
+            mapped = self._map(name, offset, row)
+            if publish is not None:
+                mapped = publish(mapped, name, offset, row)
+            writes.add(mapped, name, offset, offset)
+        writes.flush()
+
+    def _transaction(
+        self, store: Store, publishing: Publishing, topic: str, part: Any, rows: list[dict[str, Any]], stats: BatchStats
+    ) -> None:
+        """One consumer transaction over a partition's rows of the batch (see :class:`PositionedSink`): claim
+        the partition's checkpoint (appending its ACK intents again), skip the rows it passed, publish the
+        others' messages uncommitted and write their writes, save the fenced checkpoint (offset: one past the
+        last row) with the new ACK intents, then append them. A :class:`zcluster.FencedError` (a newer
+        attempt claimed) fails the task with nothing of this attempt appended as committed."""
+        name, journal = f"{topic}/{part}", partition_checkpoint(topic, part)
+        state = StateStore(store, self.app)
+        with publishing.guard(journal):
+            claim = publishing.claimed(state, journal)
+            done = claim.checkpoint.offset
+            fresh = [r for r in rows if int(r[self.offset]) >= done]
+            stats.frames += len(rows) - len(fresh)
+            stats.seen += len(rows) - len(fresh)  # published and committed by an earlier attempt
+
+            def publish(writes: list[Any], name: str, offset: int, row: dict[str, Any]) -> list[Any]:
+                return publishing.published(claim, writes, "partition", name, offset, row)
+
+            self._apply(store, name, fresh, stats, publish)
+            through = max(done, int(fresh[-1][self.offset]) + 1) if fresh else done
+            stats.published += publishing.commit(state, journal, claim, through, [], "")
 
     def _map(self, name: str, offset: int, row: dict[str, Any]) -> list[Any]:
         try:
@@ -91,7 +175,19 @@ class PositionedSink:
     ``partition``, ``offset``; other sources rename theirs or pass these). ``flush``: writes per batch sent;
     ``retries``: resends of unconfirmed writes. ``history`` holds a :class:`BatchStats` per batch:
     ``increments`` sent, of which ``fenced`` were found at or below their fence (applied before: a replayed
-    batch) and the rest ``applied``.
+    batch) and the rest ``applied``; with ``publish``, ``published`` (messages published and checkpointed)
+    and ``seen`` (rows skipped: below their partition's checkpoint).
+
+    ``publish``: a journal store URL (``file:///dir``, ``redis://host:port?prefix=p``; see
+    :func:`zcluster.journal.urls.open_store`) the mapper's :class:`zcluster.Publish` messages go to, exactly
+    once: each (topic, partition)'s rows of a batch are one consumer transaction with a fenced checkpoint
+    (see the module for where it begins and ends, and why retries, speculative tasks, replayed batches and new
+    checkpoint directories publish nothing twice). Read-committed readers of the target journals see each
+    message once, when its transaction's checkpoint is saved and its ACK appended (per journal, as in Gazette).
+    The checkpoint also skips rows it passed, so offsets must grow from batch to batch as documented above (a
+    re-created topic needs a new ``query_name``, or its rows below the old offsets are skipped). Without
+    ``publish``, a mapper returning a ``Publish`` fails the batch with a :class:`zcluster.MapperError` naming
+    the partition and offset.
 
     Guarantee: every row's increments count exactly once however Spark partitions the batch (file sources,
     Kafka's ``minPartitions``, any ``repartition`` before the sink), across task retries, replayed batches
@@ -102,7 +198,8 @@ class PositionedSink:
     the sink cannot know that before the mapper runs.
 
     Errors: a mapper failure or a refused write is a :class:`zcluster.MapperError` naming the partition and
-    offset; shard failures are retried, then fail the batch. A failed batch ends the query (Spark does not
+    offset; shard failures are retried, then fail the batch; a :class:`zcluster.FencedError` fails a task
+    attempt that a newer one fenced. A failed batch ends the query (Spark does not
     run a failed ``foreachBatch`` again by itself; see :class:`zcluster.spark.ZClusterSink`): start it again
     from its checkpoint, and Spark runs the batch again; its increments count once (the fences).
     """
@@ -119,12 +216,12 @@ class PositionedSink:
         flush: int = 16384,
         retries: int = 5,
         prefix: str | None = None,
+        publish: str | None = None,
     ) -> None:
         if not query_name or "/" in query_name:
             raise ConfigError(f"query_name must be non-empty and without '/', got {query_name!r}")
-        self.job = _Job(
-            store_config(cluster, prefix=prefix), query_name, mapper, partition, offset, topic, flush, retries
-        )
+        config = store_config(cluster, prefix=prefix)
+        self.job = _Job(config, query_name, mapper, partition, offset, topic, flush, retries, publish)
         self.history: list[BatchStats] = []
         self.shipped = ship_by_value(mapper, None)
 

@@ -162,8 +162,8 @@ class WriteBuffer:
             else:
                 raise MapperError(
                     f"mapper returned {w!r} for {_where(journal, offset)}: expected Insert, Delete, Incr, Count "
-                    "or KeyScoreMember (a Publish needs an applier given a journal store to publish to: "
-                    "Consumer(..., publish=...))"
+                    "or KeyScoreMember (a Publish needs a journal store to publish to: Consumer(..., publish=store), "
+                    "ZClusterSink(..., publish=url) or PositionedSink(..., publish=url))"
                 )
         origins = self.origins
         if journal or origins.journal:

@@ -37,7 +37,7 @@ from zcluster.journal.store import CONTENT_TYPE_LABEL, JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.errors import JournalNotFoundError, MessageError
 from zcluster.state.store import StateStore, audit_entries
-from zcluster.state.txn import V4, TxnStore, decode_v4
+from zcluster.state.txn import PARTITION_MARK, V4, TxnStore, decode_v4
 from zcluster.types import ShardFailure, Store
 
 __all__ = ["JournalProgress", "SkippedRange", "applications", "checkpointed_journals", "progress"]
@@ -76,7 +76,9 @@ class JournalProgress:
     missing from the store), else None. ``ack_intents``: for a publishing application
     (:mod:`zcluster.state.txn`), the journals its last checkpoint holds ACK intents for: appended right after
     that save, unless the process died in between; a process that claims the journal appends them again
-    (``generation``: the checkpoint's claim generation, None for a non-publishing application).
+    (``generation``: the checkpoint's claim generation, None for a non-publishing application). A publishing
+    :class:`zcluster.spark.PositionedSink`'s partitions show as ``~<topic>/<partition>``, ``offset`` the next
+    row's offset (no journal to measure a lag in).
     """
 
     journal: str
@@ -249,7 +251,7 @@ def _journal(
         skipped=skipped,
         **_publishing(records),
     )
-    if store is None:
+    if store is None or name.startswith(PARTITION_MARK):  # a positioned source's partition: no journal to read
         return held
     try:
         info = store.info(name)

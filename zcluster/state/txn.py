@@ -13,6 +13,10 @@ first poll of it, or its first poll after a failure) makes a new random producer
 checkpoint with its clock. A zombie and its replacement never share a producer id, so the zombie's late
 messages can never join a span its replacement's ACK commits; the clock continues from the checkpoint's.
 
+A :class:`zcluster.spark.PositionedSink` checkpoints each (topic, partition) of its source the same way,
+under the name :func:`partition_checkpoint` gives it: its offset is one past the last row applied (the
+source's own offsets), with no producer states (rows carry no UUIDs).
+
 Fencing: a journal's records (the same key as :class:`zcluster.state.StateStore`'s, layout ``v4``) are
 scored by (generation, save number): ``2**60 + ((gen << 16 | seq) << 8)``, exact doubles above every
 position of the older layouts. A claim saves at most ``SAVES`` (65,536) times: after that save the claim is
@@ -58,7 +62,7 @@ from zcluster.message.uuid import Clock, new_producer_id
 from zcluster.state.store import StateStore, encode_states
 from zcluster.types import KeyScoreMember, Publish
 
-__all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore"]
+__all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore", "partition_checkpoint"]
 
 log = logging.getLogger("zcluster.state")
 
@@ -69,6 +73,18 @@ SAVES = 1 << _SEQ_BITS
 GENERATIONS = 1 << 36
 QUEUED = 4096  # messages a transaction queues before appending them
 _TOP = 2.0**60  # every v4 score is at or above it; positions of the older layouts are far below
+
+
+PARTITION_MARK = "~"
+"""What begins the checkpoint name of a positioned source's partition (:func:`partition_checkpoint`)."""
+
+
+def partition_checkpoint(topic: str, partition: object) -> str:
+    """The name a publishing :class:`zcluster.spark.PositionedSink` checkpoints a (``topic``, ``partition``)
+    under, as a journal of its application: ``~<topic>/<partition>``. No journal name begins with ``~`` (a
+    segment begins with a letter or digit: :func:`zcluster.journal.store.validate_journal_name`), so it never
+    names the checkpoint of a journal a ``Consumer`` or ``ZClusterSink`` of the same application reads."""
+    return f"{PARTITION_MARK}{topic}/{partition}"
 
 
 def score(gen: int, seq: int) -> float:
@@ -283,16 +299,21 @@ class Publishing:
         ``claim`` (:meth:`split`); a message that cannot be published raises :class:`zcluster.MapperError`."""
 
         def mapped(journal: str, env: Envelope) -> list[Any]:
-            writes = map_message(journal, env)
-            try:
-                return self.split(claim, writes)
-            except Exception as exc:
-                raise MapperError(
-                    f"mapper's message to publish for journal {journal} offset {env.begin} "
-                    f"({type(env.message).__name__}) cannot be published: {type(exc).__name__}: {exc}"
-                ) from exc
+            return self.published(claim, map_message(journal, env), "journal", journal, env.begin, env.message)
 
         return mapped
+
+    def published(self, claim: Claim, writes: list[Any], what: str, source: str, offset: int, item: Any) -> list[Any]:
+        """:meth:`split` of the writes mapped from ``item`` (a message, or a row) at ``offset`` of ``source`` (a
+        ``what``: a journal, or a positioned source's partition ``<topic>/<partition>``); a message that cannot
+        be published raises :class:`zcluster.MapperError` naming them."""
+        try:
+            return self.split(claim, writes)
+        except Exception as exc:
+            raise MapperError(
+                f"mapper's message to publish for {what} {source} offset {offset} ({type(item).__name__}) "
+                f"cannot be published: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def split(self, claim: Claim, writes: list[Any]) -> list[Any]:
         """Stamp the :class:`zcluster.Publish` items of ``writes`` uncommitted (framed and queued on
