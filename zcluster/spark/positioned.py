@@ -223,7 +223,7 @@ class PositionedSink:
         config = store_config(cluster, prefix=prefix)
         self.job = _Job(config, query_name, mapper, partition, offset, topic, flush, retries, publish)
         self.history: list[BatchStats] = []
-        self.shipped = ship_by_value(mapper, None)
+        self.shipped = ship_by_value(mapper, None, owner="PositionedSink")
 
     def __call__(self, df: Any, batch_id: int) -> None:
         started = time.perf_counter()

@@ -25,7 +25,7 @@ AVAILABLE = frozenset({"zcluster", "pyspark", "py4j"})
 """Top-level packages that every Spark Python process running the sink must import anyway: never shipped."""
 
 
-def ship_by_value(*objects: Any) -> tuple[str, ...]:
+def ship_by_value(*objects: Any, owner: str = "ZClusterSink") -> tuple[str, ...]:
     """Make ``objects`` (a sink's mapper and decode) loadable where the executors cannot import their modules.
 
     Pickles ``objects`` as Spark will (cloudpickle), collects the modules they reference by name (the module of
@@ -50,13 +50,14 @@ def ship_by_value(*objects: Any) -> tuple[str, ...]:
         except Exception as exc:
             if not shipped:
                 raise ConfigError(
-                    f"ZClusterSink cannot pickle its mapper (and decode) to send them to Spark's executors: {exc!r}"
+                    f"{owner} cannot pickle its mapper (and decode) to send them to Spark's executors: {exc!r}"
                 ) from exc
             for name in shipped:
                 cloudpickle.unregister_pickle_by_value(sys.modules[name])
             log.warning(
-                "ZClusterSink cannot ship %s by value with its mapper (%r): the executors must import them "
+                "%s cannot ship %s by value with its mapper (%r): the executors must import them "
                 "(install them into the workers' Python, or addPyFile / --py-files)",
+                owner,
                 ", ".join(shipped),
                 exc,
             )
@@ -71,15 +72,16 @@ def ship_by_value(*objects: Any) -> tuple[str, ...]:
             if _compiled(sys.modules[name]):
                 skipped.add(name)
                 log.warning(
-                    "ZClusterSink cannot ship %s (a compiled module outside any installed distribution): the "
+                    "%s cannot ship %s (a compiled module outside any installed distribution): the "
                     "executors must import it (install it into the workers' Python)",
+                    owner,
                     name,
                 )
             else:
                 cloudpickle.register_pickle_by_value(sys.modules[name])
                 shipped.append(name)
     if shipped:
-        log.info("ZClusterSink ships %s by value with its mapper (not installed here)", ", ".join(shipped))
+        log.info("%s ships %s by value with its mapper (not installed here)", owner, ", ".join(shipped))
     return tuple(shipped)
 
 
