@@ -31,6 +31,10 @@ one, and only checkpoints that are followed have their intents appended. This ne
 write acknowledged before them (one master per key: a :class:`zcluster.Cluster`); a farm's quorum reads and
 writes are not proven to give it.
 
+Operators: :meth:`zcluster.state.StateStore.restart_journal` and :meth:`~zcluster.state.StateStore.skip_lost` on a
+``v4`` checkpoint go through :meth:`TxnStore.take_over`: a claim (so a running applier of the journal is fenced
+as by any newer claim), the claimed checkpoint's intents appended, then one fenced save of the moved checkpoint.
+
 Compatibility: the first claim copies a ``v2``/``v3`` (or older) checkpoint into a ``v4`` one; readers of
 ``v3`` read the fields they know of ``v4`` (the monitor, :meth:`StateStore.load_journal`). Saving a ``v3``
 checkpoint over a ``v4`` one is refused (:class:`zcluster.ConfigError`): a non-publishing run of a publishing
@@ -58,7 +62,7 @@ from zcluster.message.uuid import Clock, new_producer_id
 from zcluster.state.store import StateStore, encode_states
 from zcluster.types import KeyScoreMember, Publish
 
-__all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore"]
+__all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore", "append_intents"]
 
 log = logging.getLogger("zcluster.state")
 
@@ -220,6 +224,36 @@ class TxnStore:
         self._forget(journal, record.score - 256.0)
         return saved
 
+    def take_over(
+        self,
+        journal: str,
+        move: Callable[[TxnCheckpoint], TxnCheckpoint],
+        publish: JournalStore | None,
+    ) -> tuple[TxnCheckpoint, TxnCheckpoint]:
+        """An operator's action on ``journal`` (:meth:`StateStore.restart_journal`, :meth:`StateStore.skip_lost`):
+        a :meth:`claim` under a new producer id, then one fenced save of ``move(claimed)`` (its offset, states,
+        identity and base; the ranking and owner stay the claim's). Returns (claimed, saved).
+
+        ``publish``: the journal store the application publishes to. Given, the claimed checkpoint's intents (the
+        last transaction saved before the action) are appended there before the save, and the saved checkpoint
+        holds none: downstream sees that transaction committed now, once (an intent appended again changes
+        nothing). None: the saved checkpoint keeps them, and the application's next claim appends them.
+
+        Guaranteed: an applier of the journal holding an older claim (running, paused, a zombie) gets
+        :class:`zcluster.FencedError` on its next save, so its intents are never appended and what it published
+        since its last save never commits. Errors: what ``move`` raises (it checks the claimed checkpoint; the
+        claim then stays, an unchanged copy of the checkpoint one generation up: a running applier claims again);
+        :class:`zcluster.FencedError` when another claim came after this one (this save does not count; that claim
+        adopted the claimed checkpoint and appends its intents); :class:`zcluster.ShardError` subclasses; a
+        failing append (the claim stays, with the intents)."""
+        claimed = self.claim(journal, bytes(new_producer_id()))
+        moved = move(claimed)
+        if publish is not None:
+            append_intents(publish, claimed.intents)
+        kept = [] if publish is not None else claimed.intents
+        ranked = moved._replace(gen=claimed.gen, seq=claimed.seq + 1, owner=claimed.owner, intents=kept, saved_at=None)
+        return claimed, self.save_journal(journal, ranked)
+
     def _forget(self, journal: str, up_to: float) -> None:
         try:
             self.state.cluster.forget([self.state._journal_key(journal)], up_to)
@@ -351,11 +385,16 @@ class Publishing:
         claim.pending, claim.queued = {}, 0
 
     def _append(self, intents: list[AckIntent]) -> None:
-        for intent in intents:
-            self.writer.append(intent.journal, intent.intent)
+        append_intents(self.writer, intents)
 
     def _framing(self, journal: str) -> Framing:
         framing = self._framings.get(journal)
         if framing is None:
             framing = self._framings[journal] = framing_for(self.writer.info(journal).labels[CONTENT_TYPE_LABEL])
         return framing
+
+
+def append_intents(writer: JournalStore, intents: list[AckIntent]) -> None:
+    """Append each ACK intent to its journal in ``writer``, in order (appending one again changes nothing)."""
+    for intent in intents:
+        writer.append(intent.journal, intent.intent)
