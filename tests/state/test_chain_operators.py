@@ -10,8 +10,11 @@ Stage A and B are tests/state/chain_helpers.py's; ``feed`` alternates events bet
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -254,3 +257,42 @@ def test_an_operator_skip_of_a_publishing_journals_lost_ranges(
     finally:
         env.cluster.close()
         store.close()
+
+
+@pytest.mark.parametrize("publishing", [True, False])
+def test_a_journal_failing_before_its_checkpoint_is_known_is_reported_without_an_offset(
+    publishing: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shard holding the checkpoints is down: the claim (publishing) or the load fails, and so does reading
+    the checkpoint for the report. The report says so, not ``offset None``."""
+    with LocalShards(1) as shards:
+        url, store = _journals("file", tmp_path, shards)
+        env = Env(url, store, shards)
+        try:
+            feed(store, events(0, 4))
+            a = Consumer(
+                env.cluster, store, stage_a, env.app_a, selector=A_SELECTOR, publish=store if publishing else None
+            )
+            a.applier = dataclasses.replace(a.applier, retries=0)
+            shards.kill(0)
+            with pytest.raises(PollError) as down:
+                a.poll()
+            assert [(f.journal, f.offset) for f in down.value.failures] == [("in/0", None), ("in/1", None)]
+            text = str(down.value)
+            assert "None" not in text
+            assert "in/0 at its stored checkpoint (its offset could not be read)" in text
+            stop = threading.Event()
+            caplog.set_level(logging.ERROR, logger="zcluster.state")
+            worker = threading.Thread(target=a.run, args=(stop,), kwargs={"interval": 0.05})
+            worker.start()
+            deadline = time.monotonic() + 60
+            while not any("journal in/1 stays" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "run() logged no failure"
+                time.sleep(0.05)
+            stop.set()
+            worker.join(60)
+            (logged,) = {r.getMessage().split(":")[0] for r in caplog.records if "journal in/0 stays" in r.getMessage()}
+            assert logged == "journal in/0 stays at its stored checkpoint (its offset could not be read)"
+        finally:
+            env.cluster.close()
+            store.close()
