@@ -70,7 +70,8 @@ class Consumer:
     messages commit when its checkpoint is saved (:mod:`zcluster.state.txn`). A publishing consumer claims each
     journal on its first poll of it (fencing any other process of the same ``app`` there, whose transaction then
     fails with :class:`zcluster.FencedError` and never commits), and appends the last checkpoint's ACK intents
-    again before anything new.
+    again before anything new. A publishing consumer's ``cluster`` must not be a farm (:class:`zcluster.ConfigError`:
+    the fencing needs reads that see every acknowledged write, see :mod:`zcluster.state.txn`).
     """
 
     def __init__(

@@ -28,8 +28,10 @@ intents appended; otherwise a newer claim exists (:class:`zcluster.FencedError`)
 before a claim's last read is adopted by the claim (and its intents appended by the claimer); every save that
 lands after it reads the claim back and is never appended. So each checkpoint follows exactly one earlier
 one, and only checkpoints that are followed have their intents appended. This needs reads that see every
-write acknowledged before them (one master per key: a :class:`zcluster.Cluster`); a farm's quorum reads and
-writes are not proven to give it.
+write acknowledged before them (one master per key: a :class:`zcluster.Cluster`). A farm of replicas is refused
+(:func:`check_store`): its reads answer from the replicas that answered, one when the others are down, so a
+zombie's save landing on replicas that missed a newer claim (and its floor) could read itself back as newest
+while the claim never saw it, and both the zombie's intents and the claimer's redo of the same input commit.
 
 Operators: :meth:`zcluster.state.StateStore.restart_journal` and :meth:`~zcluster.state.StateStore.skip_lost` on a
 ``v4`` checkpoint go through :meth:`TxnStore.take_over`: a claim (so a running applier of the journal is fenced
@@ -60,9 +62,9 @@ from zcluster.message.producer import AckIntent, Producer
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import Clock, new_producer_id
 from zcluster.state.store import StateStore, encode_states
-from zcluster.types import KeyScoreMember, Publish
+from zcluster.types import KeyScoreMember, Publish, Store
 
-__all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore", "append_intents"]
+__all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore", "append_intents", "check_store"]
 
 log = logging.getLogger("zcluster.state")
 
@@ -143,6 +145,7 @@ class TxnStore:
     :class:`zcluster.state.StateStore` (its view, its keys, its parsing of the older layouts)."""
 
     def __init__(self, state: StateStore) -> None:
+        check_store(state.cluster, state.app)
         self.state = state
 
     def _records(self, journal: str) -> list[KeyScoreMember]:
@@ -398,3 +401,16 @@ def append_intents(writer: JournalStore, intents: list[AckIntent]) -> None:
     """Append each ACK intent to its journal in ``writer``, in order (appending one again changes nothing)."""
     for intent in intents:
         writer.append(intent.journal, intent.intent)
+
+
+def check_store(store: Store, app: str) -> None:
+    """Refuse (:class:`zcluster.ConfigError`) to keep publishing application ``app``'s checkpoints on a farm of
+    replicas (see the module: its fencing needs reads that see every acknowledged write). Told apart by its read
+    strategy, as the state layer never loads the farm."""
+    if hasattr(store, "read_strategy"):
+        raise ConfigError(
+            f"application {app} publishes (publish=): its fenced checkpoints need reads that see every write "
+            "acknowledged before them, and a farm of replicas does not give that (a read answers from the replicas "
+            "that answered, one when the others are down: a zombie's save could miss a newer claim and what it "
+            "published commit beside its replacement's redo). Keep this application's state on a Cluster"
+        )
