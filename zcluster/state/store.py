@@ -1,5 +1,9 @@
 """Sequencer checkpoints and batch progress of one application, in the cluster.
 
+Why this module is long: one class holds every layout it reads (the per-producer one, ``v2``, ``v3``, the fields
+of ``v4``) and the operator's audited ways to move a checkpoint (a restart, a lost range skipped; on a ``v4``
+checkpoint both dispatch to :mod:`zcluster.state.txn`), each with the checks that keep it from half-applying.
+
 Layout (namespace prefix ``zcstate:``, one logical set each):
 
 * ``<app>/journal/<journal>``: the journal's checkpoint, one record whose member holds the whole checkpoint
@@ -55,6 +59,7 @@ from zcluster.journal.store import JournalStore
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
+from zcluster.state.layout import encode_states
 from zcluster.types import Durability, KeyMember, KeyScoreMember, Store
 
 if TYPE_CHECKING:
@@ -92,15 +97,6 @@ class TimedCheckpoint(NamedTuple):
 
     checkpoint: JournalCheckpoint
     saved_at: float | None
-
-
-def encode_states(states: Iterable[ProducerState]) -> str:
-    """Producer states as a checkpoint member holds them (sorted, so one snapshot has one text)."""
-    parts = (
-        f"{s.producer.hex()}:{s.last_ack}:{s.begin}:{s.last_ack if s.max_clock is None else s.max_clock}"
-        for s in states
-    )
-    return ",".join(sorted(parts))
 
 
 def _encode(journal_id: str, base: int, offset: int, states: Iterable[ProducerState], saved_at: float) -> str:

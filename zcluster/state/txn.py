@@ -1,5 +1,8 @@
 """Fenced checkpoints of publishing applications: Gazette's ACK intents, saved with the checkpoint.
 
+Why this module is long: the protocol (claim, fenced save, an operator's take-over, the applier's publishing
+side) is one argument, kept in one place so that it can be checked as a whole.
+
 A mapper that returns :class:`zcluster.Publish` makes its application a *publishing* one: each journal's
 batch is a consumer transaction that publishes uncommitted (CONTINUE_TXN) messages downstream. Its
 checkpoint holds, beside the offset and the producer states, the *ACK intents* that commit those messages;
@@ -51,7 +54,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zcluster._retry import retrying
 from zcluster.errors import ConfigError, FencedError, MapperError, PartialWriteError
@@ -61,8 +64,11 @@ from zcluster.message.framing import Framing, framing_for
 from zcluster.message.producer import AckIntent, Producer
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import Clock, new_producer_id
-from zcluster.state.store import StateStore, encode_states
+from zcluster.state.layout import encode_states
 from zcluster.types import KeyScoreMember, Publish, Store
+
+if TYPE_CHECKING:
+    from zcluster.state.store import StateStore
 
 __all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore", "append_intents", "check_store"]
 
