@@ -1,6 +1,7 @@
 """How a checkpoint record spells its producer states: one text shared by :class:`zcluster.state.StateStore`'s
-records (``v2``, ``v3``) and the fenced ones of :mod:`zcluster.state.txn` (``v4``), below both (``txn`` builds
-on ``store``, and ``store`` hands a ``v4`` checkpoint's restart and skip to ``txn``)."""
+records (``v2``, ``v3``) and the fenced ones of :mod:`zcluster.state.txn` (``v4``). It sits below both: ``store``
+imports ``txn`` (it hands a ``v4`` checkpoint's restart and skip to it), so ``txn`` imports ``store`` for types
+only."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from zcluster.errors import ConfigError, InconsistentDataError, JournalMismatchError, PartialWriteError
 from zcluster.journal.store import JournalStore
@@ -60,10 +60,8 @@ from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
 from zcluster.state.layout import encode_states
+from zcluster.state.txn import TxnCheckpoint, TxnStore
 from zcluster.types import Durability, KeyMember, KeyScoreMember, Store
-
-if TYPE_CHECKING:
-    from zcluster.state.txn import TxnCheckpoint
 
 log = logging.getLogger("zcluster.state")
 
@@ -240,7 +238,6 @@ class StateStore:
         checkpoint keeps them and the application's next claim appends them. ``publish`` is not used otherwise.
         """
         if self._publishing(journal):
-            from zcluster.state.txn import TxnStore  # txn builds on this module
 
             def start_over(cp: TxnCheckpoint) -> TxnCheckpoint:
                 return cp._replace(offset=0, states=[], journal_id=journal_id, base=cp.base + cp.offset + 1)
@@ -283,7 +280,6 @@ class StateStore:
         _check_offsets(journal, begin=begin, end=end)
         held, journal_id = _check_skip(self, journals, journal, begin, end)
         if self._publishing(journal):
-            from zcluster.state.txn import TxnStore  # txn builds on this module
 
             def past(cp: TxnCheckpoint) -> TxnCheckpoint:
                 if (cp.offset, cp.base, cp.journal_id) != (held.offset, held.base, held.journal_id):
