@@ -341,14 +341,14 @@ class FencedError(ZClusterError):
 
 class PollError(ZClusterError, ExceptionGroup):
     """Some journals of a poll failed; every other journal was applied. ``failures`` names each failed
-    journal, the checkpoint offset it stays at and its error (also this group's exceptions); ``stats``
-    is what the poll did."""
+    journal, the checkpoint offset it stays at (None, and said so in the message, when the checkpoint could not
+    be read either) and its error (also this group's exceptions); ``stats`` is what the poll did."""
 
     failures: list[JournalFailure]
     stats: BatchStats
 
     def __new__(cls, failures: list[JournalFailure], stats: BatchStats) -> PollError:
-        where = ", ".join(f"{f.journal} at offset {f.offset}" for f in failures)
+        where = ", ".join(f"{f.journal} {f.at}" for f in failures)
         self = super().__new__(
             cls, f"{len(failures)} journal(s) failed and keep their checkpoints: {where}", [f.error for f in failures]
         )

@@ -3,12 +3,20 @@ each message once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from farm_helpers import farm_of
 
+from zcluster import ConfigError
 from zcluster.farm import SendAllReadAll
+from zcluster.journal import FileJournals
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.message.journals import JournalSpec
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID, build_uuid
-from zcluster.state import DedupStore, StateStore
+from zcluster.state import Consumer, DedupStore, StateStore
+from zcluster.state.txn import TxnStore
 from zcluster.testing import LocalShards
 
 P1, P2 = ProducerID(bytes.fromhex("010203040506")), ProducerID(bytes.fromhex("0a0b0c0d0e0f"))
@@ -60,3 +68,21 @@ def test_dedup_on_a_farm_admits_once_while_a_replica_is_down() -> None:
         assert dedup.prune("j", 1004) == 5
         assert dedup.admit("j", uuids[0]) is False  # pruned: refused, not admitted again
         assert dedup.admit("j", build_uuid(P2, 2000, 0)) is True
+
+
+def test_a_publishing_application_on_a_farm_is_refused(tmp_path: Path) -> None:
+    """Its fenced checkpoints need reads that see every acknowledged write; a farm's read answers from one
+    replica when the others are down (shown here), so the consumer and the fenced checkpoints refuse a farm."""
+    with LocalShards(3) as s, farm_of(s.urls, read=SendAllReadAll()) as farm:
+        store = FileJournals(tmp_path / "journals")
+        store.create(JournalSpec("out", {"content-type": CONTENT_TYPE_NDJSON}))
+        with pytest.raises(ConfigError, match=r"application pub publishes .* farm of replicas"):
+            Consumer(farm, store, lambda m: [], "pub", publish=store)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="farm of replicas"):
+            TxnStore(StateStore(farm, "pub"))  # type: ignore[arg-type]
+        Consumer(farm, store, lambda m: [], "plain").close()  # type: ignore[arg-type]  # not publishing: fine
+        farm.insert([("k", 1.0, "a")])
+        s.kill(1)
+        s.kill(2)
+        assert [r.member for r in farm.select(["k"])["k"]] == ["a"]  # one replica of three answered, no error
+        store.close()

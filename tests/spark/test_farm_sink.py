@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 
+from zcluster import ConfigError
 from zcluster.farm import Farm, FarmConfig, Walker
 from zcluster.journal.files import FileJournals
 from zcluster.spark import ZClusterSink, run_available_now
@@ -161,3 +162,14 @@ def test_a_leaderboard_on_a_farm_stops_while_a_replica_is_dead_and_ends_exact_on
 
 def board(store: Any) -> list[tuple[str, float]]:
     return [(str(t.member), t.score) for t in store.top(["leaderboard"], limit=100_000)["leaderboard"]]
+
+
+def test_a_publishing_sink_on_a_farm_is_refused_when_made(tmp_path: Path) -> None:
+    """Refused on the driver, before any task (each task's applier would refuse it too); without ``publish``
+    the same farm is a sink's store as before."""
+    with LocalShards(3) as servers:
+        config = FarmConfig.of(servers.urls)
+        url = str(tmp_path / "journals")
+        with pytest.raises(ConfigError, match=r"application farmpub publishes .*farm of replicas"):
+            ZClusterSink(config, timeline_mapper, "farmpub", journals=url, prefix=PREFIX, publish=url)
+        assert ZClusterSink(config, timeline_mapper, "farmplain", journals=url, prefix=PREFIX).query_name == "farmplain"

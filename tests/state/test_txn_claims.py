@@ -10,9 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from zcluster import Cluster, FencedError
+from zcluster import Cluster, ConfigError, FencedError
+from zcluster.journal.files import LostRange
 from zcluster.message.producer import AckIntent
 from zcluster.state import StateStore
+from zcluster.state import store as store_module
 from zcluster.state.txn import TxnCheckpoint, TxnStore
 from zcluster.testing import LocalShards
 
@@ -90,3 +92,31 @@ def test_a_claim_carries_a_v3_checkpoint_over_and_fences_older_saves(state: Stat
     with pytest.raises(FencedError):
         TxnStore(state).save_journal(J, stale)
     assert TxnStore(state).load(J).offset == 42 and later.gen == 2
+
+
+class OneLostRange:
+    """A journal store reporting one lost range of every journal (what skip_lost checks)."""
+
+    def __init__(self, begin: int, end: int) -> None:
+        self.range = LostRange(begin, end, "test")
+
+    def lost_ranges(self, journal: str) -> list[LostRange]:
+        return [self.range]
+
+
+def test_an_operator_skip_refuses_when_an_applier_moves_the_checkpoint_under_it(
+    state: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    applier = TxnStore(state)
+    held = applier.save_journal(J, next_save(applier.claim(J, b"\x01" * 6), 10, "out/0"))
+
+    def moves() -> None:  # the applier saves once more between the skip's checks and its claim
+        applier.save_journal(J, next_save(held, 15, "out/1"))
+
+    monkeypatch.setattr(store_module, "TxnStore", lambda s: Interleaved(s, moves))
+    with pytest.raises(ConfigError, match=r"moved while skipping lost range 10\.\.20 \(offset 10 -> 15\)"):
+        state.skip_lost(OneLostRange(10, 20), J, 10, 20, reason="test")
+    after = TxnStore(state).load(J)
+    # Nothing skipped and nothing audited: the claim stands, an unchanged copy of the applier's last save.
+    assert (after.offset, after.gen, [i.journal for i in after.intents]) == (15, 2, ["out/1"])
+    assert state.audit() == []

@@ -8,7 +8,10 @@ lost range (:mod:`zcluster.state.monitor`, :mod:`zcluster.state.lost`).
   lost ranges ahead and those skipped (from the audit log), and what stops the application, if anything;
 * ``zcluster consumers APP skip-lost JOURNAL --reason TEXT [--range BEGIN..END]``: move the checkpoint past
   the lost range it stopped at, exactly that range (``--range``, when given, must name it), recorded in the
-  audit log; anything else is refused and changes nothing (exit 2).
+  audit log; anything else is refused and changes nothing (exit 2). On a publishing application's journal the
+  skip is fenced (:meth:`zcluster.state.StateStore.skip_lost`: a running applier's next save is refused), and the
+  ACK intents of its last transaction stay in the moved checkpoint (this command appends to no journal): the
+  application's next claim appends them.
 
 The journal store (needed for ends, lags, lost ranges and skip-lost) is ``--journals URL`` or the environment's
 ``ZCLUSTER_JOURNALS`` (``file:///dir``, ``redis://...?prefix=...``); its password, if any, never appears in

@@ -41,6 +41,7 @@ from zcluster.spark.source import RANGE_COLUMNS
 from zcluster.state.applier import Applier, Mapper
 from zcluster.state.batch import BatchStats
 from zcluster.state.store import StateStore
+from zcluster.state.txn import check_store
 
 log = logging.getLogger("zcluster.spark")
 
@@ -209,6 +210,8 @@ class ZClusterSink:
     ACK intents again, publishes uncommitted, saves the checkpoint with its intents and appends them. A
     replayed batch or a new checkpoint directory re-reads ranges the checkpoints already passed: nothing is
     published again. Each task attempt is a new producer to downstream readers: give them a ``prune_horizon``.
+    With ``publish``, a farm of replicas as ``cluster`` raises :class:`zcluster.ConfigError` here (the fenced
+    checkpoints need reads that see every acknowledged write; see :func:`zcluster.state.txn.check_store`).
 
     Progress in Spark: ``sink.observe(df).writeStream.foreachBatch(sink)`` (as
     :func:`zcluster.spark.run_available_now` does) runs the sink's tasks in the query's own plan, so each
@@ -259,6 +262,8 @@ class ZClusterSink:
         publish: str | None = None,
     ) -> None:
         self.config = store_config(cluster, prefix=prefix, max_size=max_size)
+        if publish is not None:  # here, not first in every task: a farm cannot hold its fenced checkpoints
+            check_store(self.config.shared(), query_name)
         self.query_name = query_name
         self.job = _Job(
             self.config,

@@ -55,7 +55,7 @@ from zcluster.message.sequencer import QueueOutcome, Sequencer
 from zcluster.state.batch import BatchStats, WriteBuffer
 from zcluster.state.lost import audit_skip, stays_before
 from zcluster.state.store import JournalCheckpoint, StateStore
-from zcluster.state.txn import Claim, Publishing
+from zcluster.state.txn import Claim, Publishing, check_store
 from zcluster.types import Count, Delete, Incr, Insert, KeyScoreMember, Publish, Store
 
 __all__ = ["Applier", "Mapper"]
@@ -136,7 +136,8 @@ class Applier:
     (``BatchStats.lag``; one ``end()`` call of the journal store per journal, when a store object is given).
     ``publish``: the journal store :class:`zcluster.Publish` messages go to (see the module); the applier then
     keeps this process's claims of its journals, so one Applier object is one process's (never pickle it with
-    claims in it).
+    claims in it). With ``publish``, ``cluster`` must not be a farm of replicas (:class:`zcluster.ConfigError`;
+    :func:`zcluster.state.txn.check_store` says why).
 
     Errors: :class:`MapperError` for a failing mapper; :class:`zcluster.ShardError` subclasses when a
     shard still fails after the retries. Either way that journal's checkpoint is not saved. A lost range:
@@ -159,6 +160,7 @@ class Applier:
 
     def __post_init__(self) -> None:
         if self.publish is not None:
+            check_store(self.cluster, self.app)
             object.__setattr__(self, "publishing", Publishing(self.publish, self.retries))
 
     def state(self) -> StateStore:

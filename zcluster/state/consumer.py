@@ -41,6 +41,16 @@ class JournalFailure(NamedTuple):
     offset: int | None
     error: Exception
 
+    @property
+    def at(self) -> str:
+        """Where the journal stays, for messages: ``at offset 120``; with ``offset`` None (reading the checkpoint
+        failed too, e.g. its shard is down), ``at its stored checkpoint (its offset could not be read)``."""
+        return (
+            f"at offset {self.offset}"
+            if self.offset is not None
+            else "at its stored checkpoint (its offset could not be read)"
+        )
+
 
 class Consumer:
     """Applies the journals of ``journals`` (a store or its URL) matching ``selector`` into ``cluster``,
@@ -60,7 +70,8 @@ class Consumer:
     messages commit when its checkpoint is saved (:mod:`zcluster.state.txn`). A publishing consumer claims each
     journal on its first poll of it (fencing any other process of the same ``app`` there, whose transaction then
     fails with :class:`zcluster.FencedError` and never commits), and appends the last checkpoint's ACK intents
-    again before anything new.
+    again before anything new. A publishing consumer's ``cluster`` must not be a farm (:class:`zcluster.ConfigError`:
+    the fencing needs reads that see every acknowledged write, see :mod:`zcluster.state.txn`).
     """
 
     def __init__(
@@ -150,9 +161,7 @@ class Consumer:
                 found = self.poll().frames
             except PollError as exc:
                 for f in exc.failures:
-                    log.error(
-                        "journal %s stays at offset %s: %s: %s", f.journal, f.offset, type(f.error).__name__, f.error
-                    )
+                    log.error("journal %s stays %s: %s: %s", f.journal, f.at, type(f.error).__name__, f.error)
                 found = 0
             if found == 0:
                 stop.wait(interval)

@@ -9,7 +9,8 @@ raises :class:`zcluster.message.OffsetOutOfRangeError` naming the range (``lost_
 * an operator skips it: ``zcluster consumers APP skip-lost JOURNAL`` or
   :meth:`zcluster.state.StateStore.skip_lost`, which moves the checkpoint from the range (its begin, or
   inside it) to its end and nothing else: the range must be exactly one the journal store reports, and the
-  checkpoint must lie at it (refused before the consumer has applied everything up to it, or once past it);
+  checkpoint must lie at it (refused before the consumer has applied everything up to it, or once past it); a
+  publishing application's checkpoint is moved fenced (a claim: a running applier's next save is refused);
 * the application was started with ``fail_on_data_loss=False`` (:class:`zcluster.state.Consumer`,
   :class:`zcluster.spark.ZClusterSink`; Spark's ``failOnDataLoss`` option of the source for ``rows=frames``):
   the applier skips each lost range it reaches by itself, logs it at WARNING and counts it

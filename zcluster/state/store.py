@@ -1,5 +1,9 @@
 """Sequencer checkpoints and batch progress of one application, in the cluster.
 
+Why this module is long: one class holds every layout it reads (the per-producer one, ``v2``, ``v3``, the fields
+of ``v4``) and the operator's audited ways to move a checkpoint (a restart, a lost range skipped; on a ``v4``
+checkpoint both dispatch to :mod:`zcluster.state.txn`), each with the checks that keep it from half-applying.
+
 Layout (namespace prefix ``zcstate:``, one logical set each):
 
 * ``<app>/journal/<journal>``: the journal's checkpoint, one record whose member holds the whole checkpoint
@@ -16,7 +20,8 @@ Layout (namespace prefix ``zcstate:``, one logical set each):
 Member layouts: ``v3|<uid>|<base>|<offset>|<saved at>|<producer:last_ack:begin:max_clock,...>`` (saved at: Unix
 time, milliseconds); ``v2`` is the same without the time, and is still read (its time is unknown); ``v4`` (a
 publishing application's, fenced, with ACK intents: :mod:`zcluster.state.txn`) adds fields after these, and
-:meth:`StateStore.save_journal` refuses to save over it. A save
+:meth:`StateStore.save_journal` refuses to save over it (:meth:`StateStore.restart_journal` and
+:meth:`StateStore.skip_lost` move it fenced, through :meth:`zcluster.state.txn.TxnStore.take_over`). A save
 at or below the stored position changes nothing, so the time says when the checkpoint last *moved*.
 
 A save reads the stored position (a save not past it changes nothing), writes the new record (one tuple of
@@ -50,9 +55,12 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from zcluster.errors import ConfigError, InconsistentDataError, JournalMismatchError, PartialWriteError
+from zcluster.journal.store import JournalStore
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
+from zcluster.state.layout import encode_states
+from zcluster.state.txn import TxnCheckpoint, TxnStore
 from zcluster.types import Durability, KeyMember, KeyScoreMember, Store
 
 log = logging.getLogger("zcluster.state")
@@ -87,15 +95,6 @@ class TimedCheckpoint(NamedTuple):
 
     checkpoint: JournalCheckpoint
     saved_at: float | None
-
-
-def encode_states(states: Iterable[ProducerState]) -> str:
-    """Producer states as a checkpoint member holds them (sorted, so one snapshot has one text)."""
-    parts = (
-        f"{s.producer.hex()}:{s.last_ack}:{s.begin}:{s.last_ack if s.max_clock is None else s.max_clock}"
-        for s in states
-    )
-    return ",".join(sorted(parts))
 
 
 def _encode(journal_id: str, base: int, offset: int, states: Iterable[ProducerState], saved_at: float) -> str:
@@ -206,7 +205,8 @@ class StateStore:
         if any(str(r.member).startswith("v4|") for r in held):
             raise ConfigError(
                 f"application {self.app}, journal {journal}: the checkpoint is a publishing application's (fenced, "
-                "with ACK intents; zcluster.state.txn): only its applier saves it. Nothing was changed"
+                "with ACK intents; zcluster.state.txn): only its applier saves it (restart_journal and skip_lost "
+                "move it fenced). Nothing was changed"
             )
         if held and max(r.score for r in held) >= position:
             return False  # not forward: the stored record (and its time, when it last moved) stays
@@ -221,35 +221,88 @@ class StateStore:
                 log.warning("checkpoint of %s saved at %d; forgetting older ones failed: %s", journal, position, exc)
         return stored
 
-    def restart_journal(self, journal: str, journal_id: str = "", reason: str = "") -> JournalCheckpoint:
+    def restart_journal(
+        self, journal: str, journal_id: str = "", reason: str = "", *, publish: JournalStore | None = None
+    ) -> JournalCheckpoint:
         """Start ``journal`` over: its next batch delivers the journal from offset 0, with no producer states,
         bound to ``journal_id`` (the journal's identity now; see :class:`JournalMismatchError`).
 
         The effects already applied stay. The restart is recorded in the application's audit log
         (:meth:`audit`) with ``reason``. Returns the new (empty) checkpoint.
+
+        A publishing application's checkpoint (``v4``) is restarted fenced (:meth:`TxnStore.take_over
+        <zcluster.state.txn.TxnStore.take_over>`): an applier still running on the journal gets
+        :class:`zcluster.FencedError` on its next save and what it published since its last save never commits;
+        the last saved transaction's ACK intents are appended to ``publish`` (the journal store the application
+        publishes to) first, so downstream sees that transaction committed, once; without ``publish`` the new
+        checkpoint keeps them and the application's next claim appends them. ``publish`` is not used otherwise.
         """
-        held = self.load_journal(journal)
-        restarted = JournalCheckpoint(0, [], journal_id, held.position + 1)
-        self.save_journal(journal, 0, [], journal_id=journal_id, base=restarted.base)
+        if self._publishing(journal):
+
+            def start_over(cp: TxnCheckpoint) -> TxnCheckpoint:
+                return cp._replace(offset=0, states=[], journal_id=journal_id, base=cp.base + cp.offset + 1)
+
+            claimed, moved = TxnStore(self).take_over(journal, start_over, publish)
+            offset, stored_id = claimed.offset, claimed.journal_id
+            restarted = JournalCheckpoint(0, [], journal_id, moved.base)
+        else:
+            held = self.load_journal(journal)
+            offset, stored_id = held.offset, held.journal_id
+            restarted = JournalCheckpoint(0, [], journal_id, held.position + 1)
+            self.save_journal(journal, 0, [], journal_id=journal_id, base=restarted.base)
         self._record(
-            "restart",
-            journal,
-            {"offset": held.offset, "stored_id": held.journal_id, "journal_id": journal_id, "reason": reason},
+            "restart", journal, {"offset": offset, "stored_id": stored_id, "journal_id": journal_id, "reason": reason}
         )
         return restarted
 
-    def skip_lost(self, journals: object, journal: str, begin: int, end: int, reason: str = "") -> JournalCheckpoint:
+    def skip_lost(
+        self,
+        journals: object,
+        journal: str,
+        begin: int,
+        end: int,
+        reason: str = "",
+        *,
+        publish: JournalStore | None = None,
+    ) -> JournalCheckpoint:
         """Move ``journal``'s checkpoint past its lost range [``begin``, ``end``): the one audited way past
         bytes a file journal lost (see :mod:`zcluster.state.lost`). ``journals``: the journal store, which
         must report exactly that range as lost (:meth:`zcluster.journal.FileJournals.lost_ranges`), and the
         checkpoint must lie at its begin (everything before it applied) or inside it. Anything else raises
         :class:`zcluster.ConfigError` and changes nothing. Producer states are kept as they are. Recorded
-        in :meth:`audit` with ``reason``; returns the new checkpoint."""
+        in :meth:`audit` with ``reason`` (before the checkpoint moves); returns the new checkpoint.
+
+        A publishing application's checkpoint (``v4``) is moved fenced, as :meth:`restart_journal` says (a running
+        applier fenced; the last saved transaction's intents appended to ``publish`` first, or kept in the new
+        checkpoint without it). The checks run again on the checkpoint claimed: if an applier moved it in between,
+        :class:`zcluster.ConfigError` says so, and the claim stays (an unchanged copy of the checkpoint).
+        """
         _check_offsets(journal, begin=begin, end=end)
         held, journal_id = _check_skip(self, journals, journal, begin, end)
+        if self._publishing(journal):
+
+            def past(cp: TxnCheckpoint) -> TxnCheckpoint:
+                if (cp.offset, cp.base, cp.journal_id) != (held.offset, held.base, held.journal_id):
+                    raise ConfigError(
+                        f"application {self.app}: the checkpoint of journal {journal} moved while skipping lost "
+                        f"range {begin}..{end} (offset {held.offset} -> {cp.offset}): an applier is running on it. "
+                        "Nothing was skipped (the journal was claimed: its applier claims it again); try again"
+                    )
+                self.record_skip(
+                    journal, begin, end, cp.offset, reason, by="operator", base=cp.base, journal_id=journal_id
+                )
+                return cp._replace(offset=end, journal_id=journal_id)
+
+            moved = TxnStore(self).take_over(journal, past, publish)[1]
+            return JournalCheckpoint(moved.offset, moved.states, moved.journal_id, moved.base)
         self.record_skip(journal, begin, end, held.offset, reason, by="operator", base=held.base, journal_id=journal_id)
         self.save_journal(journal, end, held.states, journal_id=journal_id, base=held.base)
         return JournalCheckpoint(end, held.states, journal_id, held.base)
+
+    def _publishing(self, journal: str) -> bool:
+        """Whether ``journal``'s checkpoint is a publishing application's (``v4``: :mod:`zcluster.state.txn`)."""
+        key = self._journal_key(journal)
+        return any(str(r.member).startswith("v4|") for r in self.cluster.select([key], limit=_ALL)[key])
 
     def record_skip(
         self,

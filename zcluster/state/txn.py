@@ -1,5 +1,8 @@
 """Fenced checkpoints of publishing applications: Gazette's ACK intents, saved with the checkpoint.
 
+Why this module is long: the protocol (claim, fenced save, an operator's take-over, the applier's publishing
+side) is one argument, kept in one place so that it can be checked as a whole.
+
 A mapper that returns :class:`zcluster.Publish` makes its application a *publishing* one: each journal's
 batch is a consumer transaction that publishes uncommitted (CONTINUE_TXN) messages downstream. Its
 checkpoint holds, beside the offset and the producer states, the *ACK intents* that commit those messages;
@@ -32,8 +35,14 @@ intents appended; otherwise a newer claim exists (:class:`zcluster.FencedError`)
 before a claim's last read is adopted by the claim (and its intents appended by the claimer); every save that
 lands after it reads the claim back and is never appended. So each checkpoint follows exactly one earlier
 one, and only checkpoints that are followed have their intents appended. This needs reads that see every
-write acknowledged before them (one master per key: a :class:`zcluster.Cluster`); a farm's quorum reads and
-writes are not proven to give it.
+write acknowledged before them (one master per key: a :class:`zcluster.Cluster`). A farm of replicas is refused
+(:func:`check_store`): its reads answer from the replicas that answered, one when the others are down, so a
+zombie's save landing on replicas that missed a newer claim (and its floor) could read itself back as newest
+while the claim never saw it, and both the zombie's intents and the claimer's redo of the same input commit.
+
+Operators: :meth:`zcluster.state.StateStore.restart_journal` and :meth:`~zcluster.state.StateStore.skip_lost` on a
+``v4`` checkpoint go through :meth:`TxnStore.take_over`: a claim (so a running applier of the journal is fenced
+as by any newer claim), the claimed checkpoint's intents appended, then one fenced save of the moved checkpoint.
 
 Compatibility: the first claim copies a ``v2``/``v3`` (or older) checkpoint into a ``v4`` one; readers of
 ``v3`` read the fields they know of ``v4`` (the monitor, :meth:`StateStore.load_journal`). Saving a ``v3``
@@ -49,7 +58,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zcluster._retry import retrying
 from zcluster.errors import ConfigError, FencedError, MapperError, PartialWriteError
@@ -59,10 +68,13 @@ from zcluster.message.framing import Framing, framing_for
 from zcluster.message.producer import AckIntent, Producer
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import Clock, new_producer_id
-from zcluster.state.store import StateStore, encode_states
-from zcluster.types import KeyScoreMember, Publish
+from zcluster.state.layout import encode_states
+from zcluster.types import KeyScoreMember, Publish, Store
 
-__all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore", "partition_checkpoint"]
+if TYPE_CHECKING:
+    from zcluster.state.store import StateStore
+
+__all__ = ["Claim", "Publishing", "TxnCheckpoint", "TxnStore", "append_intents", "check_store", "partition_checkpoint"]
 
 log = logging.getLogger("zcluster.state")
 
@@ -155,6 +167,7 @@ class TxnStore:
     :class:`zcluster.state.StateStore` (its view, its keys, its parsing of the older layouts)."""
 
     def __init__(self, state: StateStore) -> None:
+        check_store(state.cluster, state.app)
         self.state = state
 
     def _records(self, journal: str) -> list[KeyScoreMember]:
@@ -235,6 +248,36 @@ class TxnStore:
             raise FencedError(self.state.app, journal, saved.gen, theirs)
         self._forget(journal, record.score - 256.0)
         return saved
+
+    def take_over(
+        self,
+        journal: str,
+        move: Callable[[TxnCheckpoint], TxnCheckpoint],
+        publish: JournalStore | None,
+    ) -> tuple[TxnCheckpoint, TxnCheckpoint]:
+        """An operator's action on ``journal`` (:meth:`StateStore.restart_journal`, :meth:`StateStore.skip_lost`):
+        a :meth:`claim` under a new producer id, then one fenced save of ``move(claimed)`` (its offset, states,
+        identity and base; the ranking and owner stay the claim's). Returns (claimed, saved).
+
+        ``publish``: the journal store the application publishes to. Given, the claimed checkpoint's intents (the
+        last transaction saved before the action) are appended there before the save, and the saved checkpoint
+        holds none: downstream sees that transaction committed now, once (an intent appended again changes
+        nothing). None: the saved checkpoint keeps them, and the application's next claim appends them.
+
+        Guaranteed: an applier of the journal holding an older claim (running, paused, a zombie) gets
+        :class:`zcluster.FencedError` on its next save, so its intents are never appended and what it published
+        since its last save never commits. Errors: what ``move`` raises (it checks the claimed checkpoint; the
+        claim then stays, an unchanged copy of the checkpoint one generation up: a running applier claims again);
+        :class:`zcluster.FencedError` when another claim came after this one (this save does not count; that claim
+        adopted the claimed checkpoint and appends its intents); :class:`zcluster.ShardError` subclasses; a
+        failing append (the claim stays, with the intents)."""
+        claimed = self.claim(journal, bytes(new_producer_id()))
+        moved = move(claimed)
+        if publish is not None:
+            append_intents(publish, claimed.intents)
+        kept = [] if publish is not None else claimed.intents
+        ranked = moved._replace(gen=claimed.gen, seq=claimed.seq + 1, owner=claimed.owner, intents=kept, saved_at=None)
+        return claimed, self.save_journal(journal, ranked)
 
     def _forget(self, journal: str, up_to: float) -> None:
         try:
@@ -372,11 +415,29 @@ class Publishing:
         claim.pending, claim.queued = {}, 0
 
     def _append(self, intents: list[AckIntent]) -> None:
-        for intent in intents:
-            self.writer.append(intent.journal, intent.intent)
+        append_intents(self.writer, intents)
 
     def _framing(self, journal: str) -> Framing:
         framing = self._framings.get(journal)
         if framing is None:
             framing = self._framings[journal] = framing_for(self.writer.info(journal).labels[CONTENT_TYPE_LABEL])
         return framing
+
+
+def append_intents(writer: JournalStore, intents: list[AckIntent]) -> None:
+    """Append each ACK intent to its journal in ``writer``, in order (appending one again changes nothing)."""
+    for intent in intents:
+        writer.append(intent.journal, intent.intent)
+
+
+def check_store(store: Store, app: str) -> None:
+    """Refuse (:class:`zcluster.ConfigError`) to keep publishing application ``app``'s checkpoints on a farm of
+    replicas (see the module: its fencing needs reads that see every acknowledged write). Told apart by its read
+    strategy, as the state layer never loads the farm."""
+    if hasattr(store, "read_strategy"):
+        raise ConfigError(
+            f"application {app} publishes (publish=): its fenced checkpoints need reads that see every write "
+            "acknowledged before them, and a farm of replicas does not give that (a read answers from the replicas "
+            "that answered, one when the others are down: a zombie's save could miss a newer claim and what it "
+            "published commit beside its replacement's redo). Keep this application's state on a Cluster"
+        )
