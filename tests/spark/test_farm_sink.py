@@ -14,7 +14,7 @@ from pyspark import cloudpickle
 from zcluster import ConfigError
 from zcluster.farm import Farm, FarmConfig, Walker
 from zcluster.journal.files import FileJournals
-from zcluster.spark import ZClusterSink, run_available_now
+from zcluster.spark import PositionedSink, ZClusterSink, run_available_now
 from zcluster.state import StateStore
 from zcluster.testing import LocalShards
 from zcluster.testing.traffic import Traffic, create_journals, leaderboard_mapper, publish, timeline_mapper
@@ -172,4 +172,7 @@ def test_a_publishing_sink_on_a_farm_is_refused_when_made(tmp_path: Path) -> Non
         url = str(tmp_path / "journals")
         with pytest.raises(ConfigError, match=r"application farmpub publishes .*farm of replicas"):
             ZClusterSink(config, timeline_mapper, "farmpub", journals=url, prefix=PREFIX, publish=url)
+        with pytest.raises(ConfigError, match=r"application farmpos publishes .*farm of replicas"):
+            PositionedSink(config, timeline_mapper, "farmpos", prefix=PREFIX, publish=url)
+        assert PositionedSink(config, timeline_mapper, "farmpos", prefix=PREFIX).job.publish is None
         assert ZClusterSink(config, timeline_mapper, "farmplain", journals=url, prefix=PREFIX).query_name == "farmplain"

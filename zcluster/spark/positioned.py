@@ -42,7 +42,8 @@ and only then appends the intents. Why that is exactly once:
   then failed before its save changes nothing when its rows are written again.
 
 Each task attempt that claims is a new producer to downstream readers: give them a ``prune_horizon``. The
-claim needs one master per key (a :class:`zcluster.Cluster`); with a farm the fence is not proven.
+claim needs one master per key (a :class:`zcluster.Cluster`): a publishing sink on a farm is refused when made
+(:class:`zcluster.ConfigError`, see :func:`zcluster.state.txn.check_store`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from zcluster.spark.observe import TASK_SCHEMA, add_rows, task_batch
 from zcluster.spark.shipping import ship_by_value
 from zcluster.state.batch import BatchStats, WriteBuffer
 from zcluster.state.store import StateStore
-from zcluster.state.txn import Publishing, partition_checkpoint
+from zcluster.state.txn import Publishing, check_store, partition_checkpoint
 from zcluster.types import Store
 
 __all__ = ["PositionedSink"]
@@ -221,6 +222,8 @@ class PositionedSink:
         if not query_name or "/" in query_name:
             raise ConfigError(f"query_name must be non-empty and without '/', got {query_name!r}")
         config = store_config(cluster, prefix=prefix)
+        if publish is not None:  # here, not first in every task: a farm cannot hold its fenced checkpoints
+            check_store(config.shared(), query_name)
         self.job = _Job(config, query_name, mapper, partition, offset, topic, flush, retries, publish)
         self.history: list[BatchStats] = []
         self.shipped = ship_by_value(mapper, None, owner="PositionedSink")
