@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from zcluster._aggregate_keys import WholeKeys
+from zcluster._aggregate_keys import FENCE, WholeKeys, counters_of
 from zcluster._encode import Encoder, blob, listed_keys, positive
 from zcluster._encode import key_members as key_members_of
 from zcluster._reporting import Reporting
@@ -310,6 +310,8 @@ def _keyed(
             mb = blob(member, i, item, "member" if kind == b"s" else "field")
             if type(member) is str:
                 encoded[member] = mb
+        if kind == b"c" and mb.startswith(FENCE):
+            raise InvalidTupleError(i, item, f"a counter's field must not start with {FENCE!r} (its fences' prefix)")
         entry = keys.get((kind, kb))
         if entry is None:
             entry = keys[(kind, kb)] = []
@@ -467,6 +469,6 @@ class Aggregates(Reporting):
                 key_list,
                 encoded,
                 lambda kb, _: [("HGETALL", adds(kb))],
-                lambda key, replies: {dec(f): int(v) for f, v in replies[0].items()},
+                lambda key, replies: {dec(f): int(v) for f, v in counters_of(replies[0])},
             )
         return self._finish("counters", result, len(key_list), started, strict)
