@@ -378,8 +378,9 @@ class Aggregates(Reporting):
         never fence each other. ``ttl`` (seconds, 1 to 10**10) is set on a key when this call creates it, not
         refreshed (per-hour or per-day keys expire on their own; a replay after a key expired counts again).
 
-        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item or a position not above the one
-        before it; :class:`ConfigError` (nothing sent) for a bad ``source`` or ``ttl``;
+        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item (a :class:`Count` field starting
+        with ``b"\\x00zc|"``, the prefix of the fences a counters key keeps among its fields, too) or a
+        position not above the one before it; :class:`ConfigError` (nothing sent) for a bad ``source`` or ``ttl``;
         :class:`WriteRefusedError` for a key of another kind (also at or below the fence: never taken for a
         duplicate) or a total that would leave int64 (counters) or stop being a finite double (sums; nothing
         of that increment applied; the error's ``result`` says what the rest did); :class:`PartialWriteError`
