@@ -80,6 +80,14 @@ def bytes_per_member(client: redis.Redis, members: int) -> float:
     return used / max(1, members)
 
 
+def script_commands(client: redis.Redis) -> dict[str, int]:
+    """The commands the server ran since CONFIG RESETSTAT (INFO commandstats counts a script's own calls),
+    but the script calls themselves and the bench's own."""
+    stats = client.info("commandstats")
+    skip = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_info", "cmdstat_config|resetstat", "cmdstat_script|load")
+    return {k[8:]: int(v["calls"]) for k, v in stats.items() if k not in skip}
+
+
 def totals_of(cluster: Cluster, sample: list[tuple[str, str]], counters: bool) -> dict[tuple[str, str], float]:
     """The totals of ``sample`` ((key, member) pairs) as ``cluster`` reads them."""
     if counters:
@@ -133,9 +141,12 @@ def main(argv: list[str] | None = None) -> int:
                     seconds = timed(library, cluster, incs) if method == "a" else timed(by_hand, client, incs)
                     memory[method].append(bytes_per_member(client, distinct))
                     runs[method].append(n / seconds)
-            # a correctness check of the last run of (a): totals equal a hand count
+            # a correctness check of the last run of (a): totals equal a hand count; the server's commands
+            # per increment (what the script runs, from INFO commandstats) counted on the way
             client.flushall()
+            client.config_resetstat()
             library(cluster, incs)
+            commands = script_commands(client)
             library(cluster, incs)  # a replay: fenced
             want: dict[tuple[str, str], float] = {}
             for inc in incs:
@@ -162,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                 "bytes_per_member_a": med(memory["a"]),
                 "bytes_per_member_b": med(memory["b"]),
                 "memory_a_over_b": med(memory["a"]) / med(memory["b"]),
+                "server_commands_per_increment_a": sum(commands.values()) / n,
+                "server_commands_a": commands,
             }
             report["shapes"][name] = shape
             print(
@@ -172,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                 f" = {shape['memory_a_over_b']:.2f}"
                 f" (goal <= 1.3 {'met' if shape['memory_a_over_b'] <= 1.3 else 'MISSED'})"
                 f"  farm of 3: {med(runs['c']):,.0f}/s = {shape['farm_over_cluster']:.2f} of one cluster"
+                f"  server commands per increment {shape['server_commands_per_increment_a']:.2f} (plain: 1)"
+                f" {commands}"
             )
         report["machine"] = machine_info(shards.binary)
     stem = ("increments-counters" if counters else "increments") + ("-quick" if args.quick else "")
