@@ -62,9 +62,9 @@ local function fence_of(totals, fences, source)
     local c, m, j, n = string.match(f, "^(%d+):(%d+):(%d+):(%d+)$")
     return totals, field, "mine", tonumber(c), tonumber(m), tonumber(j), tonumber(n)
   end
-  local t = redis.call("TYPE", fences)["ok"]
-  if t == "hash" then return fences, source, fence_in(totals, fences, source) end -- the two-key layout
-  if t ~= "none" then return totals, field, "other" end -- a 2P-set's tombstones
+  -- A K- beside a hash K+ without this source's fence: the two-key layout (or a 2P-set's tombstones, which
+  -- fence_in's HGET refuses: WRONGTYPE).
+  if redis.call("EXISTS", fences) == 1 then return fences, source, fence_in(totals, fences, source) end
   -- One key: a new one, or another source's (its totals are a hash: HGET said so).
   if ttl > 0 and redis.call("EXISTS", totals) == 0 then return totals, field, "new", -1, -1, -1, 0 end
   return totals, field, "mine", -1, -1, -1, 0
