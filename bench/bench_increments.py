@@ -18,6 +18,10 @@ leave larger for a while.) Results go to
 
     python bench/bench_increments.py            # 500k increments, 2k hot and 100k spread keys, 5 repetitions
     python bench/bench_increments.py --quick    # 100k increments, 3 repetitions
+    python bench/bench_increments.py --quick --kind counters   # Count against pipelined HINCRBY
+
+``--kind counters`` runs the same shapes with :class:`zcluster.Count` against redis-py pipelined ``HINCRBY``
+(results ``increments-counters[-quick].*``); memory is per distinct (key, field) either way.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 import redis
 from bench_cluster import machine_info, med, timed
 
-from zcluster import Cluster, Incr
+from zcluster import Cluster, Count, Incr, KeyMember
 from zcluster.farm import Farm
 from zcluster.testing import LocalShards
 
@@ -42,36 +46,55 @@ CALL = 10_000
 PIPELINE = 1_000
 
 
-def make(n: int, keys: int, members: int, seed: int) -> list[Incr]:
+def make(n: int, keys: int, members: int, seed: int, counters: bool = False) -> list[Any]:
     rng = random.Random(seed)
+    if counters:
+        return [Count(f"lb:{rng.randrange(keys)}", f"u{rng.randrange(members)}", rng.randint(1, 5)) for _ in range(n)]
     return [Incr(f"lb:{rng.randrange(keys)}", f"u{rng.randrange(members)}", float(rng.randint(1, 5))) for _ in range(n)]
 
 
-def library(cluster: Cluster | Farm, incs: list[Incr]) -> None:
+def library(cluster: Cluster | Farm, incs: list[Any]) -> None:
     for lo in range(0, len(incs), CALL):
         cluster.increment("bench/journal", [(lo + i, inc) for i, inc in enumerate(incs[lo : lo + CALL])])
 
 
-def by_hand(client: redis.Redis, incs: list[Incr]) -> None:
+def by_hand(client: redis.Redis, incs: list[Any]) -> None:
     for lo in range(0, len(incs), PIPELINE):
         pipe = client.pipeline(transaction=False)
         for inc in incs[lo : lo + PIPELINE]:
-            pipe.zincrby(inc.key, inc.delta, inc.member)
+            if type(inc) is Count:
+                pipe.hincrby(inc.key, inc.field, inc.delta)
+            else:
+                pipe.zincrby(inc.key, inc.delta, inc.member)
         pipe.execute()
 
 
-def bytes_per_member(client: redis.Redis) -> float:
-    """Every key's ``MEMORY USAGE`` summed, per member of the sorted sets (the totals)."""
+def bytes_per_member(client: redis.Redis, members: int) -> float:
+    """Every key's ``MEMORY USAGE`` summed, per distinct (key, member) of the increments (``members``): what
+    the totals and their fences cost per total kept."""
     keys = list(client.scan_iter(count=10_000))
     pipe = client.pipeline(transaction=False)
     for k in keys:
         pipe.memory_usage(k, samples=0)
-        pipe.type(k)
-        pipe.zcard(k)
-    replies = pipe.execute(raise_on_error=False)
-    used = sum(int(replies[i]) for i in range(0, len(replies), 3))
-    members = sum(int(replies[i + 2]) for i in range(0, len(replies), 3) if replies[i + 1] == b"zset")
+    used = sum(int(r) for r in pipe.execute(raise_on_error=False))
     return used / max(1, members)
+
+
+def script_commands(client: redis.Redis) -> dict[str, int]:
+    """The commands the server ran since CONFIG RESETSTAT (INFO commandstats counts a script's own calls),
+    but the script calls themselves and the bench's own."""
+    stats = client.info("commandstats")
+    skip = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_info", "cmdstat_config|resetstat", "cmdstat_script|load")
+    return {k[8:]: int(v["calls"]) for k, v in stats.items() if k not in skip}
+
+
+def totals_of(cluster: Cluster, sample: list[tuple[str, str]], counters: bool) -> dict[tuple[str, str], float]:
+    """The totals of ``sample`` ((key, member) pairs) as ``cluster`` reads them."""
+    if counters:
+        held = cluster.counters(sorted({k for k, _ in sample}))
+        return {(k, m): float(held[k].get(m, 0)) for k, m in sample}
+    ranked = cluster.ranks(sample)
+    return {(k, m): 0.0 if (r := ranked[KeyMember(k, m)]) is None else r[1] for k, m in sample}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,11 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spread", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=None)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--kind", choices=("sums", "counters"), default="sums", help="Incr vs ZINCRBY, or Count vs HINCRBY")
     args = ap.parse_args(argv)
+    counters = args.kind == "counters"
+    plain = "HINCRBY" if counters else "ZINCRBY"
     n = args.n or (100_000 if args.quick else 500_000)
     repeat = args.repeat or (3 if args.quick else 5)
     shapes = {"hot": (args.hot, 50), "spread": (args.spread, 4)}
-    report: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "n": n, "shapes": {}}
+    report: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "n": n,
+        "kind": args.kind,
+        "shapes": {},
+    }
     with (
         LocalShards(1) as shards,
         LocalShards(3) as trio,
@@ -96,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         client = redis.Redis.from_url(shards.urls[0])
         replicas = [redis.Redis.from_url(u) for u in trio.urls]
         for name, (keys, members) in shapes.items():
-            incs = make(n, keys, members, seed=len(name))
+            incs = make(n, keys, members, seed=len(name), counters=counters)
+            distinct = len({(inc[0], inc[1]) for inc in incs})
             runs: dict[str, list[float]] = {"a": [], "b": [], "c": []}
             memory: dict[str, list[float]] = {"a": [], "b": []}
             for r in range(repeat):
@@ -107,24 +139,27 @@ def main(argv: list[str] | None = None) -> int:
                 for method in order:
                     client.flushall()
                     seconds = timed(library, cluster, incs) if method == "a" else timed(by_hand, client, incs)
-                    memory[method].append(bytes_per_member(client))
+                    memory[method].append(bytes_per_member(client, distinct))
                     runs[method].append(n / seconds)
-            # a correctness check of the last run of (a): totals equal a hand count
+            # a correctness check of the last run of (a): totals equal a hand count; the server's commands
+            # per increment (what the script runs, from INFO commandstats) counted on the way
             client.flushall()
+            client.config_resetstat()
             library(cluster, incs)
+            commands = script_commands(client)
             library(cluster, incs)  # a replay: fenced
             want: dict[tuple[str, str], float] = {}
             for inc in incs:
-                want[(inc.key, str(inc.member))] = want.get((inc.key, str(inc.member)), 0.0) + inc.delta
+                want[(inc[0], str(inc[1]))] = want.get((inc[0], str(inc[1])), 0.0) + inc.delta
             sample = random.Random(1).sample(sorted(want), 200)
-            got = {k: float(client.zscore(f"{{b:{k[0]}}}+", k[1]) or 0.0) for k in sample}
+            got = totals_of(cluster, sample, counters)
             assert got == {k: want[k] for k in sample}, "totals differ from the hand count"
             for replica in replicas:
                 replica.flushall()
             library(farm, incs)
             library(farm, incs)
-            for replica in replicas:
-                held = {k: float(replica.zscore(f"{{b:{k[0]}}}+", k[1]) or 0.0) for k in sample}
+            for member in farm.clusters:
+                held = totals_of(member, sample, counters)
                 assert held == {k: want[k] for k in sample}, "a replica's totals differ from the hand count"
             shape = {
                 "keys": keys,
@@ -138,19 +173,23 @@ def main(argv: list[str] | None = None) -> int:
                 "bytes_per_member_a": med(memory["a"]),
                 "bytes_per_member_b": med(memory["b"]),
                 "memory_a_over_b": med(memory["a"]) / med(memory["b"]),
+                "server_commands_per_increment_a": sum(commands.values()) / n,
+                "server_commands_a": commands,
             }
             report["shapes"][name] = shape
             print(
-                f"{name:>6} ({keys:,} keys): increment {med(runs['a']):>10,.0f}/s  ZINCRBY {med(runs['b']):>10,.0f}/s"
+                f"{name:>6} ({keys:,} keys): increment {med(runs['a']):>10,.0f}/s  {plain} {med(runs['b']):>10,.0f}/s"
                 f"  ratio {shape['a_over_b']:.2f} (goal >= 0.7 {'met' if shape['a_over_b'] >= 0.7 else 'MISSED'};"
                 f" paired {min(shape['paired']):.2f}..{max(shape['paired']):.2f})"
                 f"  memory/member {shape['bytes_per_member_a']:.1f} vs {shape['bytes_per_member_b']:.1f} B"
                 f" = {shape['memory_a_over_b']:.2f}"
                 f" (goal <= 1.3 {'met' if shape['memory_a_over_b'] <= 1.3 else 'MISSED'})"
                 f"  farm of 3: {med(runs['c']):,.0f}/s = {shape['farm_over_cluster']:.2f} of one cluster"
+                f"  server commands per increment {shape['server_commands_per_increment_a']:.2f} (plain: 1)"
+                f" {commands}"
             )
         report["machine"] = machine_info(shards.binary)
-    stem = "increments-quick" if args.quick else "increments"
+    stem = ("increments-counters" if counters else "increments") + ("-quick" if args.quick else "")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     if not args.no_plot:
@@ -165,21 +204,23 @@ def plot(path: Path, report: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    counters = report.get("kind") == "counters"
+    plain = "HINCRBY" if counters else "ZINCRBY"
     names = list(report["shapes"])
     rates = [[med(report["shapes"][s][f"{m}_per_s"]) for s in names] for m in ("a", "b")]
     xs = range(len(names))
     axes[0].bar([x - 0.2 for x in xs], rates[0], 0.4, label="Cluster.increment (exactly once)")
-    axes[0].bar([x + 0.2 for x in xs], rates[1], 0.4, label="pipelined ZINCRBY (at least once)")
+    axes[0].bar([x + 0.2 for x in xs], rates[1], 0.4, label=f"pipelined {plain} (at least once)")
     axes[0].set_xticks(list(xs), [f"{s} ({report['shapes'][s]['keys']:,} keys)" for s in names])
     axes[0].set_ylabel("increments/s (median)")
     axes[0].legend(fontsize=8)
     mem = [[report["shapes"][s][f"bytes_per_member_{m}"] for s in names] for m in ("a", "b")]
     axes[1].bar([x - 0.2 for x in xs], mem[0], 0.4, label="with fences")
-    axes[1].bar([x + 0.2 for x in xs], mem[1], 0.4, label="plain sorted sets")
+    axes[1].bar([x + 0.2 for x in xs], mem[1], 0.4, label="plain hashes" if counters else "plain sorted sets")
     axes[1].set_xticks(list(xs), names)
     axes[1].set_ylabel("bytes per member")
     axes[1].legend(fontsize=8)
-    fig.suptitle(f"{report['n']:,} increments, 1 shard, {report['date'][:10]}")
+    fig.suptitle(f"{report['n']:,} increments ({report['kind']}), 1 shard, {report['date'][:10]}")
     fig.tight_layout()
     fig.savefig(path)
 

@@ -12,8 +12,10 @@
 -- member) with the score as the server prints it: "<n>=<records>" when short, "<n>#<SHA-1>" for a set
 -- of one page, "*<SHA-1 of the pages' SHA-1s>" for a larger one (read page by page, so no set is copied
 -- whole into the script's memory). Equal fingerprints mean equal records on servers that print scores
--- alike. An aggregate key (sums or counters, K- a hash of fences) is "a<totals>|<fences>" instead, each
--- hash described by its sorted "<field length>:<field> <value>\n" lines. "serialized" returns
+-- alike. An aggregate key (sums or counters, see incr.lua) is "a<totals>|<fences>" instead, each hash
+-- described by its sorted "<field length>:<field> <value>\n" lines; a one-key counters key's fences (fields
+-- FENCE .. source of K+) are described by source, as a two-key key's K- is, so both layouts of the same
+-- increments fingerprint alike. "serialized" returns
 -- "<SHA-1 of both sets' DUMP>|<floor>" (or ""): cheaper, equal means equal records, but equal records may
 -- differ there (another encoding or server version).
 local PAGE = 1000
@@ -42,18 +44,31 @@ local function digest(key)
   return "*" .. redis.sha1hex(table.concat(hashes))
 end
 
--- A hash's fields and values (an aggregate key's fences, or its counters), sorted: nil when it is empty.
-local function hdigest(key)
-  local flat = redis.call("HGETALL", key)
-  if #flat == 0 then return nil end
-  local buf = {}
-  for i = 1, #flat, 2 do
-    buf[#buf + 1] = #flat[i] .. ":" .. flat[i] .. " " .. flat[i + 1] .. "\n"
-  end
+-- Sorted lines of fields and values, described: nil when there are none.
+local function described(buf)
+  if #buf == 0 then return nil end
   table.sort(buf)
   local text = table.concat(buf)
   if #text <= SHORT then return #buf .. "=" .. text end
   return #buf .. "#" .. redis.sha1hex(text)
+end
+
+-- A hash's fields and values (an aggregate key's fences, or its counters), sorted: nil when it is empty.
+-- With `split` (a one-key counters key): its counters, and its fences apart, by source.
+local FENCE = "\0zc|"
+local function hdigest(key, split)
+  local flat = redis.call("HGETALL", key)
+  local buf, fences = {}, {}
+  for i = 1, #flat, 2 do
+    local f = flat[i]
+    if split and string.sub(f, 1, #FENCE) == FENCE then
+      f = string.sub(f, #FENCE + 1)
+      fences[#fences + 1] = #f .. ":" .. f .. " " .. flat[i + 1] .. "\n"
+    else
+      buf[#buf + 1] = #f .. ":" .. f .. " " .. flat[i + 1] .. "\n"
+    end
+  end
+  return described(buf), described(fences)
 end
 
 local out = {}
@@ -91,11 +106,16 @@ local function sets(i)
     adds, removes = adds or "", removes or ""
     return redis.sha1hex(#adds .. ":" .. adds .. removes)
   end
-  if redis.call("TYPE", KEYS[i + 1])["ok"] == "hash" then
+  local t = redis.call("TYPE", KEYS[i + 1])["ok"]
+  if t == "hash" then
     -- An aggregate key (incr.lua): its totals (a sorted set of sums, or a hash of counters) and fences.
     local totals = KEYS[i]
     local held = redis.call("TYPE", totals)["ok"] == "hash" and hdigest(totals) or digest(totals)
     return "a" .. (held or "") .. "|" .. (hdigest(KEYS[i + 1]) or "")
+  end
+  if t == "none" and redis.call("TYPE", KEYS[i])["ok"] == "hash" then
+    local held, fences = hdigest(KEYS[i], true) -- a one-key counters key
+    return "a" .. (held or "") .. "|" .. (fences or "")
   end
   local adds, removes = digest(KEYS[i]), digest(KEYS[i + 1])
   if not adds and not removes then return nil end

@@ -1,15 +1,22 @@
 -- zcluster fenced increments: sums (a sorted set of totals) and exact counters (a hash of int64 totals),
 -- each applied once per (key, source, position) however often it is sent.
 --
--- KEYS, per group: K+ (the totals) and K- (the key's fences: a hash, source -> "c:m:j:n", the position of
--- the last increment applied from that source and n, how many of that source's increments the key holds;
--- a farm compares replicas by both, and n tells a replica that lost increments from one that has them all).
--- A key whose K- is a hash is an aggregate key; a 2P-set key has a sorted set (or nothing) there, and the
--- 2P-set write script reads K- before it writes, so each kind refuses the other's writes (WRONGTYPE) before
--- touching anything.
+-- KEYS, per group: K+ (the totals) and K-. A key's fences (per source, "c:m:j:n": the position of the last
+-- increment applied from that source and n, how many of that source's increments the key holds; a farm
+-- compares replicas by both, and n tells a replica that lost increments from one that has them all) are
+-- kept:
+-- * sums: in K-, a hash source -> fence (two keys: a sorted set of totals cannot hold them);
+-- * counters: in K+ itself, field FENCE .. source (FENCE = "\0zc|", a prefix the client refuses in a
+--   counter's field), one key per counters aggregate. A counters key made before this layout keeps its
+--   fences in a K- hash and keeps working: a source without a fence field in K+ reads K-, and a key whose
+--   K- is a hash keeps its fences there (no migration).
+-- Kinds refuse each other's writes before touching anything: a 2P-set's K+ and K- are sorted sets (or
+-- absent), so HGET of a counters fence in its K+ answers WRONGTYPE, and a K- that is not a hash is a
+-- 2P-set's; the 2P-set write script's first command on a counters key's K+ (a hash) answers WRONGTYPE, and
+-- it reads K- (a sums key's fences: a hash) before it writes K+.
 -- ARGV[1] = "s" (sums: K+ is a sorted set, member -> total, deltas are doubles) or "c" (counters: K+ is a
--- hash, field -> total, deltas are integers); ARGV[2] = seconds to live set on both keys when this call
--- creates them ("0": none); then per group: the source, the increment count n, and n quintuples:
+-- hash, field -> total, deltas are integers); ARGV[2] = seconds to live set on the key when this call
+-- creates it ("0": none); then per group: the source, the increment count n, and n quintuples:
 -- position (three non-negative integers c, m, j below 2^53, compared in that order), member, delta.
 -- Within a group positions must strictly increase (the client sends a source's increments of a key in order,
 -- and a position names one increment of its source).
@@ -25,11 +32,13 @@ local sums = ARGV[1] == "s"
 local ttl = tonumber(ARGV[2])
 local out = {}
 local HUGE = 2 ^ 970
+local FENCE = "\0zc|"
 
--- The key's kind ("new", "mine" or "other": not an aggregate of this call's kind, as far as K- tells) and
--- the source's fence. A 2P-set's K- is a sorted set (HGET answers WRONGTYPE) or absent (then K+ tells);
--- the kind of an aggregate key (sums or counters) is checked by the first total's command (WRONGTYPE).
-local function fence_of(totals, fences, source)
+-- The key's kind ("new", "mine" or "other": not an aggregate of this call's kind, as far as the fences
+-- tell), the source's fence, and where the key keeps it: the hash and field. A 2P-set's K- is a sorted set
+-- (HGET answers WRONGTYPE) or absent (then K+ tells); the kind of an aggregate key (sums or counters) is
+-- checked by the first total's command (WRONGTYPE).
+local function fence_in(totals, fences, source)
   local f = redis.pcall("HGET", fences, source)
   if type(f) == "table" and f.err then return "other" end
   if not f then
@@ -44,16 +53,34 @@ local function fence_of(totals, fences, source)
   return "mine", tonumber(c), tonumber(m), tonumber(j), tonumber(n) or 0
 end
 
+local function fence_of(totals, fences, source)
+  if sums then return fences, source, fence_in(totals, fences, source) end
+  local field = FENCE .. source
+  local f = redis.pcall("HGET", totals, field)
+  if type(f) == "table" and f.err then return totals, field, "other" end -- a sorted set: sums or a 2P-set
+  if f then
+    local c, m, j, n = string.match(f, "^(%d+):(%d+):(%d+):(%d+)$")
+    return totals, field, "mine", tonumber(c), tonumber(m), tonumber(j), tonumber(n)
+  end
+  -- A K- beside a hash K+ without this source's fence: the two-key layout (or a 2P-set's tombstones, which
+  -- fence_in's HGET refuses: WRONGTYPE).
+  if redis.call("EXISTS", fences) == 1 then return fences, source, fence_in(totals, fences, source) end
+  -- One key: a new one, or another source's (its totals are a hash: HGET said so).
+  if ttl > 0 and redis.call("EXISTS", totals) == 0 then return totals, field, "new", -1, -1, -1, 0 end
+  return totals, field, "mine", -1, -1, -1, 0
+end
+
 local pos, g = 3, 0
 while pos <= #ARGV do
   local totals, fences = KEYS[2 * g + 1], KEYS[2 * g + 2]
   local source, n = ARGV[pos], tonumber(ARGV[pos + 1])
   local first, last = pos + 2, pos + 1 + 5 * n
-  local k, fc, fm, fj, fn = fence_of(totals, fences, source)
+  local at, field, k, fc, fm, fj, fn = fence_of(totals, fences, source)
   if k == "other" then
     for _ = 1, n do out[#out + 1] = "k" end
   else
-    local moved, failed, checked = false, false, false
+    -- A fence found in K+ proved it a hash: a counters key (a sums key's fences need TYPE, below).
+    local moved, failed, checked = false, false, at == totals and fc >= 0
     for i = first, last, 5 do
       if failed then
         out[#out + 1] = "s"
@@ -99,7 +126,7 @@ while pos <= #ARGV do
             if not (string.find(r.err, "overflow", 1, true) or string.find(r.err, "not a number", 1, true)) then
               -- Not this increment's fault (NOREPLICAS, OOM: Redis refuses a script's first write, so
               -- nothing of the call was written): the call fails and is resent whole.
-              if moved then redis.call("HSET", fences, source, string.format("%d:%d:%d:%d", fc, fm, fj, fn)) end
+              if moved then redis.call("HSET", at, field, string.format("%d:%d:%d:%d", fc, fm, fj, fn)) end
               return redis.error_reply(r.err)
             end
             out[#out + 1] = "o"
@@ -112,10 +139,10 @@ while pos <= #ARGV do
       end
     end
     if moved then
-      redis.call("HSET", fences, source, string.format("%d:%d:%d:%d", fc, fm, fj, fn))
+      redis.call("HSET", at, field, string.format("%d:%d:%d:%d", fc, fm, fj, fn))
       if k == "new" and ttl > 0 then
         redis.call("EXPIRE", totals, ttl)
-        redis.call("EXPIRE", fences, ttl)
+        if at == fences then redis.call("EXPIRE", fences, ttl) end
       end
     end
   end

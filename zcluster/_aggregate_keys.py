@@ -16,6 +16,17 @@ if TYPE_CHECKING:
     from zcluster.cluster import Cluster
 
 
+FENCE = b"\x00zc|"
+"""The prefix of a one-key counters key's fence fields (``FENCE + source`` in its totals hash, see
+``lua/incr.lua``): refused as the start of a counter's field, so that no field is taken for a fence."""
+
+
+def counters_of(fields: Any) -> Any:
+    """A counters key's ``HGETALL`` (a dict, or (field, value) pairs) without its fence fields."""
+    pairs = fields.items() if isinstance(fields, dict) else fields
+    return [(f, v) for f, v in pairs if not f.startswith(FENCE)]
+
+
 KIND_NAMES = {
     "s": "a sums (Incr) aggregate key",
     "c": "a counters (Count) aggregate key",

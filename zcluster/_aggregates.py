@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from zcluster._aggregate_keys import WholeKeys
+from zcluster._aggregate_keys import FENCE, WholeKeys, counters_of
 from zcluster._encode import Encoder, blob, listed_keys, positive
 from zcluster._encode import key_members as key_members_of
 from zcluster._reporting import Reporting
@@ -310,6 +310,8 @@ def _keyed(
             mb = blob(member, i, item, "member" if kind == b"s" else "field")
             if type(member) is str:
                 encoded[member] = mb
+        if kind == b"c" and mb.startswith(FENCE):
+            raise InvalidTupleError(i, item, f"a counter's field must not start with {FENCE!r} (its fences' prefix)")
         entry = keys.get((kind, kb))
         if entry is None:
             entry = keys[(kind, kb)] = []
@@ -376,8 +378,9 @@ class Aggregates(Reporting):
         never fence each other. ``ttl`` (seconds, 1 to 10**10) is set on a key when this call creates it, not
         refreshed (per-hour or per-day keys expire on their own; a replay after a key expired counts again).
 
-        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item or a position not above the one
-        before it; :class:`ConfigError` (nothing sent) for a bad ``source`` or ``ttl``;
+        Errors: :class:`InvalidTupleError` (nothing sent) for a bad item (a :class:`Count` field starting
+        with ``b"\\x00zc|"``, the prefix of the fences a counters key keeps among its fields, too) or a
+        position not above the one before it; :class:`ConfigError` (nothing sent) for a bad ``source`` or ``ttl``;
         :class:`WriteRefusedError` for a key of another kind (also at or below the fence: never taken for a
         duplicate) or a total that would leave int64 (counters) or stop being a finite double (sums; nothing
         of that increment applied; the error's ``result`` says what the rest did); :class:`PartialWriteError`
@@ -467,6 +470,6 @@ class Aggregates(Reporting):
                 key_list,
                 encoded,
                 lambda kb, _: [("HGETALL", adds(kb))],
-                lambda key, replies: {dec(f): int(v) for f, v in replies[0].items()},
+                lambda key, replies: {dec(f): int(v) for f, v in counters_of(replies[0])},
             )
         return self._finish("counters", result, len(key_list), started, strict)

@@ -82,8 +82,9 @@ class Incr(NamedTuple):
 
 class Count(NamedTuple):
     """Add the integer ``delta`` to counter ``field`` of the counters key ``key`` (exact int64 totals, kept
-    in a hash). A total that would leave the int64 range is refused, never wrapped. Applied once per
-    position: see :meth:`zcluster.Cluster.increment`."""
+    in a hash, beside the key's fences). A total that would leave the int64 range is refused, never wrapped.
+    A ``field`` starting with ``b"\\x00zc|"`` (the fences' prefix) is a :class:`zcluster.InvalidTupleError`.
+    Applied once per position: see :meth:`zcluster.Cluster.increment`."""
 
     key: Blob
     field: Blob

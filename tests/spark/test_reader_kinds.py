@@ -206,3 +206,27 @@ def test_every_kind_reads_the_same_rows_over_resp2_and_resp3(shards: Any, prefix
     assert len(totals) == sum(min(2, 1 + i % 4) for i in range(20))
     assert {"key": "cnt:2", "kind": "counts", "member": "f2", "total": None, "count": 3 + 2**40} in counts
     cluster.close()
+
+
+def test_counts_hide_the_fences_of_one_key_counters_and_read_keys_made_before_it(shards: Any, prefix: str) -> None:
+    """A counters key keeps its fences in its totals hash (``lua/incr.lua``): ``counts`` and ``aggregates``
+    reads drop them, and still read a key made before that layout (fences in a K- hash), over RESP2 and 3.
+    In-process, the reader's own calls."""
+    cluster = Cluster.from_urls(shards.urls, prefix=prefix)
+    cluster.increment("src", [(1, Count("new", "a", 4)), (2, Count("new", "b", 1))])
+    ((shard, kb),) = cluster._encoder.keys(["old"])
+    client = cluster._transport.topology.shards[shard].client
+    client.hset(cluster._layout.adds(kb), mapping={"a": 2, "c": 9})
+    client.hset(cluster._layout.removes(kb), "src", "7:0:0:2")
+    ((shard, kb),) = cluster._encoder.keys(["new"])
+    assert cluster._transport.topology.shards[shard].client.exists(cluster._layout.removes(kb)) == 0  # one key
+    want = {
+        ("new", "a", 4), ("new", "b", 1), ("old", "a", 2), ("old", "c", 9),
+    }  # fmt: skip
+    for protocol in (2, 3):
+        urls = ",".join(f"{u}?protocol={protocol}" for u in shards.urls)
+        for kind in ("counts", "aggregates"):
+            reader = TupleReader({"urls": urls, "prefix": prefix, "keys": "new,old,nothing", "kind": kind})
+            rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+            assert {(r["key"], r["member"], r["count"]) for r in rows} == want and len(rows) == 4, (protocol, kind)
+    cluster.close()

@@ -11,8 +11,8 @@ A key of another kind than the one asked fails the read with :class:`KeyKindErro
 holds nothing (never written, or expired) gives no rows, whatever the kind asked.
 
 On a :class:`zcluster.Cluster` each batch is one pipeline per shard (``ZREVRANGE ... WITHSCORES`` and the
-``TYPE`` of the fences key that tells an aggregate apart, or ``HGETALL``), the replies put into Arrow
-columns directly (raw replies of streamed pipelines, no redis-py callbacks: that client work was
+``TYPE`` of the fences key that tells a sums key apart, or ``HGETALL``, its fence fields dropped), the replies
+put into Arrow columns directly (raw replies of streamed pipelines, no redis-py callbacks: that client work was
 most of a read's time). On a :class:`zcluster.farm.Farm` the rows come from its reads under its read strategy
 (``select``, ``top``, ``counters``).
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from zcluster._aggregate_keys import KIND_NAMES, whole_keys_of
+from zcluster._aggregate_keys import KIND_NAMES, counters_of, whole_keys_of
 from zcluster._transport import read
 from zcluster.cluster import Cluster
 from zcluster.errors import KeyKindError, PartialReadError
@@ -104,8 +104,8 @@ def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombs
         ]
     elif kind in ("set", "totals"):
         build = lambda kb, _: [("TYPE", layout.removes(kb)), ("ZREVRANGE", layout.adds(kb), 0, last, "WITHSCORES")]  # noqa: E731
-    elif kind == "counts":
-        build = lambda kb, _: [("TYPE", layout.removes(kb)), ("HGETALL", layout.adds(kb))]  # noqa: E731
+    elif kind == "counts":  # only a counters key's K+ is a hash (its fences in it, or in K-): HGETALL tells
+        build = lambda kb, _: [("HGETALL", layout.adds(kb))]  # noqa: E731
     else:
         return _dumped(cluster, keys, limit)
     encoded = cluster._encoder.keys(keys)
@@ -120,6 +120,10 @@ def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombs
             both.sort(key=lambda t: (t[1], t[0]), reverse=True)
             out.pairs(key, both[:limit])
             continue
+        if kind == "counts":
+            counts = sorted(((int(v), f) for f, v in counters_of(_fields(replies[0]))), reverse=True)[:limit]
+            _aggregate(out, key, "counts", [(f, c) for c, f in counts])
+            continue
         fenced = replies[0] in (b"hash", "hash")  # an aggregate's fences
         if not replies[1]:
             continue  # nothing (or an aggregate whose totals expired): no rows, whatever the kind
@@ -127,11 +131,8 @@ def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombs
             _raise(cluster, kind, {key: ShardFailure(cluster.shard_of(key), TypeError(kind), ())}, {})
         if kind == "set":
             out.pairs(key, _pairs(replies[1]))
-        elif kind == "totals":
-            _aggregate(out, key, "totals", _pairs(replies[1]))
         else:
-            counts = sorted(((int(v), f) for f, v in _fields(replies[1])), reverse=True)[:limit]
-            _aggregate(out, key, "counts", [(f, c) for c, f in counts])
+            _aggregate(out, key, "totals", _pairs(replies[1]))
     return out.batch()
 
 
