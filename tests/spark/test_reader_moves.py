@@ -42,9 +42,10 @@ def test_a_reshard_and_a_half_migrated_slot_during_the_read_lose_and_repeat_noth
         with rc.servers[src].client() as sc, rc.servers[dst].client() as dc:
             dc.execute_command("CLUSTER", "SETSLOT", hot, "IMPORTING", rc.node_id(src))
             sc.execute_command("CLUSTER", "SETSLOT", hot, "MIGRATING", rc.node_id(dst))
+            held = sc.execute_command("CLUSTER", "COUNTKEYSINSLOT", hot)  # 40, and any u: key the prefix puts there
             half = sc.execute_command("CLUSTER", "GETKEYSINSLOT", hot, 20)
             sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", *half)
-            assert sc.execute_command("CLUSTER", "COUNTKEYSINSLOT", hot) == 20
+            assert held >= 40 and sc.execute_command("CLUSTER", "COUNTKEYSINSLOT", hot) == held - 20
         for batch in first:
             got += [tuple(r.values()) for r in _rows_of(batch)]
         for part in parts[1:]:
