@@ -24,6 +24,11 @@ Sources of the figures (nothing in the library is changed for them):
 * Spark's UI REST API (``/api/v1/applications/<id>/jobs``, stages, tasks): the job's wall time, task launch
   (scheduler delay, deserialization) and the tasks' run time.
 
+``--ab N``: only the continuous case, N pairs of queries alternating the Python workers' heap thawed
+(``gc.unfreeze()`` at each task of the source and the sink: as before :mod:`zcluster.spark.workers`) and frozen,
+in one session; writes ``results/batch-breakdown-ab[-TAG].json``. ``--py-spy``: profile the Python processes
+Spark starts during the plain continuous case (raw stacks, paths in the JSON).
+
 Run under ``flock /tmp/zc-bench.lock``. Writes ``results/batch-breakdown[-quick][-TAG].{json,png}``.
 
     python bench/bench_batch_breakdown.py --quick

@@ -22,9 +22,7 @@ def freeze_count_mapper(message: Any) -> list[Insert]:
     return [Insert("frozen", 1.0, "yes" if gc.get_freeze_count() > 0 else "no")]
 
 
-def test_sink_tasks_freeze_their_workers_heap_and_still_deliver_once(
-    spark: Any, shards: Any, tmp_path: Path
-) -> None:
+def test_sink_tasks_freeze_their_workers_heap_and_still_deliver_once(spark: Any, shards: Any, tmp_path: Path) -> None:
     """After every task a reused Python worker runs a full gc.collect() over everything it holds (pyspark's
     daemon); the sink's task freezes the imports first, so that collection walks only what tasks make."""
     store = FileJournals(tmp_path / "journals")
