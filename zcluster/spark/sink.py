@@ -38,6 +38,7 @@ from zcluster.journal.urls import open_store
 from zcluster.spark.observe import METRICS_NAME, TASK_SCHEMA, add_rows, observed, task_batch
 from zcluster.spark.shipping import explain_missing_module, ship_by_value
 from zcluster.spark.source import RANGE_COLUMNS
+from zcluster.spark.workers import freeze_heap
 from zcluster.state.applier import Applier, Mapper
 from zcluster.state.batch import BatchStats
 from zcluster.state.store import StateStore
@@ -74,6 +75,7 @@ class _Job:
         frames as they come: no shuffle, no sort. A journal whose frames go backwards (the rows were
         reordered before the sink) fails the task instead of being checkpointed wrongly.
         """
+        freeze_heap()  # the worker's full collection after each task then skips its imports
         stats = BatchStats()
         first = next(batches, None)
         with _collector_paused():

@@ -74,6 +74,7 @@ from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.errors import OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, framing_for
+from zcluster.spark.workers import freeze_heap
 
 SCHEMA = "journal string, begin long, end long, content_type string, data binary, error string"
 ARROW_SCHEMA = pa.schema(
@@ -363,6 +364,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, JournalPartition)
+        freeze_heap()  # this runs in a reused Python worker: see zcluster.spark.workers
         ranges = partition.ranges
         if self.ranges:
             return iter(
