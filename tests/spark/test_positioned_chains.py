@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_positioned_split import ROWS, split_batch
+from test_positioned_split import ROWS, split_batch, two_topics
 
 from zcluster import Cluster, Count, FencedError, MapperError, Publish
 from zcluster.journal import FileJournals, RedisJournals
@@ -145,6 +145,39 @@ def test_a_batch_cut_over_two_tasks_publishes_once_and_its_replays_nothing(spark
     held = {p.journal: p for p in progress(env.cluster, env.app, env.store)}
     assert {name: (p.offset, p.error) for name, p in held.items()} == {"~-/p0": (238, None), "~-/p1": (240, None)}
     assert all(p.generation == 3 and p.ack_intents for p in held.values())  # three claims: one per batch run
+
+
+def derive_topics(row: dict[str, Any]) -> list[Any]:
+    """``derive`` for rows with a topic column: counted per (topic, partition), the topic in the message."""
+    user, src = row["user"], f"{row['topic']}:{row['partition']}:{row['offset']}"
+    message = JsonMessage({"user": user, "pts": row["points"], "src": src})
+    return [Count("rows", f"{row['topic']}/{row['partition']}", 1), Publish(OUTPUTS[fnv1a32(user) % 2], message)]
+
+
+def test_two_topics_sharing_a_partition_number_in_one_task_publish_each_row_once(spark: Any, env: Env) -> None:
+    """One shuffle partition puts (A, 0) and (B, 0) into one task: each is its own transaction and checkpoint
+    (``~A/0``, ``~B/0``), including for a new sink re-reading the same offsets. Before, the task ran them as
+    one group under A's checkpoint: B's rows below A's offset were skipped (never counted nor published), B's
+    later rows published under A's checkpoint, and re-reading them committed some messages twice."""
+    batches = [{"A": range(100, 105)}, {"A": range(105, 107), "B": range(5)}, {"B": range(5, 10)}]
+    every = [f"{t}:0:{o}" for b in batches for t, span in b.items() for o in span]
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        sink = env.sink(derive_topics)
+        for batch_id, offsets in enumerate(batches):
+            sink(two_topics(spark, offsets), batch_id)
+        assert [h.published for h in sink.history] == [5, 7, 5]
+        again = env.sink(derive_topics)  # a new checkpoint directory re-reading the same offsets
+        again(two_topics(spark, {"A": range(105, 107), "B": range(10)}), 0)
+        assert (again.history[0].published, again.history[0].seen) == (0, 12)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert env.committed() == sorted(every)  # each derived message committed exactly once
+    assert len(env.read(committed=False)) == len(every)  # nothing appended again, even uncommitted
+    assert env.cluster.counters(["rows"])["rows"] == {"A/0": 7, "B/0": 10}
+    held = {p.journal: p.offset for p in progress(env.cluster, env.app)}
+    assert held == {"~A/0": 107, "~B/0": 10}
 
 
 def arm_failing_save(marker: str) -> None:

@@ -82,22 +82,23 @@ class _Job:
     publish: str | None = None
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """``mapInArrow`` function: rows in, one stats row out. A task's rows of a partition are applied in
-        offset order, each partition's writes flushed before the task ends (with ``publish``: each partition's
+        """``mapInArrow`` function: rows in, one stats row out. A task's rows of a (topic, partition) are applied
+        in offset order, each partition's writes flushed before the task ends (with ``publish``: each partition's
         rows are one transaction, see :meth:`_transaction`). Exact only when the task holds every row of the
         batch of each of its partitions (:meth:`PositionedSink.__call__` shuffles them so): a fence moved by
         another task's later offsets of the partition refuses this task's earlier ones."""
         stats = BatchStats()
-        parts: dict[Any, list[dict[str, Any]]] = {}
+        # Keyed by (topic, partition): the shuffle hashes both into shared buckets, so a task may hold the
+        # same partition number of several topics, each its own fence source and checkpoint.
+        parts: dict[tuple[str, Any], list[dict[str, Any]]] = {}
         for batch in batches:
             for row in batch.to_pylist():
-                parts.setdefault(row[self.partition], []).append(row)
+                parts.setdefault((row_topic(row, self.topic), row[self.partition]), []).append(row)
         store = self.config.shared()
         # A Publishing per task attempt: its claims (producer ids) are this attempt's alone.
         publishing = None if self.publish is None else Publishing(open_store(self.publish), self.retries)
         try:
-            for part, rows in sorted(parts.items(), key=lambda p: str(p[0])):
-                topic = row_topic(rows[0], self.topic)
+            for (topic, part), rows in sorted(parts.items(), key=lambda p: (p[0][0], str(p[0][1]))):
                 rows.sort(key=lambda r: r[self.offset])
                 if publishing is None:
                     self._apply(store, f"{topic}/{part}", rows, stats)
