@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from zcluster import Cluster, ConfigError, FencedError
+from zcluster import Cluster, ConfigError, FencedError, ShardError
 from zcluster.journal.files import LostRange
 from zcluster.message.producer import AckIntent
 from zcluster.state import StateStore
@@ -120,3 +120,52 @@ def test_an_operator_skip_refuses_when_an_applier_moves_the_checkpoint_under_it(
     # Nothing skipped and nothing audited: the claim stands, an unchanged copy of the applier's last save.
     assert (after.offset, after.gen, [i.journal for i in after.intents]) == (15, 2, ["out/1"])
     assert state.audit() == []
+
+
+class ClaimedBeforeSave(TxnStore):
+    """A TxnStore whose next ``save_journal`` runs ``meanwhile`` first (an applier claims between an operator's
+    claim and its save)."""
+
+    def __init__(self, state: StateStore, meanwhile: object) -> None:
+        super().__init__(state)
+        self.meanwhile = meanwhile
+
+    def save_journal(self, journal: str, saved: TxnCheckpoint) -> TxnCheckpoint:
+        step, self.meanwhile = self.meanwhile, None
+        if callable(step):
+            step()
+        return super().save_journal(journal, saved)
+
+
+def test_an_operator_skip_fenced_by_an_applier_before_its_save_is_not_audited(
+    state: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the skip's audit entry was written while checking the claimed checkpoint, before the fenced
+    save: fenced, the audit said "skipped by operator" and the checkpoint had not moved."""
+    applier = TxnStore(state)
+    applier.save_journal(J, next_save(applier.claim(J, b"\x01" * 6), 10, "out/0"))
+
+    def claims() -> None:  # the applier's next poll
+        TxnStore(state).claim(J, b"\x03" * 6)
+
+    monkeypatch.setattr(store_module, "TxnStore", lambda s: ClaimedBeforeSave(s, claims))
+    with pytest.raises(FencedError):
+        state.skip_lost(OneLostRange(10, 20), J, 10, 20, reason="test")
+    assert TxnStore(state).load(J).offset == 10
+    assert state.audit() == []
+
+
+def test_an_operator_skip_whose_audit_fails_after_its_save_says_it_is_not_audited(
+    state: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    applier = TxnStore(state)
+    applier.save_journal(J, next_save(applier.claim(J, b"\x01" * 6), 10, "out/0"))
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise ShardError("injected: the audit key's shard failed", [])
+
+    monkeypatch.setattr(state, "record_skip", failing)
+    with pytest.raises(ShardError, match=r"10\.\.20 was skipped .* not audited: .*injected") as info:
+        state.skip_lost(OneLostRange(10, 20), J, 10, 20, reason="test")
+    assert str(J) in str(info.value) and state.app in str(info.value)
+    assert TxnStore(state).load(J).offset == 20  # the skip happened
