@@ -322,6 +322,41 @@ def test_a_zombie_attempt_saving_after_a_newer_claim_is_fenced_and_never_commits
     assert env.board() == points(rows)
 
 
+def test_a_fenced_save_adopted_by_the_newer_claim_commits_once_through_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Spark: an attempt's save lands, then a newer attempt claims (reading that save as the newest: it
+    adopts it, appends its intents and skips every row) before the first reads its save back, which raises
+    FencedError. The FencedError does not mean "never commits": the first attempt's messages commit once,
+    through the newer claim, and nothing is published twice."""
+    rows = [r for r in split_rows() if r["partition"] == "p0"][:20]
+    save, records = txn.TxnStore.save_journal, txn.TxnStore._records
+    saving, newer = [False], []
+
+    def flagged(self: txn.TxnStore, journal: str, saved: Any) -> Any:
+        saving[0] = True
+        try:
+            return save(self, journal, saved)
+        finally:
+            saving[0] = False
+
+    def claimed_before_read_back(self: txn.TxnStore, journal: str) -> Any:
+        if saving[0] and not newer:  # the first save's read-back: its record landed
+            saving[0] = False
+            newer.append(list(env.sink().job.run(batch(rows))))  # the newer attempt, start to end
+        return records(self, journal)
+
+    monkeypatch.setattr(txn.TxnStore, "save_journal", flagged)
+    monkeypatch.setattr(txn.TxnStore, "_records", claimed_before_read_back)
+    with pytest.raises(FencedError, match="may have adopted it"):
+        list(env.sink().job.run(batch(rows)))
+    (stats,) = newer[0]
+    assert json.loads(stats.column("stats")[0].as_py())["published"] == 0  # it adopted the save: skipped all
+    assert env.committed() == srcs(rows)  # the fenced attempt's messages, committed once
+    assert len(env.read(committed=False)) == len(rows)
+    assert env.board() == points(rows)
+
+
 def test_acks_lost_after_the_save_are_appended_by_the_next_attempts_claim(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -33,8 +33,9 @@ and only then appends the intents. Why that is exactly once:
   id, never ACKed, never read committed; if it had saved, the claim adopts the save and its intents, and the
   retry skips its rows;
 * a speculative copy and the original claim in turn: the later claim fences the earlier attempt, whose save
-  raises :class:`zcluster.FencedError` (its task fails, its intents are never appended); a save that landed
-  before the later claim is adopted by it, and the later attempt skips those rows;
+  raises :class:`zcluster.FencedError` (its task fails and appends nothing); a save that landed before the
+  later claim read the checkpoint is adopted by it (even if its own read-back then raised FencedError: its
+  intents are appended once, by the later attempt's claim), and the later attempt skips those rows;
 * a replayed batch (a lost Spark commit, a driver restarted) and a new checkpoint directory re-read offsets
   the checkpoints in the cluster (keyed by ``query_name`` and the source's own offsets, not Spark's batch ids)
   already passed: nothing is published again, and nothing saved;

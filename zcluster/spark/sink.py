@@ -206,7 +206,8 @@ class ZClusterSink:
     ``publish``: a journal store URL the mapper's :class:`zcluster.Publish` messages go to, exactly once
     (:mod:`zcluster.state.txn`). The transaction is one journal's range in one task: the task claims the
     journal (a new producer id per task attempt, fencing any earlier attempt still running: a speculative copy
-    or a retry's zombie, whose save then fails and whose messages never commit), appends the last checkpoint's
+    or a retry's zombie, whose save then fails: its messages commit once if the newer claim adopted that save,
+    else never), appends the last checkpoint's
     ACK intents again, publishes uncommitted, saves the checkpoint with its intents and appends them. A
     replayed batch or a new checkpoint directory re-reads ranges the checkpoints already passed: nothing is
     published again. Each task attempt is a new producer to downstream readers: give them a ``prune_horizon``.

@@ -232,7 +232,8 @@ class StateStore:
 
         A publishing application's checkpoint (``v4``) is restarted fenced (:meth:`TxnStore.take_over
         <zcluster.state.txn.TxnStore.take_over>`): an applier still running on the journal gets
-        :class:`zcluster.FencedError` on its next save and what it published since its last save never commits;
+        :class:`zcluster.FencedError` on its next save and what it published since its last save never commits
+        (unless that save landed before this claim read the checkpoint: adopted, it commits once);
         the last saved transaction's ACK intents are appended to ``publish`` (the journal store the application
         publishes to) first, so downstream sees that transaction committed, once; without ``publish`` the new
         checkpoint keeps them and the application's next claim appends them. ``publish`` is not used otherwise.
