@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from zcluster import Cluster, ConfigError, FencedError, ShardError
+from zcluster.journal import FileJournals
 from zcluster.journal.files import LostRange
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.message.journals import JournalSpec
 from zcluster.message.producer import AckIntent
 from zcluster.state import StateStore
 from zcluster.state import store as store_module
@@ -169,3 +173,18 @@ def test_an_operator_skip_whose_audit_fails_after_its_save_says_it_is_not_audite
         state.skip_lost(OneLostRange(10, 20), J, 10, 20, reason="test")
     assert str(J) in str(info.value) and state.app in str(info.value)
     assert TxnStore(state).load(J).offset == 20  # the skip happened
+
+
+def test_an_operator_restart_appending_to_a_wrong_store_keeps_the_intents(state: StateStore, tmp_path: Path) -> None:
+    """``publish=`` a store the application does not publish to (an operator's mistake): the intents go there
+    and nowhere useful. Before, the moved checkpoint dropped them once appended: lost, the transaction's
+    messages never committed. Now it keeps them, and the application's next claim appends them."""
+    applier = TxnStore(state)
+    held = applier.save_journal(J, next_save(applier.claim(J, b"\x01" * 6), 10, "out/0"))
+    wrong = FileJournals(tmp_path / "elsewhere")
+    wrong.create(JournalSpec("out/0", {"content-type": CONTENT_TYPE_NDJSON}))
+    state.restart_journal(J, reason="test", publish=wrong)
+    assert wrong.end("out/0") > 0  # appended there
+    after = TxnStore(state).load(J)
+    assert (after.offset, after.gen, after.intents) == (0, 2, held.intents)
+    assert TxnStore(state).claim(J, b"\x02" * 6).intents == held.intents  # for the next claim to append

@@ -235,8 +235,9 @@ class StateStore:
         :class:`zcluster.FencedError` on its next save and what it published since its last save never commits
         (unless that save landed before this claim read the checkpoint: adopted, it commits once);
         the last saved transaction's ACK intents are appended to ``publish`` (the journal store the application
-        publishes to) first, so downstream sees that transaction committed, once; without ``publish`` the new
-        checkpoint keeps them and the application's next claim appends them. ``publish`` is not used otherwise.
+        publishes to) first, so downstream sees that transaction committed, once; the new checkpoint keeps them
+        either way and the application's next claim appends them (again: harmless). ``publish`` is not used
+        otherwise.
         """
         if self._publishing(journal):
 

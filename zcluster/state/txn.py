@@ -261,9 +261,10 @@ class TxnStore:
         identity and base; the ranking and owner stay the claim's). Returns (claimed, saved).
 
         ``publish``: the journal store the application publishes to. Given, the claimed checkpoint's intents (the
-        last transaction saved before the action) are appended there before the save, and the saved checkpoint
-        holds none: downstream sees that transaction committed now, once (an intent appended again changes
-        nothing). None: the saved checkpoint keeps them, and the application's next claim appends them.
+        last transaction saved before the action) are appended there before the save: downstream sees that
+        transaction committed now, once. Either way the saved checkpoint keeps them and the application's next
+        claim appends them again (an intent appended again changes nothing), so a wrong ``publish`` store loses
+        nothing.
 
         Guaranteed: an applier of the journal holding an older claim (running, paused, a zombie) gets
         :class:`zcluster.FencedError` on its next save and appends nothing: what it published since its last save
@@ -277,8 +278,10 @@ class TxnStore:
         moved = move(claimed)
         if publish is not None:
             append_intents(publish, claimed.intents)
-        kept = [] if publish is not None else claimed.intents
-        ranked = moved._replace(gen=claimed.gen, seq=claimed.seq + 1, owner=claimed.owner, intents=kept, saved_at=None)
+        # Kept even when appended: re-appending is harmless, dropping them would lose them to a wrong ``publish``.
+        ranked = moved._replace(
+            gen=claimed.gen, seq=claimed.seq + 1, owner=claimed.owner, intents=claimed.intents, saved_at=None
+        )
         return claimed, self.save_journal(journal, ranked)
 
     def _forget(self, journal: str, up_to: float) -> None:
