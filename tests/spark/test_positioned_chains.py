@@ -36,6 +36,7 @@ from zcluster.message.readers import ReadCommittedIter, ReadUncommittedIter
 from zcluster.message.records import JsonMessage
 from zcluster.message.sequencer import Sequencer
 from zcluster.message.uuid import get_producer_id
+from zcluster.spark import ZClusterSink
 from zcluster.spark.positioned import PositionedSink
 from zcluster.state import Consumer, progress, txn
 from zcluster.testing import LocalShards
@@ -436,3 +437,15 @@ def test_a_positioned_sink_publishes_once_on_spark_connect(env: Env) -> None:
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [ROWS, 0]
     assert env.committed() == srcs(split_rows())
     assert env.board() == points(split_rows())
+
+
+def test_a_sinks_task_job_shows_no_password_in_its_repr() -> None:
+    """A task's job is in Spark's error reports and tracebacks: its URLs must not show their password (the
+    cluster's config redacts its own; ``journals`` and ``publish`` were shown as given)."""
+    urls = ["redis://:hunter2@127.0.0.1:1/0"]
+    journals, publish = "redis://:hunter2@127.0.0.1:2/0?prefix=j:", "redis://u:hunter2@127.0.0.1:3/0?prefix=o:"
+    positioned = PositionedSink(urls, derive, "pw", publish=publish)
+    sink = ZClusterSink(urls, derive, "pw", journals=journals, publish=publish)
+    for job in (positioned.job, sink.job):
+        assert "hunter2" not in repr(job) and "hunter2" not in str(job)
+    assert (sink.job.journals, sink.job.publish, positioned.job.publish) == (journals, publish, publish)

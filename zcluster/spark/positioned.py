@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zcluster.config import StoreConfig, Where, store_config, with_nodes
@@ -80,7 +80,7 @@ class _Job:
     topic: str | None
     flush: int
     retries: int
-    publish: str | None = None
+    publish: str | None = field(default=None, repr=False)  # a URL, maybe with a password: not in a traceback
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: rows in, one stats row out. A task's rows of a (topic, partition) are applied

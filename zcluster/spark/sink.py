@@ -26,7 +26,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zcluster._retry import retrying
@@ -56,7 +56,7 @@ class _Job:
 
     config: StoreConfig
     app: str
-    journals: str | None
+    journals: str | None = field(repr=False)  # URLs, maybe with a password (also publish): not in a traceback
     mapper: Mapper
     decode: Callable[[Any], Any] | None
     ring: int
@@ -65,7 +65,7 @@ class _Job:
     prune_horizon: float | None
     fail_on_data_loss: bool = True
     lag: bool = True
-    publish: str | None = None
+    publish: str | None = field(default=None, repr=False)
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: frames (Arrow record batches of the source's rows) in, stats out.
