@@ -27,7 +27,7 @@ import pyarrow as pa
 import pytest
 from test_positioned_split import ROWS, split_batch, two_topics
 
-from zcluster import Cluster, Count, FencedError, MapperError, Publish
+from zcluster import Cluster, ConfigError, Count, FencedError, MapperError, Publish
 from zcluster.journal import FileJournals, RedisJournals
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
@@ -38,7 +38,7 @@ from zcluster.message.sequencer import Sequencer
 from zcluster.message.uuid import get_producer_id
 from zcluster.spark import ZClusterSink
 from zcluster.spark.positioned import PositionedSink
-from zcluster.state import Consumer, progress, txn
+from zcluster.state import Consumer, StateStore, progress, txn
 from zcluster.testing import LocalShards
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
@@ -449,3 +449,20 @@ def test_a_sinks_task_job_shows_no_password_in_its_repr() -> None:
     for job in (positioned.job, sink.job):
         assert "hunter2" not in repr(job) and "hunter2" not in str(job)
     assert (sink.job.journals, sink.job.publish, positioned.job.publish) == (journals, publish, publish)
+
+
+@pytest.mark.parametrize("env", ["file"], indirect=True)
+def test_an_operator_restart_of_a_partition_checkpoint_is_refused(env: Env) -> None:
+    """No Spark: a ``~<topic>/<partition>`` checkpoint follows the source's offsets. Restarted at offset 0, the
+    same rows read again would publish and commit their derived messages a second time (their increments
+    fenced): refused, nothing changed."""
+    rows = [r for r in split_rows() if r["partition"] == "p0"][:10]
+    list(env.sink().job.run(batch(rows)))
+    state = StateStore(env.cluster, env.app)
+    before = txn.TxnStore(state).load("~-/p0")
+    with pytest.raises(ConfigError, match=r"~-/p0 is a PositionedSink's checkpoint .* new query_name") as info:
+        state.restart_journal("~-/p0", reason="test", publish=env.store)
+    assert env.app in str(info.value)
+    assert txn.TxnStore(state).load("~-/p0") == before and state.audit() == []
+    list(env.sink().job.run(batch(rows)))  # the same rows again: nothing more commits
+    assert env.committed() == srcs(rows)

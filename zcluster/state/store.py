@@ -60,7 +60,7 @@ from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
 from zcluster.state.layout import encode_states
-from zcluster.state.txn import TxnCheckpoint, TxnStore
+from zcluster.state.txn import PARTITION_MARK, TxnCheckpoint, TxnStore
 from zcluster.types import Durability, KeyMember, KeyScoreMember, Store
 
 log = logging.getLogger("zcluster.state")
@@ -238,7 +238,18 @@ class StateStore:
         publishes to) first, so downstream sees that transaction committed, once; the new checkpoint keeps them
         either way and the application's next claim appends them (again: harmless). ``publish`` is not used
         otherwise.
+
+        A publishing :class:`zcluster.spark.PositionedSink`'s checkpoint (``~<topic>/<partition>``) is refused
+        (:class:`zcluster.ConfigError`, nothing changed): it follows the source's own offsets, so offset 0 would
+        publish and commit its derived messages again while its increments stay fenced. Use a new ``query_name``.
         """
+        if journal.startswith(PARTITION_MARK):
+            raise ConfigError(
+                f"application {self.app}: {journal} is a PositionedSink's checkpoint of topic-partition "
+                f"{journal[len(PARTITION_MARK) :]}, which follows the source's own offsets: restarting it at offset "
+                "0 would publish and commit its derived messages again while its increments stay fenced. Nothing "
+                "was changed. To start over, run the query under a new query_name"
+            )
         if self._publishing(journal):
 
             def start_over(cp: TxnCheckpoint) -> TxnCheckpoint:
