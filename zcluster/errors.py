@@ -324,18 +324,21 @@ class JournalMismatchError(ZClusterError):
 
 class FencedError(ZClusterError):
     """Another process claimed journal ``journal`` of publishing application ``app`` (its generation
-    ``theirs`` is above this process's ``mine``): this process's transaction on that journal was not
-    checkpointed, so the messages it published never commit (its ACK intents are never appended), and its
-    CRDT writes and increments are idempotent or fenced. The next poll claims the journal again (fencing the
-    other process in turn): two live consumers of one application do the work twice, never commit it twice.
-    See :mod:`zcluster.state.txn`."""
+    ``theirs`` is above this process's ``mine``): this process did not make its save on that journal final and
+    must not append its ACK intents. A newer claim may still have adopted the save (it read the save as the
+    newest checkpoint before this process read it back): then that claim's process appends its intents and
+    the messages commit once, through that claim. Otherwise what this process published never commits. Never
+    twice either way; its CRDT writes and increments are idempotent or fenced. The next poll claims the journal
+    again (fencing the other process in turn): two live consumers of one application do the work twice, never
+    commit it twice. See :mod:`zcluster.state.txn`."""
 
     def __init__(self, app: str, journal: str, mine: int, theirs: int | None) -> None:
         self.app, self.journal, self.mine, self.theirs = app, journal, mine, theirs
         other = f"generation {theirs}" if theirs is not None else "a newer claim"
         super().__init__(
             f"application {app}, journal {journal}: {other} took over from this process's generation {mine}; "
-            "its transaction was not checkpointed and what it published never commits"
+            "this process did not make its save final (a newer claim may have adopted it: its messages then commit "
+            "once, through that claim; otherwise what this process published never commits)"
         )
 
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_positioned_split import ROWS, split_batch
+from test_positioned_split import ROWS, split_batch, two_topics
 
-from zcluster import Cluster, Count, FencedError, MapperError, Publish
+from zcluster import Cluster, ConfigError, Count, FencedError, MapperError, Publish
 from zcluster.journal import FileJournals, RedisJournals
 from zcluster.message.framing import CONTENT_TYPE_NDJSON
 from zcluster.message.journals import JournalSpec
@@ -36,8 +36,9 @@ from zcluster.message.readers import ReadCommittedIter, ReadUncommittedIter
 from zcluster.message.records import JsonMessage
 from zcluster.message.sequencer import Sequencer
 from zcluster.message.uuid import get_producer_id
+from zcluster.spark import ZClusterSink
 from zcluster.spark.positioned import PositionedSink
-from zcluster.state import Consumer, progress, txn
+from zcluster.state import Consumer, StateStore, progress, txn
 from zcluster.testing import LocalShards
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
@@ -145,6 +146,39 @@ def test_a_batch_cut_over_two_tasks_publishes_once_and_its_replays_nothing(spark
     held = {p.journal: p for p in progress(env.cluster, env.app, env.store)}
     assert {name: (p.offset, p.error) for name, p in held.items()} == {"~-/p0": (238, None), "~-/p1": (240, None)}
     assert all(p.generation == 3 and p.ack_intents for p in held.values())  # three claims: one per batch run
+
+
+def derive_topics(row: dict[str, Any]) -> list[Any]:
+    """``derive`` for rows with a topic column: counted per (topic, partition), the topic in the message."""
+    user, src = row["user"], f"{row['topic']}:{row['partition']}:{row['offset']}"
+    message = JsonMessage({"user": user, "pts": row["points"], "src": src})
+    return [Count("rows", f"{row['topic']}/{row['partition']}", 1), Publish(OUTPUTS[fnv1a32(user) % 2], message)]
+
+
+def test_two_topics_sharing_a_partition_number_in_one_task_publish_each_row_once(spark: Any, env: Env) -> None:
+    """One shuffle partition puts (A, 0) and (B, 0) into one task: each is its own transaction and checkpoint
+    (``~A/0``, ``~B/0``), including for a new sink re-reading the same offsets. Before, the task ran them as
+    one group under A's checkpoint: B's rows below A's offset were skipped (never counted nor published), B's
+    later rows published under A's checkpoint, and re-reading them committed some messages twice."""
+    batches = [{"A": range(100, 105)}, {"A": range(105, 107), "B": range(5)}, {"B": range(5, 10)}]
+    every = [f"{t}:0:{o}" for b in batches for t, span in b.items() for o in span]
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        sink = env.sink(derive_topics)
+        for batch_id, offsets in enumerate(batches):
+            sink(two_topics(spark, offsets), batch_id)
+        assert [h.published for h in sink.history] == [5, 7, 5]
+        again = env.sink(derive_topics)  # a new checkpoint directory re-reading the same offsets
+        again(two_topics(spark, {"A": range(105, 107), "B": range(10)}), 0)
+        assert (again.history[0].published, again.history[0].seen) == (0, 12)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert env.committed() == sorted(every)  # each derived message committed exactly once
+    assert len(env.read(committed=False)) == len(every)  # nothing appended again, even uncommitted
+    assert env.cluster.counters(["rows"])["rows"] == {"A/0": 7, "B/0": 10}
+    held = {p.journal: p.offset for p in progress(env.cluster, env.app)}
+    assert held == {"~A/0": 107, "~B/0": 10}
 
 
 def arm_failing_save(marker: str) -> None:
@@ -289,6 +323,41 @@ def test_a_zombie_attempt_saving_after_a_newer_claim_is_fenced_and_never_commits
     assert env.board() == points(rows)
 
 
+def test_a_fenced_save_adopted_by_the_newer_claim_commits_once_through_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Spark: an attempt's save lands, then a newer attempt claims (reading that save as the newest: it
+    adopts it, appends its intents and skips every row) before the first reads its save back, which raises
+    FencedError. The FencedError does not mean "never commits": the first attempt's messages commit once,
+    through the newer claim, and nothing is published twice."""
+    rows = [r for r in split_rows() if r["partition"] == "p0"][:20]
+    save, records = txn.TxnStore.save_journal, txn.TxnStore._records
+    saving, newer = [False], []
+
+    def flagged(self: txn.TxnStore, journal: str, saved: Any) -> Any:
+        saving[0] = True
+        try:
+            return save(self, journal, saved)
+        finally:
+            saving[0] = False
+
+    def claimed_before_read_back(self: txn.TxnStore, journal: str) -> Any:
+        if saving[0] and not newer:  # the first save's read-back: its record landed
+            saving[0] = False
+            newer.append(list(env.sink().job.run(batch(rows))))  # the newer attempt, start to end
+        return records(self, journal)
+
+    monkeypatch.setattr(txn.TxnStore, "save_journal", flagged)
+    monkeypatch.setattr(txn.TxnStore, "_records", claimed_before_read_back)
+    with pytest.raises(FencedError, match="may have adopted it"):
+        list(env.sink().job.run(batch(rows)))
+    (stats,) = newer[0]
+    assert json.loads(stats.column("stats")[0].as_py())["published"] == 0  # it adopted the save: skipped all
+    assert env.committed() == srcs(rows)  # the fenced attempt's messages, committed once
+    assert len(env.read(committed=False)) == len(rows)
+    assert env.board() == points(rows)
+
+
 def test_acks_lost_after_the_save_are_appended_by_the_next_attempts_claim(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -368,3 +437,32 @@ def test_a_positioned_sink_publishes_once_on_spark_connect(env: Env) -> None:
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [ROWS, 0]
     assert env.committed() == srcs(split_rows())
     assert env.board() == points(split_rows())
+
+
+def test_a_sinks_task_job_shows_no_password_in_its_repr() -> None:
+    """A task's job is in Spark's error reports and tracebacks: its URLs must not show their password (the
+    cluster's config redacts its own; ``journals`` and ``publish`` were shown as given)."""
+    urls = ["redis://:hunter2@127.0.0.1:1/0"]
+    journals, publish = "redis://:hunter2@127.0.0.1:2/0?prefix=j:", "redis://u:hunter2@127.0.0.1:3/0?prefix=o:"
+    positioned = PositionedSink(urls, derive, "pw", publish=publish)
+    sink = ZClusterSink(urls, derive, "pw", journals=journals, publish=publish)
+    for job in (positioned.job, sink.job):
+        assert "hunter2" not in repr(job) and "hunter2" not in str(job)
+    assert (sink.job.journals, sink.job.publish, positioned.job.publish) == (journals, publish, publish)
+
+
+@pytest.mark.parametrize("env", ["file"], indirect=True)
+def test_an_operator_restart_of_a_partition_checkpoint_is_refused(env: Env) -> None:
+    """No Spark: a ``~<topic>/<partition>`` checkpoint follows the source's offsets. Restarted at offset 0, the
+    same rows read again would publish and commit their derived messages a second time (their increments
+    fenced): refused, nothing changed."""
+    rows = [r for r in split_rows() if r["partition"] == "p0"][:10]
+    list(env.sink().job.run(batch(rows)))
+    state = StateStore(env.cluster, env.app)
+    before = txn.TxnStore(state).load("~-/p0")
+    with pytest.raises(ConfigError, match=r"~-/p0 is a PositionedSink's checkpoint .* new query_name") as info:
+        state.restart_journal("~-/p0", reason="test", publish=env.store)
+    assert env.app in str(info.value)
+    assert txn.TxnStore(state).load("~-/p0") == before and state.audit() == []
+    list(env.sink().job.run(batch(rows)))  # the same rows again: nothing more commits
+    assert env.committed() == srcs(rows)

@@ -174,3 +174,33 @@ def test_a_partition_split_over_two_tasks_counts_once_on_spark_connect(shards: L
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [ROWS, 2 * ROWS, 2 * ROWS, 0]
     with Cluster.from_urls(shards.urls, prefix=name + ":") as cluster:
         assert state(cluster) == model()
+
+
+def two_topics(spark: Any, offsets: dict[str, range]) -> Any:
+    """Rows of topics A and B, both with only partition 0 (Kafka's shape: a topic column)."""
+    rows = [(topic, 0, o, f"u{o % USERS}", o % 7 + 1) for topic, span in offsets.items() for o in span]
+    return spark.createDataFrame(rows, "topic string, partition int, offset long, user string, points long")
+
+
+def by_topic(row: dict[str, Any]) -> list[Any]:
+    return [Count("rows", f"{row['topic']}/{row['partition']}", 1)]
+
+
+def test_two_topics_sharing_a_partition_number_in_one_task_count_each_row_once(spark: Any, shards: LocalShards) -> None:
+    """One shuffle partition puts (A, 0) and (B, 0) into one task: each is its own fence source. Before, the
+    task grouped rows by partition only and fenced B's rows under A's source, below A's offsets: refused as
+    applied before, B's counts lost."""
+    prefix = f"topics{next(_ids)}:"
+    sink = PositionedSink(shards.urls, by_topic, f"topics{next(_ids)}", prefix=prefix, flush=16)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        sink(two_topics(spark, {"A": range(100, 105)}), 0)
+        sink(two_topics(spark, {"A": range(105, 107), "B": range(5)}), 1)
+        sink(two_topics(spark, {"A": range(105, 107), "B": range(5)}), 1)  # the batch again: nothing counts
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    with Cluster.from_urls(shards.urls, prefix=prefix) as cluster:
+        assert cluster.counters(["rows"])["rows"] == {"A/0": 7, "B/0": 5}
+    assert (sink.history[1].applied, sink.history[1].fenced) == (7, 0)
+    assert (sink.history[2].applied, sink.history[2].fenced) == (0, 7)

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from zcluster import Cluster, ConfigError, FencedError
+from zcluster import Cluster, ConfigError, FencedError, ShardError
+from zcluster.journal import FileJournals
 from zcluster.journal.files import LostRange
+from zcluster.message.framing import CONTENT_TYPE_NDJSON
+from zcluster.message.journals import JournalSpec
 from zcluster.message.producer import AckIntent
 from zcluster.state import StateStore
 from zcluster.state import store as store_module
@@ -120,3 +124,67 @@ def test_an_operator_skip_refuses_when_an_applier_moves_the_checkpoint_under_it(
     # Nothing skipped and nothing audited: the claim stands, an unchanged copy of the applier's last save.
     assert (after.offset, after.gen, [i.journal for i in after.intents]) == (15, 2, ["out/1"])
     assert state.audit() == []
+
+
+class ClaimedBeforeSave(TxnStore):
+    """A TxnStore whose next ``save_journal`` runs ``meanwhile`` first (an applier claims between an operator's
+    claim and its save)."""
+
+    def __init__(self, state: StateStore, meanwhile: object) -> None:
+        super().__init__(state)
+        self.meanwhile = meanwhile
+
+    def save_journal(self, journal: str, saved: TxnCheckpoint) -> TxnCheckpoint:
+        step, self.meanwhile = self.meanwhile, None
+        if callable(step):
+            step()
+        return super().save_journal(journal, saved)
+
+
+def test_an_operator_skip_fenced_by_an_applier_before_its_save_is_not_audited(
+    state: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the skip's audit entry was written while checking the claimed checkpoint, before the fenced
+    save: fenced, the audit said "skipped by operator" and the checkpoint had not moved."""
+    applier = TxnStore(state)
+    applier.save_journal(J, next_save(applier.claim(J, b"\x01" * 6), 10, "out/0"))
+
+    def claims() -> None:  # the applier's next poll
+        TxnStore(state).claim(J, b"\x03" * 6)
+
+    monkeypatch.setattr(store_module, "TxnStore", lambda s: ClaimedBeforeSave(s, claims))
+    with pytest.raises(FencedError):
+        state.skip_lost(OneLostRange(10, 20), J, 10, 20, reason="test")
+    assert TxnStore(state).load(J).offset == 10
+    assert state.audit() == []
+
+
+def test_an_operator_skip_whose_audit_fails_after_its_save_says_it_is_not_audited(
+    state: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    applier = TxnStore(state)
+    applier.save_journal(J, next_save(applier.claim(J, b"\x01" * 6), 10, "out/0"))
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise ShardError("injected: the audit key's shard failed", [])
+
+    monkeypatch.setattr(state, "record_skip", failing)
+    with pytest.raises(ShardError, match=r"10\.\.20 was skipped .* not audited: .*injected") as info:
+        state.skip_lost(OneLostRange(10, 20), J, 10, 20, reason="test")
+    assert str(J) in str(info.value) and state.app in str(info.value)
+    assert TxnStore(state).load(J).offset == 20  # the skip happened
+
+
+def test_an_operator_restart_appending_to_a_wrong_store_keeps_the_intents(state: StateStore, tmp_path: Path) -> None:
+    """``publish=`` a store the application does not publish to (an operator's mistake): the intents go there
+    and nowhere useful. Before, the moved checkpoint dropped them once appended: lost, the transaction's
+    messages never committed. Now it keeps them, and the application's next claim appends them."""
+    applier = TxnStore(state)
+    held = applier.save_journal(J, next_save(applier.claim(J, b"\x01" * 6), 10, "out/0"))
+    wrong = FileJournals(tmp_path / "elsewhere")
+    wrong.create(JournalSpec("out/0", {"content-type": CONTENT_TYPE_NDJSON}))
+    state.restart_journal(J, reason="test", publish=wrong)
+    assert wrong.end("out/0") > 0  # appended there
+    after = TxnStore(state).load(J)
+    assert (after.offset, after.gen, after.intents) == (0, 2, held.intents)
+    assert TxnStore(state).claim(J, b"\x02" * 6).intents == held.intents  # for the next claim to append

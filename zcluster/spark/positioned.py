@@ -33,8 +33,9 @@ and only then appends the intents. Why that is exactly once:
   id, never ACKed, never read committed; if it had saved, the claim adopts the save and its intents, and the
   retry skips its rows;
 * a speculative copy and the original claim in turn: the later claim fences the earlier attempt, whose save
-  raises :class:`zcluster.FencedError` (its task fails, its intents are never appended); a save that landed
-  before the later claim is adopted by it, and the later attempt skips those rows;
+  raises :class:`zcluster.FencedError` (its task fails and appends nothing); a save that landed before the
+  later claim read the checkpoint is adopted by it (even if its own read-back then raised FencedError: its
+  intents are appended once, by the later attempt's claim), and the later attempt skips those rows;
 * a replayed batch (a lost Spark commit, a driver restarted) and a new checkpoint directory re-read offsets
   the checkpoints in the cluster (keyed by ``query_name`` and the source's own offsets, not Spark's batch ids)
   already passed: nothing is published again, and nothing saved;
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zcluster.config import StoreConfig, Where, store_config, with_nodes
@@ -79,25 +80,26 @@ class _Job:
     topic: str | None
     flush: int
     retries: int
-    publish: str | None = None
+    publish: str | None = field(default=None, repr=False)  # a URL, maybe with a password: not in a traceback
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """``mapInArrow`` function: rows in, one stats row out. A task's rows of a partition are applied in
-        offset order, each partition's writes flushed before the task ends (with ``publish``: each partition's
+        """``mapInArrow`` function: rows in, one stats row out. A task's rows of a (topic, partition) are applied
+        in offset order, each partition's writes flushed before the task ends (with ``publish``: each partition's
         rows are one transaction, see :meth:`_transaction`). Exact only when the task holds every row of the
         batch of each of its partitions (:meth:`PositionedSink.__call__` shuffles them so): a fence moved by
         another task's later offsets of the partition refuses this task's earlier ones."""
         stats = BatchStats()
-        parts: dict[Any, list[dict[str, Any]]] = {}
+        # Keyed by (topic, partition): the shuffle hashes both into shared buckets, so a task may hold the
+        # same partition number of several topics, each its own fence source and checkpoint.
+        parts: dict[tuple[str, Any], list[dict[str, Any]]] = {}
         for batch in batches:
             for row in batch.to_pylist():
-                parts.setdefault(row[self.partition], []).append(row)
+                parts.setdefault((row_topic(row, self.topic), row[self.partition]), []).append(row)
         store = self.config.shared()
         # A Publishing per task attempt: its claims (producer ids) are this attempt's alone.
         publishing = None if self.publish is None else Publishing(open_store(self.publish), self.retries)
         try:
-            for part, rows in sorted(parts.items(), key=lambda p: str(p[0])):
-                topic = row_topic(rows[0], self.topic)
+            for (topic, part), rows in sorted(parts.items(), key=lambda p: (p[0][0], str(p[0][1]))):
                 rows.sort(key=lambda r: r[self.offset])
                 if publishing is None:
                     self._apply(store, f"{topic}/{part}", rows, stats)

@@ -26,7 +26,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zcluster._retry import retrying
@@ -57,7 +57,7 @@ class _Job:
 
     config: StoreConfig
     app: str
-    journals: str | None
+    journals: str | None = field(repr=False)  # URLs, maybe with a password (also publish): not in a traceback
     mapper: Mapper
     decode: Callable[[Any], Any] | None
     ring: int
@@ -66,7 +66,7 @@ class _Job:
     prune_horizon: float | None
     fail_on_data_loss: bool = True
     lag: bool = True
-    publish: str | None = None
+    publish: str | None = field(default=None, repr=False)
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``mapInArrow`` function: frames (Arrow record batches of the source's rows) in, stats out.
@@ -208,7 +208,8 @@ class ZClusterSink:
     ``publish``: a journal store URL the mapper's :class:`zcluster.Publish` messages go to, exactly once
     (:mod:`zcluster.state.txn`). The transaction is one journal's range in one task: the task claims the
     journal (a new producer id per task attempt, fencing any earlier attempt still running: a speculative copy
-    or a retry's zombie, whose save then fails and whose messages never commit), appends the last checkpoint's
+    or a retry's zombie, whose save then fails: its messages commit once if the newer claim adopted that save,
+    else never), appends the last checkpoint's
     ACK intents again, publishes uncommitted, saves the checkpoint with its intents and appends them. A
     replayed batch or a new checkpoint directory re-reads ranges the checkpoints already passed: nothing is
     published again. Each task attempt is a new producer to downstream readers: give them a ``prune_horizon``.

@@ -69,9 +69,10 @@ class Consumer:
     :class:`zcluster.Publish` messages go to, exactly once: each journal's poll is a transaction whose
     messages commit when its checkpoint is saved (:mod:`zcluster.state.txn`). A publishing consumer claims each
     journal on its first poll of it (fencing any other process of the same ``app`` there, whose transaction then
-    fails with :class:`zcluster.FencedError` and never commits), and appends the last checkpoint's ACK intents
-    again before anything new. A publishing consumer's ``cluster`` must not be a farm (:class:`zcluster.ConfigError`:
-    the fencing needs reads that see every acknowledged write, see :mod:`zcluster.state.txn`).
+    fails with :class:`zcluster.FencedError`: it commits once if the claim adopted its save, else never), and
+    appends the last checkpoint's ACK intents again before anything new. A publishing consumer's ``cluster``
+    must not be a farm (:class:`zcluster.ConfigError`: the fencing needs reads that see every acknowledged
+    write, see :mod:`zcluster.state.txn`).
     """
 
     def __init__(

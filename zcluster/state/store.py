@@ -54,13 +54,13 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from zcluster.errors import ConfigError, InconsistentDataError, JournalMismatchError, PartialWriteError
+from zcluster.errors import ConfigError, InconsistentDataError, JournalMismatchError, PartialWriteError, ShardError
 from zcluster.journal.store import JournalStore
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
 from zcluster.state.layout import encode_states
-from zcluster.state.txn import TxnCheckpoint, TxnStore
+from zcluster.state.txn import PARTITION_MARK, TxnCheckpoint, TxnStore
 from zcluster.types import Durability, KeyMember, KeyScoreMember, Store
 
 log = logging.getLogger("zcluster.state")
@@ -232,11 +232,24 @@ class StateStore:
 
         A publishing application's checkpoint (``v4``) is restarted fenced (:meth:`TxnStore.take_over
         <zcluster.state.txn.TxnStore.take_over>`): an applier still running on the journal gets
-        :class:`zcluster.FencedError` on its next save and what it published since its last save never commits;
+        :class:`zcluster.FencedError` on its next save and what it published since its last save never commits
+        (unless that save landed before this claim read the checkpoint: adopted, it commits once);
         the last saved transaction's ACK intents are appended to ``publish`` (the journal store the application
-        publishes to) first, so downstream sees that transaction committed, once; without ``publish`` the new
-        checkpoint keeps them and the application's next claim appends them. ``publish`` is not used otherwise.
+        publishes to) first, so downstream sees that transaction committed, once; the new checkpoint keeps them
+        either way and the application's next claim appends them (again: harmless). ``publish`` is not used
+        otherwise.
+
+        A publishing :class:`zcluster.spark.PositionedSink`'s checkpoint (``~<topic>/<partition>``) is refused
+        (:class:`zcluster.ConfigError`, nothing changed): it follows the source's own offsets, so offset 0 would
+        publish and commit its derived messages again while its increments stay fenced. Use a new ``query_name``.
         """
+        if journal.startswith(PARTITION_MARK):
+            raise ConfigError(
+                f"application {self.app}: {journal} is a PositionedSink's checkpoint of topic-partition "
+                f"{journal[len(PARTITION_MARK) :]}, which follows the source's own offsets: restarting it at offset "
+                "0 would publish and commit its derived messages again while its increments stay fenced. Nothing "
+                "was changed. To start over, run the query under a new query_name"
+            )
         if self._publishing(journal):
 
             def start_over(cp: TxnCheckpoint) -> TxnCheckpoint:
@@ -270,12 +283,16 @@ class StateStore:
         must report exactly that range as lost (:meth:`zcluster.journal.FileJournals.lost_ranges`), and the
         checkpoint must lie at its begin (everything before it applied) or inside it. Anything else raises
         :class:`zcluster.ConfigError` and changes nothing. Producer states are kept as they are. Recorded
-        in :meth:`audit` with ``reason`` (before the checkpoint moves); returns the new checkpoint.
+        in :meth:`audit` with ``reason`` (before the checkpoint moves; a publishing application's after its
+        fenced save); returns the new checkpoint.
 
         A publishing application's checkpoint (``v4``) is moved fenced, as :meth:`restart_journal` says (a running
         applier fenced; the last saved transaction's intents appended to ``publish`` first, or kept in the new
         checkpoint without it). The checks run again on the checkpoint claimed: if an applier moved it in between,
-        :class:`zcluster.ConfigError` says so, and the claim stays (an unchanged copy of the checkpoint).
+        :class:`zcluster.ConfigError` says so, and the claim stays (an unchanged copy of the checkpoint). A
+        :class:`zcluster.FencedError` (an applier claimed before the save) or a failing append moves nothing and
+        audits nothing. If the audit entry cannot be written after the save, a :class:`zcluster.ShardError` says
+        the skip happened but is not audited.
         """
         _check_offsets(journal, begin=begin, end=end)
         held, journal_id = _check_skip(self, journals, journal, begin, end)
@@ -288,12 +305,22 @@ class StateStore:
                         f"range {begin}..{end} (offset {held.offset} -> {cp.offset}): an applier is running on it. "
                         "Nothing was skipped (the journal was claimed: its applier claims it again); try again"
                     )
-                self.record_skip(
-                    journal, begin, end, cp.offset, reason, by="operator", base=cp.base, journal_id=journal_id
-                )
                 return cp._replace(offset=end, journal_id=journal_id)
 
-            moved = TxnStore(self).take_over(journal, past, publish)[1]
+            claimed, moved = TxnStore(self).take_over(journal, past, publish)
+            # Audited only now: a claim between take_over's claim and its save (FencedError) or a failing append
+            # leaves the checkpoint where it was, and the audit must not say it was skipped.
+            try:
+                self.record_skip(
+                    journal, begin, end, claimed.offset, reason, by="operator", base=claimed.base, journal_id=journal_id
+                )
+            except ShardError as exc:
+                raise ShardError(
+                    f"application {self.app}, journal {journal}: lost range {begin}..{end} was skipped (the "
+                    f"checkpoint moved from offset {claimed.offset} to {end}) but the skip is not audited: writing "
+                    f"its audit entry failed: {exc}",
+                    exc.failures,
+                ) from exc
             return JournalCheckpoint(moved.offset, moved.states, moved.journal_id, moved.base)
         self.record_skip(journal, begin, end, held.offset, reason, by="operator", base=held.base, journal_id=journal_id)
         self.save_journal(journal, end, held.states, journal_id=journal_id, base=held.base)

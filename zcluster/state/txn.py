@@ -237,8 +237,9 @@ class TxnStore:
     def save_journal(self, journal: str, saved: TxnCheckpoint) -> TxnCheckpoint:
         """Save ``saved`` (its ``seq`` one past the previous save or claim of its generation; ``saved_at``, when
         given, the time recorded, so that a retry writes the same record) fenced; returns it. Raises
-        :class:`zcluster.FencedError` when a newer claim exists: nothing of this save counts (its intents must
-        never be appended)."""
+        :class:`zcluster.FencedError` when a newer claim exists: the save is not final, and the caller must not
+        append its intents. That claim may have adopted it (it read the save as the newest before this read-back:
+        its claimer appends the intents, which commit once, through it); otherwise they never commit."""
         key = self.state._journal_key(journal)
         record = KeyScoreMember(key, score(saved.gen, saved.seq), _encode(saved, saved.saved_at or time.time()))
         applied = self.state.cluster.insert([record]).applied[0]
@@ -260,13 +261,15 @@ class TxnStore:
         identity and base; the ranking and owner stay the claim's). Returns (claimed, saved).
 
         ``publish``: the journal store the application publishes to. Given, the claimed checkpoint's intents (the
-        last transaction saved before the action) are appended there before the save, and the saved checkpoint
-        holds none: downstream sees that transaction committed now, once (an intent appended again changes
-        nothing). None: the saved checkpoint keeps them, and the application's next claim appends them.
+        last transaction saved before the action) are appended there before the save: downstream sees that
+        transaction committed now, once. Either way the saved checkpoint keeps them and the application's next
+        claim appends them again (an intent appended again changes nothing), so a wrong ``publish`` store loses
+        nothing.
 
         Guaranteed: an applier of the journal holding an older claim (running, paused, a zombie) gets
-        :class:`zcluster.FencedError` on its next save, so its intents are never appended and what it published
-        since its last save never commits. Errors: what ``move`` raises (it checks the claimed checkpoint; the
+        :class:`zcluster.FencedError` on its next save and appends nothing: what it published since its last save
+        commits only if that save landed before this claim read the checkpoint (adopted: its intents are
+        appended here, once), and otherwise never. Errors: what ``move`` raises (it checks the claimed checkpoint; the
         claim then stays, an unchanged copy of the checkpoint one generation up: a running applier claims again);
         :class:`zcluster.FencedError` when another claim came after this one (this save does not count; that claim
         adopted the claimed checkpoint and appends its intents); :class:`zcluster.ShardError` subclasses; a
@@ -275,8 +278,10 @@ class TxnStore:
         moved = move(claimed)
         if publish is not None:
             append_intents(publish, claimed.intents)
-        kept = [] if publish is not None else claimed.intents
-        ranked = moved._replace(gen=claimed.gen, seq=claimed.seq + 1, owner=claimed.owner, intents=kept, saved_at=None)
+        # Kept even when appended: re-appending is harmless, dropping them would lose them to a wrong ``publish``.
+        ranked = moved._replace(
+            gen=claimed.gen, seq=claimed.seq + 1, owner=claimed.owner, intents=claimed.intents, saved_at=None
+        )
         return claimed, self.save_journal(journal, ranked)
 
     def _forget(self, journal: str, up_to: float) -> None:
