@@ -77,6 +77,22 @@ def _write_trace(directory: str, kind: str, record: dict[str, Any]) -> None:
 # -- executor side: the sink's task function, timed ---------------------------------------------------------
 
 
+def _time_calls(owner: Any, attr: str, step: str, steps: Callable[[], dict[str, float] | None]) -> None:
+    """Replace ``owner.attr`` with a wrapper adding each call's seconds to ``steps()[step]`` (none: not timed)."""
+    inner = getattr(owner, attr)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            into = steps()
+            if into is not None:
+                into[step] = into.get(step, 0.0) + time.perf_counter() - t
+
+    setattr(owner, attr, wrapper)
+
+
 def _install_task_timers() -> None:
     """Wrap the steps of a task in this (worker) process with timers adding into ``sink._zc_steps``."""
     import zcluster.spark.sink as sink_mod
@@ -90,16 +106,7 @@ def _install_task_timers() -> None:
     sink_mod._zc_steps = steps  # type: ignore[attr-defined]
 
     def timed(owner: Any, attr: str, step: str) -> None:
-        inner = getattr(owner, attr)
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                steps[step] = steps.get(step, 0.0) + time.perf_counter() - t
-
-        setattr(owner, attr, wrapper)
+        _time_calls(owner, attr, step, lambda: steps)
 
     timed(sink_mod, "open_store", "open_store")
     timed(sink_mod, "close_store", "close_store")
@@ -203,17 +210,7 @@ def _install_driver_timers() -> None:
     from zcluster.state.store import StateStore
 
     def timed(owner: Any, attr: str, step: str) -> None:
-        inner = getattr(owner, attr)
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                if _DRIVER.current is not None:
-                    _DRIVER.current[step] = _DRIVER.current.get(step, 0.0) + time.perf_counter() - t
-
-        setattr(owner, attr, wrapper)
+        _time_calls(owner, attr, step, lambda: _DRIVER.current)
 
     timed(sink_mod, "_query_id", "query_id")
     timed(StateStore, "committed_batch", "committed_batch")
