@@ -23,7 +23,9 @@ node that took over.
   with the same backoff, within the same deadline.
 * **MOVED** (a manual ``CLUSTER FAILOVER``, resharding): the slot's owner is updated, the command goes
   there, and the whole map is reloaded (rate-limited); **ASK** sends ``ASKING`` and the command to the
-  importing node; **TRYAGAIN** backs off and resends to the same node.
+  importing node; **TRYAGAIN** (a multi-key call whose keys the migration has split, or whose missing keys the
+  importing node cannot tell apart from keys not moved yet) backs off and resends to the same node for up to
+  ``failover_timeout`` seconds: a slot's migration can take that long.
 
 Standalone shards have ``failover_timeout`` 0: a failed shard is reported at once, as always.
 """
@@ -162,17 +164,34 @@ def redirected(
     load_scripts: Callable[[Shard], None],
 ) -> Any:
     """The reply of ``command`` after following the redirect ``error`` (MOVED, ASK or TRYAGAIN) that
-    ``shard`` answered, and any further ones; a :class:`RedirectLoopError` value after ``MAX_REDIRECTS``."""
+    ``shard`` answered, and any further ones; a :class:`RedirectLoopError` value after ``MAX_REDIRECTS``
+    MOVED/ASK hops, or once TRYAGAIN lasted ``failover_timeout`` seconds.
+
+    TRYAGAIN is bounded by time, not by a count: it lasts as long as the slot's migration (a slot of many or
+    large keys takes seconds; one left open by a redis-cli that died lasts until ``redis-cli --cluster fix``)."""
     node, asking = shard, False
-    for attempt in range(MAX_REDIRECTS):
-        if isinstance(error, MovedError):
-            node = topology.moved(int(error.slot_id), error.host, int(error.port))
-            asking = False
-        elif isinstance(error, AskError):
-            node = topology.redirect(error.host, int(error.port))
-            asking = True
+    hops, tries, waited_since = 0, 0, time.monotonic()
+    while True:
+        if isinstance(error, MovedError | AskError):
+            hops += 1
+            if hops > MAX_REDIRECTS:
+                return RedirectLoopError(f"gave up after {MAX_REDIRECTS} cluster redirects (last: {error})")
+            if isinstance(error, MovedError):
+                node, asking = topology.moved(int(error.slot_id), error.host, int(error.port)), False
+            else:
+                node, asking = topology.redirect(error.host, int(error.port)), True
+            tries, waited_since = 0, time.monotonic()
         else:  # TRYAGAIN: keys of the slot are split between two nodes mid-migration; same node, same way
-            time.sleep(min(0.005 * (attempt + 1), 0.1))
+            budget = topology.failover_timeout
+            over = time.monotonic() - waited_since >= budget if budget else tries >= MAX_REDIRECTS
+            if over:
+                limit = f"{budget:g}s (failover_timeout)" if budget else f"{MAX_REDIRECTS} tries"
+                return RedirectLoopError(
+                    f"the call's keys stayed split between two nodes by a slot migration for {limit} (last: "
+                    f"{error}); a migration left open (redis-cli died) is closed by redis-cli --cluster fix"
+                )
+            time.sleep(min(0.005 * (tries + 1), 0.1))
+            tries += 1
         cmds = [("ASKING",), command] if asking else [command]
         reply = send(node, cmds)[-1]
         if isinstance(reply, NoScriptError):
@@ -181,4 +200,3 @@ def redirected(
         if not isinstance(reply, MovedError | AskError | TryAgainError):
             return reply
         error = reply
-    return RedirectLoopError(f"gave up after {MAX_REDIRECTS} cluster redirects (last: {error})")

@@ -199,7 +199,8 @@ class Cluster(Inspection, Aggregates):
         """A native Redis Cluster, discovered from one seed node's URL (``redis://``, ``rediss://``, or the
         same written ``redis+cluster://`` / ``rediss+cluster://`` as :func:`zcluster.connect` takes it). It
         follows failovers and resharding by itself; a call waits up to ``failover_timeout`` seconds for an
-        unreachable master's slots to move (0: fail at once), see ``docs/architecture.md`` (Routing).
+        unreachable master's slots to move, and for a migrating slot whose keys it needs on one node
+        (TRYAGAIN) to finish moving (0: fail at once; 32 TRYAGAIN tries), see ``docs/architecture.md`` (Routing).
         ``seeds``: other nodes (``"host:port"``, same scheme and credentials) asked for the slot map when
         the seed does not answer."""
         return cls(ClusterTopology(seed_url(url), failover_timeout, seeds, **(connection or {})), **options)

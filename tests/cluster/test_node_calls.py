@@ -7,11 +7,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import threading
+import time
 
 import pytest
 import redis
 
-from zcluster import Cluster, KeyScoreMember, ShardError
+from zcluster import Cluster, KeyScoreMember, RedirectLoopError, ShardError, WriteResult
 from zcluster._keys import KeyLayout
 from zcluster._scripts import Script, node_write_script
 from zcluster.testing import LocalRedisCluster, LocalShards
@@ -173,6 +175,57 @@ def test_a_slot_mid_migration_is_written_through_ask() -> None:
                     r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", rc.node_id(dst))
         got = c.select(keys)
         assert all(got[k][:2] == [KSM(k, 2.0, "mid"), KSM(k, 1.0, "seed")] for k in keys)
+
+
+def split_mid_migration(rc: LocalRedisCluster, layout: KeyLayout, key: bytes) -> tuple[int, int, int]:
+    """Opens ``key``'s slot for migration to the next master and moves its adds set only, so a call on both its
+    sets meets TRYAGAIN on either node; returns (slot, src, dst)."""
+    slot = layout.slot(key)
+    src = rc.slot_owner(slot)
+    dst = (src + 1) % 3
+    with rc.servers[src].client() as sc, rc.servers[dst].client() as dc:
+        dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", rc.node_id(src))
+        sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", rc.node_id(dst))
+        sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", layout.adds(key))
+    return slot, src, dst
+
+
+def test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_count_of_tries() -> None:
+    """A slot of many or large keys migrates for seconds; meanwhile a write on a key whose two sets the
+    migration split meets TRYAGAIN on every try. It waits (up to failover_timeout), then lands."""
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
+        layout = KeyLayout(c.prefix)
+        assert c.insert([KSM("k", 1.0, "seed")]).ok and c.delete([KSM("k", 1.0, "gone")]).ok
+        key = b"k"
+        slot, src, dst = split_mid_migration(rc, layout, key)
+        tried = error_count(rc, "TRYAGAIN")
+        done: list[object] = []
+        writer = threading.Thread(target=lambda: done.append(c.insert([KSM("k", 2.0, "mid")], raise_on_error=False)))
+        writer.start()
+        deadline = time.monotonic() + 60  # bounds the test only; the client's own limit is failover_timeout (20 s)
+        while not done and error_count(rc, "TRYAGAIN") < tried + 40 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until more tries than a count-bounded follower made (32)
+        assert not done, "the write ended while its keys were still split"
+        with rc.servers[src].client() as sc:
+            sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", layout.removes(key))
+        for s in rc.servers:
+            with s.client() as r:
+                r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", rc.node_id(dst))
+        writer.join(30)
+        [result] = done
+        assert isinstance(result, WriteResult) and result.ok, result
+        assert c.select(["k"])["k"] == [KSM("k", 2.0, "mid"), KSM("k", 1.0, "seed")]
+
+
+def test_keys_split_longer_than_failover_timeout_fail_the_call_with_a_clear_error() -> None:
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url, failover_timeout=0.5) as c:
+        assert c.insert([KSM("k", 1.0, "seed")]).ok and c.delete([KSM("k", 1.0, "gone")]).ok
+        split_mid_migration(rc, KeyLayout(c.prefix), b"k")
+        result = c.insert([KSM("k", 2.0, "mid")], raise_on_error=False)
+        [failure] = result.failures
+        assert isinstance(failure.error, RedirectLoopError), failure.error
+        assert "split between two nodes by a slot migration for 0.5s (failover_timeout)" in str(failure.error)
+        assert "redis-cli --cluster fix" in str(failure.error)
 
 
 def test_a_server_that_refuses_the_cross_slot_script_gets_one_call_per_slot(caplog: pytest.LogCaptureFixture) -> None:

@@ -26,13 +26,12 @@ from pathlib import Path
 
 import pytest
 from pyspark import cloudpickle
-from test_spark_faults import descendants
 
 from zcluster import Cluster
 from zcluster.errors import ConfigError
 from zcluster.journal.files import FileJournals
 from zcluster.spark.shipping import explain_missing_module, ship_by_value
-from zcluster.testing import LocalShards
+from zcluster.testing import LocalShards, cmdline, descendants
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 pytestmark = pytest.mark.spark
@@ -120,14 +119,6 @@ def test_a_worker_missing_a_module_is_explained() -> None:
 
 
 # -- the job, run as a user runs it ------------------------------------------------------------------------------
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def state_of(cluster: Cluster, keys: list[str]) -> Expected:

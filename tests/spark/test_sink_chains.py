@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_deploy import _spark_home, cmdline, stop
-from test_spark_faults import descendants, kill_tree
+from test_deploy import _spark_home, stop
+from test_spark_faults import kill_tree
 
 from zcluster import Cluster
 from zcluster.journal import FileJournals
@@ -30,6 +30,7 @@ from zcluster.message.readers import ReadCommittedIter, ReadUncommittedIter
 from zcluster.message.sequencer import Sequencer
 from zcluster.spark import ZClusterSink, run_available_now
 from zcluster.state import Consumer
+from zcluster.testing import cmdline, descendants
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "state"))
 from chain_helpers import (

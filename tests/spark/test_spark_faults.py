@@ -32,7 +32,7 @@ from zcluster.message.mapping import modulo_mapping
 from zcluster.message.records import JsonMessage
 from zcluster.spark import ZClusterSink, run_available_now
 from zcluster.state import StateStore
-from zcluster.testing import LocalShards
+from zcluster.testing import LocalShards, descendants
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 pytestmark = pytest.mark.spark
@@ -154,25 +154,6 @@ class FaultWhenWritten(threading.Thread):
                 time.sleep(0.02)
         except BaseException as exc:  # reported by the test
             self.error = exc
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
 
 
 def kill_tree(pid: int) -> None:

@@ -1,12 +1,14 @@
-"""Process plumbing for the local test servers: free loopback ports, and children that die with their parent.
+"""Process plumbing for the local test servers: free loopback ports, children that die with their parent,
+and the process tree under a pid (fault tests find the process to kill or pause there, from ``/proc``).
 
-:func:`free_port` is re-exported as :func:`zcluster.testing.free_port`.
+:func:`free_port`, :func:`descendants` and :func:`cmdline` are re-exported by :mod:`zcluster.testing`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import signal
 import socket
 import subprocess
@@ -16,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from zcluster.errors import ZClusterError
 
-__all__ = ["free_port"]
+__all__ = ["cmdline", "descendants", "free_port"]
 
 
 def free_port() -> int:
@@ -34,6 +36,34 @@ def free_port() -> int:
                 continue
         return port
     raise ZClusterError("could not find a free loopback port pair")
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, ``pid`` first (read from Linux's ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # the process ended meanwhile
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cmdline(pid: int) -> str:
+    """The command line of process ``pid``, its arguments joined by spaces; "" once it has ended."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _die_with_parent() -> None:
