@@ -261,6 +261,49 @@ def test_an_operator_skip_of_a_publishing_journals_lost_ranges(
         store.close()
 
 
+def test_a_publishing_consumer_stopped_at_a_lost_range_keeps_its_claim_until_an_operator_moves_it(
+    tmp_path: Path, shards: LocalShards
+) -> None:
+    """Polling again and again at a lost range neither claims anew nor appends the last ACK intents to every
+    downstream journal per poll (they grew while it stayed stuck); an operator's skip is noticed on the next
+    poll, which claims from the moved checkpoint and goes on."""
+    root = tmp_path / "journals"
+    with FileJournals(root, fragment_bytes=1) as writer:
+        create(writer)
+        docs = events(0, 6)
+        feed(writer, docs)
+        lost_docs, kept = events(6, 3), events(9, 3)
+        lost, _ = _fed(writer, lost_docs), _fed(writer, kept)
+    path = root / "in/0" / find_fragment(root / "in/0", *lost)
+    path.write_bytes(path.read_bytes()[:-3])
+    store = FileJournals(root, fragment_bytes=1)
+    env = Env(str(root), store, shards)
+    state = StateStore(env.cluster, env.app_a)
+    try:
+        with env.a() as a:
+            with pytest.raises(PollError):
+                a.poll()
+            stopped = TxnStore(state).load("in/0")
+            ends = {j: store.end(j) for j in OUTPUTS}
+            assert stopped.offset == lost[0] and stopped.intents and derived(env) == list(range(6))
+            for _ in range(4):
+                with pytest.raises(PollError) as raised:
+                    a.poll()
+                assert [type(f.error) for f in raised.value.failures] == [OffsetOutOfRangeError]
+            assert {j: store.end(j) for j in OUTPUTS} == ends  # nothing appended downstream while stuck
+            assert TxnStore(state).load("in/0")[4:7] == stopped[4:7]  # the same claim: (gen, seq, owner)
+            moved = state.skip_lost(store, "in/0", *lost, reason="ticket 9")
+            assert moved.offset == lost[1]
+            stats = a.poll()  # the same process: notices the take-over, claims anew from the moved checkpoint
+        assert stats.published == len(kept) and stats.lost_skipped == 0
+        after = TxnStore(state).load("in/0")
+        assert (after.offset, after.gen) == (store.end("in/0"), stopped.gen + 2)  # the operator's claim, then its
+        assert derived(env) == sorted([d["id"] for d in docs + kept])
+    finally:
+        env.cluster.close()
+        store.close()
+
+
 @pytest.mark.parametrize("publishing", [True, False])
 def test_a_journal_failing_before_its_checkpoint_is_known_is_reported_without_an_offset(
     publishing: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture

@@ -12,9 +12,12 @@ saved them, which an abandoned attempt of that process left, since a re-appended
 last ACK clock).
 
 Producer identity: each *claim* of a journal (a process taking it over: a :class:`zcluster.state.Consumer`'s
-first poll of it, or its first poll after a failure) makes a new random producer id, recorded in the
-checkpoint with its clock. A zombie and its replacement never share a producer id, so the zombie's late
-messages can never join a span its replacement's ACK commits; the clock continues from the checkpoint's.
+first poll of it, or its first poll after a failure with a transaction in flight) makes a new random producer
+id, recorded in the checkpoint with its clock. A zombie and its replacement never share a producer id, so the
+zombie's late messages can never join a span its replacement's ACK commits; the clock continues from the
+checkpoint's. A failure with nothing in flight (a stop at a lost range, a journal mismatch) keeps the claim,
+checked against the stored checkpoint on the next poll, so a stopped process polling again neither claims nor
+appends the last intents downstream on every poll, and still notices an operator's take-over.
 
 A :class:`zcluster.spark.PositionedSink` checkpoints each (topic, partition) of its source the same way,
 under the name :func:`partition_checkpoint` gives it: its offset is one past the last row applied (the
@@ -301,6 +304,12 @@ class Claim:
         self.pending: dict[str, list[bytes]] = {}
         self.queued = 0  # frames in pending
         self.published = 0  # messages of the open transaction appended (uncommitted) so far
+        # A transaction may be in flight: a message stamped since the last final save, or a save (or its ACK
+        # appends) begun and not finished. A failure then gives the claim up (Publishing.guard).
+        self.open = False
+        # Kept through a failure with nothing in flight (a stop at a lost range, a journal mismatch): checked
+        # against the stored checkpoint before its next use, as an operator may have taken the journal over.
+        self.suspect = False
 
 
 class Publishing:
@@ -316,11 +325,19 @@ class Publishing:
 
     def claimed(self, state: StateStore, journal: str) -> Claim:
         """This process's claim of ``journal``: made (and the last checkpoint's intents appended again) on the
-        first call, or the first after :meth:`drop`."""
+        first call, or the first after :meth:`guard` gave it up or found it superseded in the store."""
         held = self.claims.get(journal)
+        txns = TxnStore(state)
+        if held is not None and held.suspect:
+            newest = retrying(lambda: txns.load(journal), self.retries, f"load checkpoint of {journal}")
+            mine = held.checkpoint
+            if (newest.gen, newest.seq, newest.owner) == (mine.gen, mine.seq, mine.owner):
+                held.suspect = False
+            else:  # claimed since (an operator's take-over, another process): continue from there
+                del self.claims[journal]
+                held = None
         if held is None:
             owner = bytes(new_producer_id())
-            txns = TxnStore(state)
             checkpoint = retrying(lambda: txns.claim(journal, owner), self.retries, f"claim {journal}")
             # Before anything new: ACKs a crash lost are delivered; the saver's abandoned span is rolled back.
             self._append(checkpoint.intents)
@@ -332,12 +349,20 @@ class Publishing:
 
     @contextlib.contextmanager
     def guard(self, journal: str) -> Iterator[None]:
-        """Give up the claim of ``journal`` on any failure inside: the next batch claims it again with a new
-        producer id, so nothing published uncommitted under this one can be committed by a later ACK."""
+        """Give up the claim of ``journal`` on a failure inside with a transaction in flight (:attr:`Claim.open`):
+        the next batch claims it again with a new producer id, so nothing published uncommitted under this one
+        can be committed by a later ACK. A failure with nothing in flight (a stop at a lost range after the
+        checkpoint before it was saved; a journal mismatch) keeps the claim, checked against the store on its
+        next use: a process stopped there and polling again does not claim (and append the last intents to
+        every downstream journal) on every poll."""
         try:
             yield
         except BaseException:
-            self.claims.pop(journal, None)
+            held = self.claims.get(journal)
+            if held is not None and held.open:
+                del self.claims[journal]
+            elif held is not None:
+                held.suspect = True
             raise
 
     def mapper(
@@ -376,6 +401,7 @@ class Publishing:
             target, msg = w.journal, w.message
             journal = target if isinstance(target, str) else target(msg)[0]
             framing = self._framing(journal)
+            claim.open = True
             claim.producer.stamp_uncommitted(msg, journal, framing)
             claim.pending.setdefault(journal, []).append(framing.marshal(msg))
             claim.queued += 1
@@ -392,6 +418,7 @@ class Publishing:
         held = claim.checkpoint
         if offset == held.offset and not claim.pending and not claim.published:
             return 0
+        claim.open = True
         self._flush(claim)
         published, claim.published = claim.published, 0
         intents = claim.producer.commit_intents()
@@ -407,6 +434,7 @@ class Publishing:
         txns = TxnStore(state)
         claim.checkpoint = retrying(lambda: txns.save_journal(journal, saved), self.retries, f"save {journal}")
         self._append(intents)
+        claim.open = False
         if saved.seq >= SAVES - 1:  # the claim's last save number: the next batch claims anew
             self.claims.pop(journal, None)
         return published
