@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from chain_helpers import A_SELECTOR, INPUTS, OUTPUTS, board, create, events, feed, model, stage_a
 from click.testing import CliRunner
-from test_chains import Env, _journals
+from test_chains import Env, chain_journals
 
 from zcluster import FencedError, PollError
 from zcluster.cli import cli
@@ -32,15 +32,6 @@ from zcluster.message import OffsetOutOfRangeError
 from zcluster.state import Consumer, StateStore
 from zcluster.state.txn import TxnStore
 from zcluster.testing import LocalShards
-
-
-@pytest.fixture(params=["file", "stream"])
-def env(request: pytest.FixtureRequest, tmp_path: Path, shards: LocalShards) -> Iterator[Env]:
-    url, store = _journals(request.param, tmp_path, shards)
-    e = Env(url, store, shards)
-    yield e
-    e.cluster.close()
-    store.close()
 
 
 class PausedAcks:
@@ -311,7 +302,7 @@ def test_a_journal_failing_before_its_checkpoint_is_known_is_reported_without_an
     """The shard holding the checkpoints is down: the claim (publishing) or the load fails, and so does reading
     the checkpoint for the report. The report says so, not ``offset None``."""
     with LocalShards(1) as shards:
-        url, store = _journals("file", tmp_path, shards)
+        url, store = chain_journals("file", tmp_path, shards)
         env = Env(url, store, shards)
         try:
             feed(store, events(0, 4))

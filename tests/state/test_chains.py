@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +80,7 @@ class Env:
         return [e for e in it if not e.is_ack]
 
 
-def _journals(kind: str, tmp_path: Path, shards: LocalShards) -> tuple[str, Any]:
+def chain_journals(kind: str, tmp_path: Path, shards: LocalShards) -> tuple[str, Any]:
     """The chain's journals (created): file journals, or Redis Streams journals on the first shard."""
     if kind == "file":
         url = str(tmp_path / "journals")
@@ -91,15 +90,6 @@ def _journals(kind: str, tmp_path: Path, shards: LocalShards) -> tuple[str, Any]
         store = RedisJournals.from_url(url)
     create(store)
     return url, store
-
-
-@pytest.fixture(params=["file", "stream"])
-def env(request: pytest.FixtureRequest, tmp_path: Path, shards: LocalShards) -> Iterator[Env]:
-    url, store = _journals(request.param, tmp_path, shards)
-    e = Env(url, store, shards)
-    yield e
-    e.cluster.close()
-    store.close()
 
 
 def test_chain_counts_each_input_once(env: Env) -> None:
@@ -333,7 +323,7 @@ def test_the_shard_holding_the_state_sigkilled_between_and_inside_transactions(
     the last checkpoint's intents: the abandoned attempt is rolled back) and goes on: each input once."""
     monkeypatch.setattr(txn, "QUEUED", 4)  # a transaction appends its messages as it goes, before the kill
     with LocalShards(1, aof=True, extra=AOF_ALWAYS) as shards:
-        url, store = _journals(journals, tmp_path, shards)
+        url, store = chain_journals(journals, tmp_path, shards)
         env = Env(url, store, shards)
         port = str(shards.servers[0].port)
         trigger, killed = 52, threading.Event()
