@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zcluster import Cluster, InvalidTupleError, KeyScoreMember
+from zcluster import Cluster, ConfigError, InvalidTupleError, KeyScoreMember
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ZERO_UUID, ProducerID, build_uuid
 from zcluster.state import DedupStore, StateStore, clock_to_score, score_to_clock
 from zcluster.state.clocks import MAX_CLOCK
+from zcluster.state.txn import TxnStore
 
 P1, P2 = ProducerID(bytes.fromhex("010203040506")), ProducerID(bytes.fromhex("0a0b0c0d0e0f"))
 
@@ -59,6 +60,35 @@ def test_journal_checkpoints_only_move_forward(any_cluster: Cluster) -> None:
     assert store.load_journal("missing") == (0, [], "", 0)
     with pytest.raises(ValueError, match="identity"):
         store.save_journal("j/1", 99, [], journal_id="a|b")
+
+
+def test_a_save_past_the_loaded_checkpoint_skips_the_read_and_changes_no_outcome(
+    any_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``loaded=`` (the applier's way): the save writes without reading first; the key's floor refuses what the
+    read refused, and only then is the stored checkpoint read to say why."""
+    store = StateStore(any_cluster, "skip")
+    reads: list[object] = []
+    select = store.cluster.select
+    monkeypatch.setattr(store.cluster, "select", lambda *a, **k: reads.append(a) or select(*a, **k))
+    state = ProducerState("j", P1, last_ack=10, begin=-1, max_clock=10)
+    assert store.save_journal("j", 50, [state], journal_id="id") is True and len(reads) == 1  # no loaded: read
+    old = store.load_journal("j")
+    reads.clear()
+    assert store.save_journal("j", 90, [state], journal_id="id", loaded=old) is True and reads == []
+    # A zombie that loaded the old checkpoint: its write is refused by the floor, then the read says why.
+    assert store.save_journal("j", 70, [state], journal_id="id", loaded=old) is False and len(reads) == 1
+    new = store.load_journal("j")
+    assert new == (90, [state], "id", 0)
+    reads.clear()
+    assert store.save_journal("j", 90, [state], journal_id="id", loaded=new) is False and len(reads) == 1
+    assert len(select(["skip/journal/j"], limit=100)["skip/journal/j"]) == 1
+    # A publishing application's claim (v4) raised the floor above every position: refused, and said so.
+    TxnStore(store).claim("j", b"\x01" * 16)
+    claimed = select(["skip/journal/j"], limit=100)["skip/journal/j"]
+    with pytest.raises(ConfigError, match="publishing application"):
+        store.save_journal("j", 500, [state], journal_id="id", loaded=new)
+    assert select(["skip/journal/j"], limit=100)["skip/journal/j"] == claimed
 
 
 def test_checkpoints_of_the_previous_layout_are_read_and_then_forgotten(any_cluster: Cluster) -> None:

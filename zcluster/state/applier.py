@@ -360,7 +360,9 @@ class Applier:
             stats.published += self.publishing.commit(state, journal, claim, read_through, states, journal_id)
         else:
             retrying(
-                lambda: state.save_journal(journal, read_through, states, journal_id=journal_id, base=checkpoint.base),
+                lambda: state.save_journal(
+                    journal, read_through, states, journal_id=journal_id, base=checkpoint.base, loaded=checkpoint
+                ),
                 self.retries,
                 f"save checkpoint of {journal}",
             )

@@ -188,30 +188,39 @@ class StateStore:
             ) from None
 
     def save_journal(
-        self, journal: str, offset: int, states: Iterable[ProducerState], *, journal_id: str = "", base: int = 0
+        self,
+        journal: str,
+        offset: int,
+        states: Iterable[ProducerState],
+        *,
+        journal_id: str = "",
+        base: int = 0,
+        loaded: JournalCheckpoint | None = None,
     ) -> bool:
         """Store ``journal``'s checkpoint (``states`` valid after reading through ``offset``) atomically;
         returns whether it was stored.
 
         ``states`` replace the stored ones as a whole. A checkpoint at or below the stored position changes
         nothing (returns False). ``journal_id`` and ``base``: as the checkpoint loaded (see the module).
+        ``loaded``: the checkpoint the caller loaded before; a save past its position writes without reading
+        the stored one first (two round trips instead of three). That changes no outcome: the key's floor
+        refuses a save that a newer one passed meanwhile (and a publishing application's claim raised the
+        floor above every position), and only then is the stored checkpoint read, to say which it was.
         """
         if "|" in journal_id or ":" in journal_id or "," in journal_id:
             raise ConfigError(f"journal {journal}: identity {journal_id!r} must not contain '|', ':' or ','")
         _check_offsets(journal, offset=offset, base=base)
         key = self._journal_key(journal)
         position = base + offset
-        held = [r for r in self.cluster.select([key], limit=_ALL)[key] if str(r.member).startswith(_VERSIONS)]
-        if any(str(r.member).startswith("v4|") for r in held):
-            raise ConfigError(
-                f"application {self.app}, journal {journal}: the checkpoint is a publishing application's (fenced, "
-                "with ACK intents; zcluster.state.txn): only its applier saves it (restart_journal and skip_lost "
-                "move it fenced). Nothing was changed"
-            )
-        if held and max(r.score for r in held) >= position:
-            return False  # not forward: the stored record (and its time, when it last moved) stays
         record = KeyScoreMember(key, float(position), _encode(journal_id, base, offset, states, time.time()))
-        stored = self.cluster.insert([record]).applied[0]
+        if loaded is None or position <= loaded.position:
+            if not self._forward(journal, key, position):
+                return False  # not forward: the stored record (and its time, when it last moved) stays
+            stored = self.cluster.insert([record]).applied[0]
+        else:
+            stored = self.cluster.insert([record]).applied[0]
+            if not stored and not self._forward(journal, key, position):
+                return False  # refused by the floor: a newer save passed the loaded one (ConfigError if v4)
         if position >= 1:
             # Older records go, and the floor rises to just below this position: a zombie's older save is stale.
             try:
@@ -220,6 +229,18 @@ class StateStore:
                 # Harmless: loads rank the older snapshots below this one, and the next save forgets them.
                 log.warning("checkpoint of %s saved at %d; forgetting older ones failed: %s", journal, position, exc)
         return stored
+
+    def _forward(self, journal: str, key: str, position: int) -> bool:
+        """Whether ``position`` is past the stored checkpoint of ``journal`` (one read); raises
+        :class:`zcluster.ConfigError` when that is a publishing application's (``v4``: only its applier saves it)."""
+        held = [r for r in self.cluster.select([key], limit=_ALL)[key] if str(r.member).startswith(_VERSIONS)]
+        if any(str(r.member).startswith("v4|") for r in held):
+            raise ConfigError(
+                f"application {self.app}, journal {journal}: the checkpoint is a publishing application's (fenced, "
+                "with ACK intents; zcluster.state.txn): only its applier saves it (restart_journal and skip_lost "
+                "move it fenced). Nothing was changed"
+            )
+        return not held or max(r.score for r in held) < position
 
     def restart_journal(
         self, journal: str, journal_id: str = "", reason: str = "", *, publish: JournalStore | None = None
