@@ -27,7 +27,9 @@ at or below the stored position changes nothing, so the time says when the check
 A save reads the stored position (a save not past it changes nothing), writes the new record (one tuple of
 one key: atomic) and then forgets every record below its score, which also raises the key's floor there: a
 zombie or a replayed batch saving an older checkpoint finds its write stale even when it races past the
-read, and no tombstone is left behind per save (the store stays flat over months). Where the forget fails
+read, and no tombstone is left behind per save (the store stays flat over months). Given the checkpoint the
+caller loaded (``loaded=``, as the applier does), a save past it writes first and reads only when the floor
+refused the write, to say why: one round trip less, the same outcomes. Where the forget fails
 (a replica of a farm down) the save stands and a warning is logged: loads rank older snapshots below it,
 and the next save forgets them. Records of the layout before the snapshots (a record per producer scored
 by its clock, plus ``~offset``) are read when no snapshot record exists and forgotten by the first save.
