@@ -147,6 +147,24 @@ def test_tuples_whose_resend_cannot_be_routed_fail_and_the_others_stand() -> Non
         assert all(c.select([k])[k][0] == KSM(k, 2.0, "fresh") for i, k in enumerate(keys) if i not in failure.indices)
 
 
+def open_migration(rc: LocalRedisCluster, slot: int, *moving: bytes) -> tuple[int, int]:
+    """Opens ``slot`` for migration to the next master (IMPORTING, MIGRATING) and moves the Redis keys
+    ``moving`` there as redis-cli does (MIGRATE); returns (src, dst)."""
+    src = rc.slot_owner(slot)
+    dst = (src + 1) % 3
+    with rc.servers[src].client() as sc, rc.servers[dst].client() as dc:
+        dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", rc.node_id(src))
+        sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", rc.node_id(dst))
+        sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", *moving)
+    return src, dst
+
+
+def close_migration(rc: LocalRedisCluster, slot: int, dst: int) -> None:
+    for s in rc.servers:
+        with s.client() as r:
+            r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", rc.node_id(dst))
+
+
 def test_a_slot_mid_migration_is_written_through_ask() -> None:
     keys = [f"user:{i}" for i in range(200)]
     with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
@@ -155,39 +173,19 @@ def test_a_slot_mid_migration_is_written_through_ask() -> None:
         assert c.delete([KSM(keys[5], 1.0, "gone")]).ok  # the key has both sets
         key = keys[5].encode()
         slot = layout.slot(key)
-        src = rc.slot_owner(slot)
-        dst = (src + 1) % 3
-        with rc.servers[src].client() as sc, rc.servers[dst].client() as dc:
-            dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", rc.node_id(src))
-            sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", rc.node_id(dst))
-            moving = (layout.adds(key), layout.removes(key))
-            sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", *moving)
-            # src no longer holds the key: the node call to src refuses it, and its slot's call is ASKed to dst
-            asked = error_count(rc, "ASK")
-            result = c.insert([KSM(k, 2.0, "mid") for k in keys] + [KSM(keys[5], 0.5, "old")])
-            assert result.ok and result.applied == [True] * (len(keys) + 1)
-            assert error_count(rc, "ASK") > asked
+        _, dst = open_migration(rc, slot, layout.adds(key), layout.removes(key))
+        # src no longer holds the key: the node call to src refuses it, and its slot's call is ASKed to dst
+        asked = error_count(rc, "ASK")
+        result = c.insert([KSM(k, 2.0, "mid") for k in keys] + [KSM(keys[5], 0.5, "old")])
+        assert result.ok and result.applied == [True] * (len(keys) + 1)
+        assert error_count(rc, "ASK") > asked
+        with rc.servers[dst].client() as dc:
             dc.execute_command("ASKING")
             held = dc.zrange(layout.adds(key), 0, -1, withscores=True)
-            assert held == [(b"old", 0.5), (b"seed", 1.0), (b"mid", 2.0)]
-            for s in rc.servers:
-                with s.client() as r:
-                    r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", rc.node_id(dst))
+        assert held == [(b"old", 0.5), (b"seed", 1.0), (b"mid", 2.0)]
+        close_migration(rc, slot, dst)
         got = c.select(keys)
         assert all(got[k][:2] == [KSM(k, 2.0, "mid"), KSM(k, 1.0, "seed")] for k in keys)
-
-
-def split_mid_migration(rc: LocalRedisCluster, layout: KeyLayout, key: bytes) -> tuple[int, int, int]:
-    """Opens ``key``'s slot for migration to the next master and moves its adds set only, so a call on both its
-    sets meets TRYAGAIN on either node; returns (slot, src, dst)."""
-    slot = layout.slot(key)
-    src = rc.slot_owner(slot)
-    dst = (src + 1) % 3
-    with rc.servers[src].client() as sc, rc.servers[dst].client() as dc:
-        dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", rc.node_id(src))
-        sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", rc.node_id(dst))
-        sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", layout.adds(key))
-    return slot, src, dst
 
 
 def test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_count_of_tries() -> None:
@@ -196,8 +194,9 @@ def test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_c
     with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
         layout = KeyLayout(c.prefix)
         assert c.insert([KSM("k", 1.0, "seed")]).ok and c.delete([KSM("k", 1.0, "gone")]).ok
-        key = b"k"
-        slot, src, dst = split_mid_migration(rc, layout, key)
+        key = b"k"  # its adds set moved, its removes set not: a call on both meets TRYAGAIN on either node
+        slot = layout.slot(key)
+        src, dst = open_migration(rc, slot, layout.adds(key))
         tried = error_count(rc, "TRYAGAIN")
         done: list[object] = []
         writer = threading.Thread(target=lambda: done.append(c.insert([KSM("k", 2.0, "mid")], raise_on_error=False)))
@@ -208,9 +207,7 @@ def test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_c
         assert not done, "the write ended while its keys were still split"
         with rc.servers[src].client() as sc:
             sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", layout.removes(key))
-        for s in rc.servers:
-            with s.client() as r:
-                r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", rc.node_id(dst))
+        close_migration(rc, slot, dst)
         writer.join(30)
         [result] = done
         assert isinstance(result, WriteResult) and result.ok, result
@@ -220,7 +217,8 @@ def test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_c
 def test_keys_split_longer_than_failover_timeout_fail_the_call_with_a_clear_error() -> None:
     with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url, failover_timeout=0.5) as c:
         assert c.insert([KSM("k", 1.0, "seed")]).ok and c.delete([KSM("k", 1.0, "gone")]).ok
-        split_mid_migration(rc, KeyLayout(c.prefix), b"k")
+        layout = KeyLayout(c.prefix)
+        open_migration(rc, layout.slot(b"k"), layout.adds(b"k"))
         result = c.insert([KSM("k", 2.0, "mid")], raise_on_error=False)
         [failure] = result.failures
         assert isinstance(failure.error, RedirectLoopError), failure.error
