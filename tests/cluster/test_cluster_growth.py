@@ -99,7 +99,7 @@ class Worker(threading.Thread):
             self.error = exc
 
 
-class SplitHolder(threading.Thread):
+class SplitHolder:
     """Keeps the hot slot split while the live client runs, so that it surely meets ``ASK``.
 
     Timing alone did not: on a loaded machine the slot's own migration (600 ``MIGRATE`` calls) once passed
@@ -114,19 +114,12 @@ class SplitHolder(threading.Thread):
     ``ASK`` replies the old master gave meanwhile."""
 
     def __init__(self, rc: LocalRedisCluster, src: int, dst: int, stop: threading.Event) -> None:
-        super().__init__(daemon=True)
         self.rc, self.src, self.dst, self.stop = rc, src, dst, stop
         self.slot = KeyLayout(PREFIX).slot(f"{{{HOT}}}".encode())
         self.held, self.missed, self.asked = False, "", 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.hold()
-        except BaseException as exc:  # reported by the test
-            self.error = exc
 
     def hold(self) -> None:
+        """Run in a :class:`Worker` beside the reshard (see the class)."""
         cli: list[int] = []
         while not cli and not self.stop.is_set():  # redis-cli, once the main thread started it
             cli = [p for p in descendants(os.getpid()) if "--cluster reshard" in cmdline(p)]
@@ -264,6 +257,7 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
         for w in workers:
             w.start()
         holder: SplitHolder | None = None
+        holding: Worker | None = None
         try:
             deadline = time.monotonic() + 60
             while not polls and time.monotonic() < deadline:  # the consumer is under way before the growth
@@ -274,14 +268,15 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
                     i for i in range(new) if rc.servers[i].port == int(live_c.shard_of(LIVE_KEYS[0]).split(":")[1])
                 )
                 holder = SplitHolder(rc, src, new, resharded)
-                holder.start()
+                holding = Worker(holder.hold)
+                holding.start()
             before = (mapped[0], live.steps)
             assert rc.reshard(RESHARDED, new) == RESHARDED
             during = (mapped[0] - before[0], live.steps - before[1])
         finally:
             resharded.set()
-            if holder is not None:
-                holder.join(60)
+            if holding is not None:
+                holding.join(60)
             workers[0].join(300)
             workers[1].join(300)
             stop.set()
@@ -295,8 +290,8 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
         print(f"during the reshard: {during[0]} messages mapped, {during[1]} live client steps; redirects {met}")
         print(f"ASK replies while the hot slot was held split: {asked}")
         assert met["MovedError"] > 0, met
-        if holder is not None:
-            assert not holder.is_alive() and holder.error is None, holder.error
+        if holder is not None and holding is not None:
+            assert not holding.is_alive() and holding.error is None, holding.error
             assert holder.held, holder.missed
             assert holder.asked > 0, "the live client met no ASK while the hot slot was held split"
 
