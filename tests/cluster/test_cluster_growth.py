@@ -107,16 +107,24 @@ class SplitHolder:
     reshard has moved some of the hot slot's keys (the new master counts some, the old one still has some),
     redis-cli is paused (``SIGSTOP``); the live client's keys (all but the fillers) are moved with ``MIGRATE``
     as redis-cli moves keys, so the live calls find their keys gone from the old master, which answers ``ASK``;
-    redis-cli goes on (``SIGCONT``) once the old master answered one (its ``errorstat_ASK``; a call may meet it
-    inside a redirect loop, where the test's spy does not look), or after ``HOLD`` seconds, well within the
-    client's ``failover_timeout``: a call creating a key on the importing node meets ``TRYAGAIN`` until the
-    slot's migration ends. ``held`` says whether the hold happened (``missed``: why not); ``asked``: the
-    ``ASK`` replies the old master gave meanwhile."""
+    redis-cli goes on (``SIGCONT``) once the old master answered one since the reshard began (its
+    ``errorstat_ASK``; a call may meet it inside a redirect loop, where the test's spy does not look), or after
+    ``HOLD`` seconds, well within the client's ``failover_timeout``: a call creating a key on the importing node
+    meets ``TRYAGAIN`` until the slot's migration ends. ``held`` says whether the hold happened (``missed``: why
+    not); ``asked``: the ``ASK`` replies the old master gave from before the reshard to the end of the hold."""
 
     def __init__(self, rc: LocalRedisCluster, src: int, dst: int, stop: threading.Event) -> None:
         self.rc, self.src, self.dst, self.stop = rc, src, dst, stop
         self.slot = KeyLayout(PREFIX).slot(f"{{{HOT}}}".encode())
         self.held, self.missed, self.asked = False, "", 0
+        # Counted from before the reshard: a live call ASKed to the new master before the pause and waiting there
+        # (TRYAGAIN: it creates a key) until the slot is closed makes no new one.
+        self.before = self.asks()
+
+    def asks(self) -> int:
+        """The ASK replies the old master gave so far."""
+        with self.rc.servers[self.src].client() as old:
+            return int(old.info("errorstats").get("errorstat_ASK", {}).get("count", 0))
 
     def hold(self) -> None:
         """Run in a :class:`Worker` beside the reshard (see the class)."""
@@ -125,10 +133,6 @@ class SplitHolder:
             cli = [p for p in descendants(os.getpid()) if "--cluster reshard" in cmdline(p)]
             time.sleep(0.005)
         with self.rc.servers[self.src].client() as old, self.rc.servers[self.dst].client() as new:
-
-            def asks() -> int:
-                return int(old.info("errorstats").get("errorstat_ASK", {}).get("count", 0))
-
             while not self.stop.is_set() and new.execute_command("CLUSTER", "COUNTKEYSINSLOT", self.slot) == 0:
                 time.sleep(0.001)
             if self.stop.is_set():
@@ -140,16 +144,15 @@ class SplitHolder:
                 if old.execute_command("CLUSTER", "COUNTKEYSINSLOT", self.slot) == 0:
                     self.missed = "the hot slot's migration ended before redis-cli was paused"
                     return
-                before = asks()
                 keys = old.execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 2 * FILLERS)
                 live = [k for k in keys if b":fill:" not in k]
                 if live:
                     port = self.rc.servers[self.dst].port
                     old.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *live)
                 self.held, deadline = True, time.monotonic() + HOLD
-                while asks() == before and time.monotonic() < deadline:
+                while self.asks() == self.before and time.monotonic() < deadline:
                     time.sleep(0.01)
-                self.asked = asks() - before
+                self.asked = self.asks() - self.before
             finally:
                 for p in cli:
                     os.kill(p, signal.SIGCONT)
@@ -288,12 +291,12 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
         met = {kind: redirects.count(kind) for kind in ("MovedError", "AskError", "TryAgainError")}
         asked = holder.asked if holder is not None else None
         print(f"during the reshard: {during[0]} messages mapped, {during[1]} live client steps; redirects {met}")
-        print(f"ASK replies while the hot slot was held split: {asked}")
+        print(f"ASK replies of the hot slot's old master, from before the reshard to the end of the hold: {asked}")
         assert met["MovedError"] > 0, met
         if holder is not None and holding is not None:
             assert not holding.is_alive() and holding.error is None, holding.error
             assert holder.held, holder.missed
-            assert holder.asked > 0, "the live client met no ASK while the hot slot was held split"
+            assert holder.asked > 0, "the hot slot's old master answered no ASK while it was held split"
 
         # Every read equals the model: timelines (2P-set members and scores), sums and counters exactly.
         timelines = sorted(traffic.expected())
