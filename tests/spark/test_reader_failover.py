@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from zcluster import Cluster, Durability, KeyScoreMember, PartialScanError, ShardError
+from zcluster import Cluster, ConfigError, Durability, KeyScoreMember, PartialScanError, ShardError
+from zcluster.spark.options import config_from_options
 from zcluster.spark.reader import TupleReader
 from zcluster.testing import LocalRedisCluster
 
@@ -25,7 +26,10 @@ def test_a_master_killed_mid_read_is_followed_to_its_replica_and_every_row_read_
         cluster = Cluster.from_cluster_url(rc.url, prefix=prefix)
         durable = cluster.view(prefix, durability=Durability(replicas=1, timeout=10.0))
         assert durable.insert(ROWS).ok  # on every replica too: the heir has every row
-        reader = TupleReader({"cluster_url": rc.url, "prefix": prefix, "batch": "64"})  # 4 slots a step
+        # 4 slots a step. A loaded machine can take longer than the default 20 s to elect the heir (a failed
+        # vote is retried after 2 x cluster-node-timeout): the option gives the read that time.
+        options = {"cluster_url": rc.url, "prefix": prefix, "batch": "64", "failover_timeout": "90"}
+        reader = TupleReader(options)
         parts = reader.partitions()
         assert len(parts) == 3  # the three masters' slots
         victim = 1
@@ -62,6 +66,17 @@ def test_a_master_killed_mid_read_without_a_replica_fails_the_read_naming_it(pre
         assert [f.shard for f in info.value.failures] == [dead]
         assert isinstance(info.value.failures[0].error, ShardError | redis.ConnectionError)
         cluster.close()
+
+
+def test_failover_timeout_is_an_option_of_a_redis_cluster_only() -> None:
+    config = config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": "90"})
+    assert dict(config.options)["failover_timeout"] == 90.0  # what the Cluster is opened with
+    with pytest.raises(ConfigError, match="failover_timeout must be a number of seconds, not 'soon'"):
+        config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": "soon"})
+    with pytest.raises(ConfigError, match="failover_timeout goes with option cluster_url"):
+        config_from_options({"urls": "redis://127.0.0.1:1", "failover_timeout": "5"})
+    with pytest.raises(ConfigError, match="failover_timeout must be >= 0 seconds"):
+        config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": "-1"}).open()
 
 
 def _rows_of(batch: Any) -> list[tuple[Any, ...]]:

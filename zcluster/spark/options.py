@@ -13,8 +13,9 @@ from zcluster.farm.config import FarmConfig
 def config_from_options(options: dict[str, str]) -> StoreConfig:
     """Where the store is, from the data source's options: ``urls`` (standalone shards, comma-separated),
     ``cluster_url`` (a Redis Cluster seed) or ``replicas`` (a farm: a JSON list, one replica each in any
-    form :func:`zcluster.connect` takes, with ``read``, the farm's read strategy); ``prefix``, ``max_size``.
-    The writer's and the reader's."""
+    form :func:`zcluster.connect` takes, with ``read``, the farm's read strategy); ``prefix``, ``max_size``;
+    with ``cluster_url``, ``failover_timeout`` (seconds a call waits for the Redis Cluster to fail a dead
+    master over, default 20: :meth:`zcluster.Cluster.from_cluster_url`). The writer's and the reader's."""
     extra: dict[str, Any] = {"prefix": options.get("prefix", "zc:")}
     if options.get("max_size"):
         extra["max_size"] = int(options["max_size"])
@@ -23,6 +24,15 @@ def config_from_options(options: dict[str, str]) -> StoreConfig:
         raise ConfigError(f"give the zcluster data source one of 'urls', 'cluster_url', 'replicas', not {given}")
     if "read" in options and given != ["replicas"]:
         raise ConfigError("option read (a farm's read strategy) goes with option replicas")
+    if options.get("failover_timeout"):
+        if given != ["cluster_url"]:
+            raise ConfigError("option failover_timeout goes with option cluster_url (a Redis Cluster)")
+        try:
+            extra["failover_timeout"] = float(options["failover_timeout"])
+        except ValueError:
+            raise ConfigError(
+                f"option failover_timeout must be a number of seconds, not {options['failover_timeout']!r}"
+            ) from None
     if options.get("replicas"):
         try:
             replicas = json.loads(options["replicas"])

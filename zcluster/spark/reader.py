@@ -22,7 +22,8 @@ Options (names are case-insensitive; any other is refused with a :class:`ConfigE
   ``urls`` (comma-separated standalone shard URLs), ``cluster_url`` (a Redis Cluster seed) or ``replicas``
   (a farm: a JSON list, one replica each, in any form :func:`zcluster.connect` takes) with ``read``, the
   farm's read strategy (``one``, ``all``, ``first-linger``, ``var``; default ``all``); ``prefix`` (default
-  ``zc:``);
+  ``zc:``); with ``cluster_url``, ``failover_timeout`` (seconds a read waits for a dead master's replica to
+  take over, default 20);
 * ``keys``: the keys to read, comma-separated or a JSON list of strings; or ``pattern``: a Redis glob over
   the logical keys (:meth:`zcluster.Cluster.keys`' ``match``). Neither: every key. Not both;
 * ``kind``: ``set``, ``totals``, ``counts`` or ``aggregates`` (above);
@@ -86,7 +87,7 @@ from zcluster.spark.rows import KINDS, cluster_rows, farm_rows, spark_schema
 from zcluster.types import Blob, ShardFailure, to_bytes
 
 OPTIONS = (
-    *("urls", "cluster_url", "replicas", "read", "prefix"),
+    *("urls", "cluster_url", "failover_timeout", "replicas", "read", "prefix"),
     *("keys", "pattern", "kind", "limit", "tombstones", "batch", "numpartitions"),
 )
 """Every option the reader takes (lowercase: Spark's options are case-insensitive)."""
