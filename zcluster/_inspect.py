@@ -15,6 +15,7 @@ from zcluster._aggregate_keys import KIND_NAMES
 from zcluster._encode import Encoder, listed_keys, score_pairs
 from zcluster._keys import KeyLayout
 from zcluster._reporting import Reporting
+from zcluster._topology import ClusterTopology
 from zcluster._transport import Transport, in_order, read
 from zcluster.errors import ConfigError, PartialWriteError, WriteRefusedError
 from zcluster.types import Blob, Delete, Insert, ReadResult, ShardStats, Write, WriteResult, from_bytes
@@ -116,13 +117,14 @@ class Inspection(Reporting):
 
     def stats(self, scan: bool = True) -> list[ShardStats]:
         """One :class:`ShardStats` per master: Redis keys, this prefix's logical keys (a SCAN of every
-        shard unless ``scan`` is False), memory, whether the write script is loaded, server version.
+        shard unless ``scan`` is False), memory, whether the write script is loaded, server version, and on a
+        Redis Cluster the slots held open by a migration.
 
         A shard that fails is reported in its entry's ``error``, never raised.
         """
         layout, sha = self._layout, self._write_sha
-        one = functools.partial(_reads.shard_stats, layout, sha, scan)
         topology = self._transport.topology
+        one = functools.partial(_reads.shard_stats, layout, sha, scan, isinstance(topology, ClusterTopology))
         masters = {topology.shards.index(s): None for s in topology.masters()}
         outcome = self._transport.fanout(masters, one)
         out = []

@@ -126,8 +126,9 @@ def fingerprints(
     return answers
 
 
-def shard_stats(layout: KeyLayout, write_sha: str, scan: bool, shard: Shard, _: None) -> ShardStats:
-    """:meth:`Cluster.stats` of one master (its keys counted by a SCAN with ``scan``)."""
+def shard_stats(layout: KeyLayout, write_sha: str, scan: bool, clustered: bool, shard: Shard, _: None) -> ShardStats:
+    """:meth:`Cluster.stats` of one master (its keys counted by a SCAN with ``scan``; its open slots when
+    ``clustered``, a Redis Cluster node)."""
     client = shard.client
     server, memory = client.info("server"), client.info("memory")
     keys = removed_only = None
@@ -149,7 +150,26 @@ def shard_stats(layout: KeyLayout, write_sha: str, scan: bool, shard: Shard, _: 
         used_memory_human=str(memory.get("used_memory_human", "")),
         script_loaded=bool(client.script_exists(write_sha)[0]),
         version=f"{server.get('server_name', 'redis')} {version}",
+        open_slots=open_slots(client.execute_command("CLUSTER", "NODES")) if clustered else None,
     )
+
+
+def open_slots(nodes: Any) -> tuple[str, ...]:
+    """The slots a node's ``CLUSTER NODES`` reply shows it holding open for a migration (its own line's
+    ``[slot->-id]`` and ``[slot-<-id]``), the other node named by its address."""
+    rows = [line.split() for line in (nodes.decode() if isinstance(nodes, bytes) else str(nodes)).splitlines()]
+    address = {r[0]: r[1].split("@")[0] for r in rows if len(r) > 1}
+    out: list[str] = []
+    for r in rows:
+        if len(r) > 2 and "myself" in r[2].split(","):
+            for part in r[8:]:
+                if part.startswith("[") and "->-" in part:
+                    slot, peer = part[1:-1].split("->-")
+                    out.append(f"{slot} migrating to {address.get(peer, peer)}")
+                elif part.startswith("[") and "-<-" in part:
+                    slot, peer = part[1:-1].split("-<-")
+                    out.append(f"{slot} importing from {address.get(peer, peer)}")
+    return tuple(out)
 
 
 def scan_keys(

@@ -211,9 +211,33 @@ def test_info(conn: Conn) -> None:
         assert s["version"].split()[0] in ("redis", "valkey")
         if s["keys"] or s["removed_only"]:
             assert s["script_loaded"] is True
+        assert s["open_slots"] == ([] if conn.args[0] == "--cluster-url" else None)  # none open; no slots
     human = ok(conn("info")).stdout
     assert all(s["shard"] in human for s in shards) and "loaded" in human
     assert all(s["keys"] is None for s in doc(conn("info", "--no-scan"))["shards"])
+
+
+def test_info_names_the_slots_a_dead_reshard_left_open(redis_cluster: LocalRedisCluster, prefix: str) -> None:
+    rc, slot = redis_cluster, 4321
+    src = rc.slot_owner(slot)
+    dst = (src + 1) % len(rc.servers)
+    names = [f"127.0.0.1:{s.port}" for s in rc.servers]
+    args = ["--cluster-url", rc.url, "--prefix", prefix, "info", "--no-scan"]
+    rc.open_slot(slot, dst)  # as redis-cli leaves it when it dies mid-reshard
+    try:
+        found = {s["shard"]: s["open_slots"] for s in doc([*args, "--json"])["shards"]}
+        assert found[names[src]] == [f"{slot} migrating to {names[dst]}"]
+        assert found[names[dst]] == [f"{slot} importing from {names[src]}"]
+        assert [v for k, v in found.items() if k not in (names[src], names[dst])] == [[]]
+        warned = ok(args).stderr
+        assert f"Warning: {names[src]} holds slot(s) open for a migration: {slot} migrating to" in warned
+        assert "redis-cli --cluster fix" in warned
+    finally:
+        for server in rc.servers:  # cancelled (SETSLOT STABLE): the slot stays where it was
+            with server.client() as r:
+                r.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+    assert all(not s["open_slots"] for s in doc([*args, "--json"])["shards"])
+    assert "Warning" not in ok(args).stderr
 
 
 def test_options_from_environment(shards: LocalShards, redis_cluster: LocalRedisCluster, prefix: str) -> None:

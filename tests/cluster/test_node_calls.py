@@ -148,21 +148,9 @@ def test_tuples_whose_resend_cannot_be_routed_fail_and_the_others_stand() -> Non
 
 
 def open_migration(rc: LocalRedisCluster, slot: int, *moving: bytes) -> tuple[int, int]:
-    """Opens ``slot`` for migration to the next master (IMPORTING, MIGRATING) and moves the Redis keys
-    ``moving`` there as redis-cli does (MIGRATE); returns (src, dst)."""
-    src = rc.slot_owner(slot)
-    dst = (src + 1) % 3
-    with rc.servers[src].client() as sc, rc.servers[dst].client() as dc:
-        dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", rc.node_id(src))
-        sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", rc.node_id(dst))
-        sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", *moving)
-    return src, dst
-
-
-def close_migration(rc: LocalRedisCluster, slot: int, dst: int) -> None:
-    for s in rc.servers:
-        with s.client() as r:
-            r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", rc.node_id(dst))
+    """Opens ``slot`` for migration to the next master, moving the Redis keys ``moving``; returns (src, dst)."""
+    dst = (rc.slot_owner(slot) + 1) % 3
+    return rc.open_slot(slot, dst, *moving), dst
 
 
 def test_a_slot_mid_migration_is_written_through_ask() -> None:
@@ -183,7 +171,7 @@ def test_a_slot_mid_migration_is_written_through_ask() -> None:
             dc.execute_command("ASKING")
             held = dc.zrange(layout.adds(key), 0, -1, withscores=True)
         assert held == [(b"old", 0.5), (b"seed", 1.0), (b"mid", 2.0)]
-        close_migration(rc, slot, dst)
+        rc.close_slot(slot, dst)
         got = c.select(keys)
         assert all(got[k][:2] == [KSM(k, 2.0, "mid"), KSM(k, 1.0, "seed")] for k in keys)
 
@@ -207,7 +195,7 @@ def test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_c
         assert not done, "the write ended while its keys were still split"
         with rc.servers[src].client() as sc:
             sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", layout.removes(key))
-        close_migration(rc, slot, dst)
+        rc.close_slot(slot, dst)
         writer.join(30)
         [result] = done
         assert isinstance(result, WriteResult) and result.ok, result

@@ -1,5 +1,6 @@
 """The ``info`` subcommand: per shard figures from :meth:`zcluster.Cluster.stats` (of every replica of a farm,
-its shards named ``replica/host:port``)."""
+its shards named ``replica/host:port``), and a warning per Redis Cluster master holding slots open for a
+migration (exit 0: a reshard under way holds them too)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ __all__ = ["info"]
 @json_option
 @pass_settings
 def info(settings: Settings, no_scan: bool) -> None:
-    """Per shard: Redis keys (DBSIZE), logical keys of the prefix, memory, write script loaded, version.
+    """Per shard: Redis keys (DBSIZE), logical keys of the prefix, memory, write script loaded, version;
+    on a Redis Cluster, the slots each master holds open for a migration (a warning names them).
 
     On a farm, the shards of every replica, named replica/host:port.
     """
@@ -33,9 +35,9 @@ def info(settings: Settings, no_scan: bool) -> None:
             }
         )
     else:
-        columns = ("shard", "dbsize", "keys", "removed-only", "memory", "script", "version")
+        columns = ("shard", "dbsize", "keys", "removed-only", "memory", "script", "version", "open slots")
         rows = [
-            (s.shard, "-", "-", "-", "-", "-", "-")
+            (s.shard, "-", "-", "-", "-", "-", "-", "-")
             if s.error is not None
             else (
                 s.shard,
@@ -45,8 +47,17 @@ def info(settings: Settings, no_scan: bool) -> None:
                 s.used_memory_human,
                 "loaded" if s.script_loaded else "not loaded",
                 s.version,
+                "-" if s.open_slots is None else len(s.open_slots),
             )
             for s in stats
         ]
         print_table(f"prefix {human(store.prefix)}", columns, rows)
+    for s in stats:
+        if s.open_slots:
+            click.echo(
+                f"Warning: {s.shard} holds slot(s) open for a migration: {', '.join(s.open_slots)}. Calls on their "
+                "keys may wait up to failover_timeout, then fail; if no reshard is running (redis-cli died), "
+                "`redis-cli --cluster fix <host:port>` closes them",
+                err=True,
+            )
     fail_if(settings, (f"shard {s.shard}: {s.error}" for s in stats if s.error is not None))

@@ -179,25 +179,38 @@ class LocalRedisCluster(LocalGroup):
         src = self.slot_owner(slot)
         if src == dst:
             return 0
-        src_id, dst_id = self.node_id(src), self.node_id(dst)
-        s_srv, d_srv = self.servers[src], self.servers[dst]
+        self.open_slot(slot, dst)
         moved = 0
-        with s_srv.client() as sc, d_srv.client() as dc:
-            dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
-            sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        with self.servers[src].client() as sc:
             while True:
                 keys = sc.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
                 if not keys:
                     break
-                sc.execute_command("MIGRATE", "127.0.0.1", d_srv.port, "", 0, 5000, "KEYS", *keys)
+                sc.execute_command("MIGRATE", "127.0.0.1", self.servers[dst].port, "", 0, 5000, "KEYS", *keys)
                 moved += len(keys)
                 if pause:
                     time.sleep(pause)
-            for s in self.servers:
-                if s.process is not None:
-                    with s.client() as c:
-                        c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        self.close_slot(slot, dst)
         return moved
+
+    def open_slot(self, slot: int, dst: int, *moving: bytes) -> int:
+        """Open ``slot``'s migration to server ``dst`` (IMPORTING there, MIGRATING on its owner) and move the
+        Redis keys ``moving`` (MIGRATE), as redis-cli's resharding does; returns the owner's index. Left so, it
+        is a migration held open, as by a redis-cli that died; :meth:`close_slot` ends it."""
+        src = self.slot_owner(slot)
+        with self.servers[src].client() as sc, self.servers[dst].client() as dc:
+            dc.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", self.node_id(src))
+            sc.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", self.node_id(dst))
+            if moving:
+                sc.execute_command("MIGRATE", "127.0.0.1", self.servers[dst].port, "", 0, 5000, "KEYS", *moving)
+        return src
+
+    def close_slot(self, slot: int, dst: int) -> None:
+        """End ``slot``'s migration: server ``dst`` owns it now, on every running node (SETSLOT NODE)."""
+        for s in self.servers:
+            if s.process is not None:
+                with s.client() as c:
+                    c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", self.node_id(dst))
 
     def add_master(self, *, cli: bool | None = None, timeout: float = 30.0) -> int:
         """Start a new cluster node and join it as a master holding no slot; returns its index in ``servers``.
