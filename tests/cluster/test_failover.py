@@ -87,7 +87,10 @@ def report(what: str, seconds: float) -> None:
 
 
 def test_a_killed_master_is_followed_and_writes_confirmed_by_a_replica_survive() -> None:
-    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url) as c:
+    with (
+        LocalRedisCluster(3, replicas=1) as rc,
+        Cluster.from_cluster_url(rc.url, failover_timeout=rc.FAILOVER_WAIT) as c,
+    ):
         durable = c.view(c.prefix, durability=ONE)
         assert durable.insert([KSM(k, 1.0, "before") for k in KEYS]).ok  # on every master's replica too
 
@@ -126,7 +129,7 @@ def test_a_killed_master_is_followed_and_writes_confirmed_by_a_replica_survive()
 def test_a_hung_master_times_out_and_is_followed() -> None:
     with (
         LocalRedisCluster(3, replicas=1) as rc,
-        Cluster.from_cluster_url(rc.url, connection={"socket_timeout": 1.0}) as c,
+        Cluster.from_cluster_url(rc.url, connection={"socket_timeout": 1.0}, failover_timeout=rc.FAILOVER_WAIT) as c,
     ):
         assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
         victim = master_index(rc, c, KEYS[0])

@@ -26,9 +26,8 @@ def test_a_master_killed_mid_read_is_followed_to_its_replica_and_every_row_read_
         cluster = Cluster.from_cluster_url(rc.url, prefix=prefix)
         durable = cluster.view(prefix, durability=Durability(replicas=1, timeout=10.0))
         assert durable.insert(ROWS).ok  # on every replica too: the heir has every row
-        # 4 slots a step. A loaded machine can take longer than the default 20 s to elect the heir (a failed
-        # vote is retried after 2 x cluster-node-timeout): the option gives the read that time.
-        options = {"cluster_url": rc.url, "prefix": prefix, "batch": "64", "failover_timeout": "90"}
+        # 4 slots a step; the option failover_timeout gives the read time for an election on a loaded machine
+        options = {"cluster_url": rc.url, "prefix": prefix, "batch": "64", "failover_timeout": str(rc.FAILOVER_WAIT)}
         reader = TupleReader(options)
         parts = reader.partitions()
         assert len(parts) == 3  # the three masters' slots

@@ -67,9 +67,16 @@ def role(server: LocalServer) -> str | None:
 def test_a_durable_sink_rides_out_a_master_failover_under_a_continuous_query(spark: Any, tmp_path: Path) -> None:
     store, names, url, traffic = journals(tmp_path, "failover")
     query_name = f"durable{uuid.uuid4().hex[:8]}"
-    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url, prefix=PREFIX) as probe:
-        # the README's setup: one replica per master, every write confirmed by one (default deadline)
-        config = ClusterConfig.of(rc.url, cluster=True, prefix=PREFIX, durability=Durability(replicas=1))
+    with (
+        LocalRedisCluster(3, replicas=1) as rc,
+        Cluster.from_cluster_url(rc.url, prefix=PREFIX, failover_timeout=rc.FAILOVER_WAIT) as probe,
+    ):
+        # the README's setup: one replica per master, every write confirmed by one (default deadline); time
+        # for an election on a loaded machine
+        durable = Durability(replicas=1)
+        config = ClusterConfig.of(
+            rc.url, cluster=True, prefix=PREFIX, durability=durable, failover_timeout=rc.FAILOVER_WAIT
+        )
         sink = ZClusterSink(config, SlowMapper(), query_name, journals=url, flush=64)
         query = start_query(spark, sink, url, tmp_path)
         try:

@@ -523,7 +523,7 @@ def test_a_consumer_counts_increments_once_through_a_master_kill_and_failover(st
     durability = Durability(replicas=1, timeout=2.0)
     with (
         LocalRedisCluster(3, replicas=1) as rc,
-        Cluster.from_cluster_url(rc.url, prefix="fo:", durability=durability) as c,
+        Cluster.from_cluster_url(rc.url, prefix="fo:", durability=durability, failover_timeout=rc.FAILOVER_WAIT) as c,
     ):
         held = [c.shard_of(k) for k in SUMS + COUNTS]
         victim = max(range(3), key=lambda i: held.count(f"127.0.0.1:{rc.servers[i].port}"))

@@ -51,6 +51,11 @@ class LocalRedisCluster(LocalGroup):
     the AOF on (see :class:`~zcluster.testing.LocalServer`).
     """
 
+    FAILOVER_WAIT = 90.0
+    """``failover_timeout`` for a client that must ride out a failover of this cluster: one takes ~4 s on a
+    quiet machine, but an election that fails is retried after 2 x ``cluster-node-timeout``, and a loaded
+    machine has taken over 20 s (the client's default)."""
+
     def __init__(
         self,
         masters: int = 3,
