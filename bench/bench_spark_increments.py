@@ -34,9 +34,14 @@ rolled-back messages count, as in (c); its totals are compared with that model a
   (q) the sink as it was before that (its task function through ``mapInArrow`` on the batch as Spark cut it):
       exact here only because this source never splits a journal over tasks; the cost without the shuffle;
   (r) (q) after the user's own ``df.repartition("partition")``: what a user had to write to be exact on a
-      source that splits a partition (the JSON file source, Kafka's ``minPartitions``).
+      source that splits a partition (the JSON file source, Kafka's ``minPartitions``);
+  (s) (p) with ``publish=`` (a file journal store) and the same mapper, which publishes nothing: each partition's
+      rows of a batch are a consumer transaction (a claim, a fenced checkpoint per partition; rows below it
+      skipped), the machinery a publishing application pays per batch beside its messages. (s)/(p) is its cost.
 
-``--kinds`` picks the kinds run (default: all). Each kind runs once untimed on a small journal set first.
+``--frames-per-trigger N`` bounds each micro-batch (the source's ``maxFramesPerTrigger``) for (p), (q), (r), (s),
+so a per-batch cost shows beside the per-row one (about frames / N batches per query). ``--kinds`` picks the
+kinds run (default: all). Each kind runs once untimed on a small journal set first.
 Rates are committed messages/s (every query reads every frame). Goal: (a)/(c) >= 1.0 at both shapes (of median
 messages/s). Results go to ``bench/results/spark-increments.json`` and ``.png`` (``--quick``:
 ``spark-increments-quick.*``, not committed; a subset of ``--kinds`` without (a) and (c):
@@ -45,6 +50,7 @@ messages/s). Results go to ``bench/results/spark-increments.json`` and ``.png`` 
     python bench/bench_spark_increments.py --quick   # 100k committed messages per shape, 3 repetitions (~1-2 min)
     python bench/bench_spark_increments.py           # 500k per shape, 3 repetitions (~4 min)
     python bench/bench_spark_increments.py --quick --kinds p_sink,q_unshuffled,r_user_repartition
+    python bench/bench_spark_increments.py --quick --kinds p_sink,s_publishing --frames-per-trigger 5000
 """
 
 from __future__ import annotations
@@ -70,15 +76,16 @@ from zcluster.testing.traffic import Traffic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MEMBERS = 50  # members per leaderboard: item<ts mod 50>
-KINDS = ("a_sink", "c_text_hand", "p_sink", "q_unshuffled", "r_user_repartition")
+KINDS = ("a_sink", "c_text_hand", "p_sink", "q_unshuffled", "r_user_repartition", "s_publishing")
 LABELS = {
     "a_sink": "(a) zcluster-journal -> ZClusterSink, Incr (exactly once)",
     "c_text_hand": "(c) text source -> hand-written pipelined ZINCRBY",
     "p_sink": "(p) frames -> PositionedSink (shuffles by partition)",
     "q_unshuffled": "(q) frames -> PositionedSink's tasks, no shuffle",
     "r_user_repartition": "(r) frames -> repartition(partition) -> (q)",
+    "s_publishing": "(s) (p) with publish=: a transaction per partition",
 }
-POSITIONED = ("p_sink", "q_unshuffled", "r_user_repartition")
+POSITIONED = ("p_sink", "q_unshuffled", "r_user_repartition", "s_publishing")
 GOAL = 1.0  # (a)/(c), of messages/s
 
 
@@ -172,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG (drawn when (a) and (c) both run)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="the kinds to run, comma-separated (default: all)")
+    ap.add_argument("--frames-per-trigger", type=int, default=None, help="maxFramesPerTrigger of (p), (q), (r), (s)")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in KINDS if k in args.kinds.split(","))
     if not kinds or set(args.kinds.split(",")) - set(KINDS):
@@ -256,11 +264,13 @@ def main(argv: list[str] | None = None) -> int:
                 return wall
 
             models = {s.name: every_frame(s.text_dir) for s in [*shapes, small]}
+            bounded = {"maxFramesPerTrigger": str(args.frames_per_trigger)} if args.frames_per_trigger else {}
 
             def query_p(s: bs.Shape, kind: str) -> float:
                 flush()
                 name, ckpt = fresh(f"{kind}-{s.name}")
-                sink = zspark.PositionedSink(shards.urls, row_mapper, name, prefix=bs.PREFIX)
+                publish = f"file://{root / 'published' / name}" if kind == "s_publishing" else None
+                sink = zspark.PositionedSink(shards.urls, row_mapper, name, prefix=bs.PREFIX, publish=publish)
 
                 def today(df: Any, batch_id: int) -> None:  # the sink's __call__ before the shuffle
                     if kind == "r_user_repartition":
@@ -272,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                     .option("journals", s.url)
                     .option("rows", "frames")
                     .option("numPartitions", "2")
+                    .options(**bounded)
                     .load()
                     .withColumnRenamed("journal", "partition")
                     .withColumnRenamed("begin", "offset")
@@ -279,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 def go() -> None:
                     q = (
-                        stream.writeStream.foreachBatch(sink if kind == "p_sink" else today)
+                        stream.writeStream.foreachBatch(sink if kind in ("p_sink", "s_publishing") else today)
                         .option("checkpointLocation", str(ckpt))
                         .trigger(availableNow=True)
                         .start()
@@ -334,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     print_report(report)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "spark-increments" + ("" if {"a_sink", "c_text_hand"} <= set(kinds) else "-" + "".join(k[0] for k in kinds))
+    stem += f"-fpt{args.frames_per_trigger}" if args.frames_per_trigger else ""
     stem += "-quick" if args.quick else ""
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {args.out / f'{stem}.json'}")
@@ -374,7 +386,8 @@ def summarize(
             "messages_per_s": rate,
             "totals_exact": True,  # checked after every (a), (p), (q), (r): the run stops otherwise
         }
-        for num, den in (("a_sink", "c_text_hand"), ("p_sink", "q_unshuffled"), ("p_sink", "r_user_repartition")):
+        pairs = (("a_sink", "c_text_hand"), ("p_sink", "q_unshuffled"), ("p_sink", "r_user_repartition"))
+        for num, den in (*pairs, ("s_publishing", "p_sink")):
             if num in sec and den in sec:
                 per_shape[s.name][f"{num[0]}_over_{den[0]}"] = rate[num] / rate[den]
                 per_shape[s.name][f"paired_{num[0]}_over_{den[0]}"] = bs._paired(sec[num], sec[den])
@@ -389,6 +402,7 @@ def summarize(
             "repeat": args.repeat,
             "quick": args.quick,
             "kinds": [k for k in KINDS if k in next(iter(seconds.values()))],
+            "frames_per_trigger": args.frames_per_trigger,
             "producers": bs.PRODUCERS,
             "journals": bs.JOURNALS,
             "steps": steps,
@@ -404,7 +418,7 @@ def summarize(
         "units": {
             "seconds": "query wall time, start to termination",
             "messages_per_s": "committed messages / median seconds",
-            "a_over_c": "of messages/s medians (p_over_q, p_over_r likewise)",
+            "a_over_c": "of messages/s medians (p_over_q, p_over_r, s_over_p likewise)",
         },
         "labels": LABELS,
         "goal": f"a_over_c >= {GOAL}",
@@ -423,7 +437,7 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"{LABELS[kind]:<62}{cells}")
     for name, sh in shapes.items():
         line = f"{name}: {sh['committed']:,} messages over {sh['keys']:,} keys ({sh['totals']:,} totals):"
-        for ratio in ("a_over_c", "p_over_q", "p_over_r"):
+        for ratio in ("a_over_c", "p_over_q", "p_over_r", "s_over_p"):
             if ratio in sh:
                 num, den = ratio.split("_over_")
                 paired = ", ".join(f"{x:.2f}" for x in sh[f"paired_{ratio}"])
