@@ -44,8 +44,8 @@ so a per-batch cost shows beside the per-row one (about frames / N batches per q
 kinds run (default: all). Each kind runs once untimed on a small journal set first.
 Rates are committed messages/s (every query reads every frame). Goal: (a)/(c) >= 1.0 at both shapes (of median
 messages/s). Results go to ``bench/results/spark-increments.json`` and ``.png`` (``--quick``:
-``spark-increments-quick.*``, not committed; a subset of ``--kinds`` without (a) and (c):
-``spark-increments-<kinds' letters>[-quick].json``, no plot).
+``spark-increments-quick.*``, ignored by git unless a text quotes it; a subset of ``--kinds`` without (a) and
+(c): ``spark-increments-<kinds' letters>[-fpt<N>][-quick].json``, no plot).
 
     python bench/bench_spark_increments.py --quick   # 100k committed messages per shape, 3 repetitions (~1-2 min)
     python bench/bench_spark_increments.py           # 500k per shape, 3 repetitions (~4 min)
@@ -384,7 +384,7 @@ def summarize(
             "seconds": sec,
             "median_seconds": med_s,
             "messages_per_s": rate,
-            "totals_exact": True,  # checked after every (a), (p), (q), (r): the run stops otherwise
+            "totals_exact": True,  # checked after every (a), (p), (q), (r), (s): the run stops otherwise
         }
         pairs = (("a_sink", "c_text_hand"), ("p_sink", "q_unshuffled"), ("p_sink", "r_user_repartition"))
         for num, den in (*pairs, ("s_publishing", "p_sink")):

@@ -8,8 +8,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import redis
+
 from zcluster._encode import score_pairs
 from zcluster._keys import ADD, KeyLayout
+from zcluster._slots import NodeView
 from zcluster._topology import Shard, StandaloneTopology
 from zcluster._transport import SHARD_ERRORS, Transport
 from zcluster.errors import PartialScanError
@@ -150,26 +153,22 @@ def shard_stats(layout: KeyLayout, write_sha: str, scan: bool, clustered: bool, 
         used_memory_human=str(memory.get("used_memory_human", "")),
         script_loaded=bool(client.script_exists(write_sha)[0]),
         version=f"{server.get('server_name', 'redis')} {version}",
-        open_slots=open_slots(client.execute_command("CLUSTER", "NODES")) if clustered else None,
+        open_slots=_open_slots(client) if clustered else None,
     )
 
 
-def open_slots(nodes: Any) -> tuple[str, ...]:
-    """The slots a node's ``CLUSTER NODES`` reply shows it holding open for a migration (its own line's
-    ``[slot->-id]`` and ``[slot-<-id]``), the other node named by its address."""
-    rows = [line.split() for line in (nodes.decode() if isinstance(nodes, bytes) else str(nodes)).splitlines()]
-    address = {r[0]: r[1].split("@")[0] for r in rows if len(r) > 1}
-    out: list[str] = []
-    for r in rows:
-        if len(r) > 2 and "myself" in r[2].split(","):
-            for part in r[8:]:
-                if part.startswith("[") and "->-" in part:
-                    slot, peer = part[1:-1].split("->-")
-                    out.append(f"{slot} migrating to {address.get(peer, peer)}")
-                elif part.startswith("[") and "-<-" in part:
-                    slot, peer = part[1:-1].split("-<-")
-                    out.append(f"{slot} importing from {address.get(peer, peer)}")
-    return tuple(out)
+def _open_slots(client: redis.Redis) -> tuple[str, ...] | None:
+    """The slots a node's ``CLUSTER NODES`` shows it holding open for a migration, the other node named by
+    its address; None when the server refuses the command (an ACL, a managed service renaming it)."""
+    try:
+        view = NodeView(to_bytes(client.execute_command("CLUSTER", "NODES")).decode())
+    except redis.ResponseError:
+        return None
+    named = view.address.get
+    return (
+        *(f"{slot} migrating to {named(peer, peer)}" for slot, peer in sorted(view.migrating.items())),
+        *(f"{slot} importing from {named(peer, peer)}" for slot, peer in sorted(view.importing.items())),
+    )
 
 
 def scan_keys(

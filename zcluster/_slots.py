@@ -76,8 +76,9 @@ def glob_regex(pattern: bytes) -> re.Pattern[bytes]:
     return re.compile(b"".join(out), re.DOTALL)
 
 
-class _View:
-    """One node's own view of some slots, from its ``CLUSTER NODES``."""
+class NodeView:
+    """One node's own view of some slots, from its ``CLUSTER NODES`` (also :meth:`zcluster.Cluster.stats`'
+    open slots)."""
 
     def __init__(self, text: str) -> None:
         self.owner: dict[int, str] = {}  # slot -> "host:port" of the master holding it
@@ -152,7 +153,7 @@ def slot_keys(
                 for reply in replies:
                     if isinstance(reply, BaseException):
                         raise PartialScanError([ShardFailure(name, reply, ())])
-                view = _View(to_bytes(replies[-1]).decode())
+                view = NodeView(to_bytes(replies[-1]).decode())
                 for slot, keys in zip(node_slots, replies, strict=False):
                     for raw in keys:
                         rk = to_bytes(raw)

@@ -196,11 +196,7 @@ class ClusterTopology:
     def __init__(
         self, url: str, failover_timeout: float = FAILOVER_TIMEOUT, seeds: Sequence[str] = (), **options: Any
     ) -> None:
-        if isinstance(failover_timeout, bool) or not isinstance(failover_timeout, int | float):
-            raise ConfigError(f"failover_timeout must be a number of seconds, got {failover_timeout!r}")
-        if not 0 <= failover_timeout < 1e6:
-            raise ConfigError(f"failover_timeout must be >= 0 seconds, got {failover_timeout!r}")
-        self.failover_timeout = float(failover_timeout)
+        self.failover_timeout = checked_failover_timeout(failover_timeout)
         self._options = options
         self._seed_url = url
         # Other nodes ("host:port") asked for the map after the seed: a process started while the seed is
@@ -414,6 +410,15 @@ class ClusterTopology:
             s.client.close()
         for client in self._probes.values():
             client.close()
+
+
+def checked_failover_timeout(value: Any) -> float:
+    """``value`` as a ``failover_timeout`` (seconds, 0 <= value < 10**6); a :class:`ConfigError` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"failover_timeout must be a number of seconds, got {value!r}")
+    if not 0 <= value < 1e6:
+        raise ConfigError(f"failover_timeout must be >= 0 seconds (and below 10**6), got {value!r}")
+    return float(value)
 
 
 def _text(raw: Any) -> str:

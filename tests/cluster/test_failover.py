@@ -32,6 +32,7 @@ from zcluster import (
 from zcluster._keys import KeyLayout
 from zcluster._topology import ClusterTopology
 from zcluster.journal.files import FileJournals
+from zcluster.spark.options import config_from_options
 from zcluster.state import Consumer, StateStore
 from zcluster.testing import LocalRedisCluster, LocalServer
 from zcluster.testing.redis_cluster import held_by_replica
@@ -185,6 +186,18 @@ def test_a_bad_failover_timeout_is_a_config_error() -> None:
     for bad in (-1, "5", True, float("nan")):
         with pytest.raises(ConfigError, match="failover_timeout"):
             Cluster.from_cluster_url("redis://127.0.0.1:1", failover_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_failover_timeout_is_a_spark_option_of_a_redis_cluster_only() -> None:
+    config = config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": "90"})
+    assert dict(config.options)["failover_timeout"] == 90.0  # what the Cluster is opened with
+    with pytest.raises(ConfigError, match="failover_timeout must be a number of seconds, not 'soon'"):
+        config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": "soon"})
+    with pytest.raises(ConfigError, match="failover_timeout goes with option cluster_url"):
+        config_from_options({"urls": "redis://127.0.0.1:1", "failover_timeout": "5"})
+    for bad in ("-1", "nan", "1e9"):  # refused in the driver, not in every task that opens the Cluster
+        with pytest.raises(ConfigError, match="failover_timeout must be >= 0 seconds"):
+            config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": bad})
 
 
 def test_a_killed_replica_does_not_disturb_the_client() -> None:

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from zcluster import Cluster, ConfigError, Durability, KeyScoreMember, PartialScanError, ShardError
-from zcluster.spark.options import config_from_options
+from zcluster import Cluster, Durability, KeyScoreMember, PartialScanError, ShardError
 from zcluster.spark.reader import TupleReader
 from zcluster.testing import LocalRedisCluster
 
@@ -65,17 +64,6 @@ def test_a_master_killed_mid_read_without_a_replica_fails_the_read_naming_it(pre
         assert [f.shard for f in info.value.failures] == [dead]
         assert isinstance(info.value.failures[0].error, ShardError | redis.ConnectionError)
         cluster.close()
-
-
-def test_failover_timeout_is_an_option_of_a_redis_cluster_only() -> None:
-    config = config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": "90"})
-    assert dict(config.options)["failover_timeout"] == 90.0  # what the Cluster is opened with
-    with pytest.raises(ConfigError, match="failover_timeout must be a number of seconds, not 'soon'"):
-        config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": "soon"})
-    with pytest.raises(ConfigError, match="failover_timeout goes with option cluster_url"):
-        config_from_options({"urls": "redis://127.0.0.1:1", "failover_timeout": "5"})
-    with pytest.raises(ConfigError, match="failover_timeout must be >= 0 seconds"):
-        config_from_options({"cluster_url": "redis://127.0.0.1:1", "failover_timeout": "-1"}).open()
 
 
 def _rows_of(batch: Any) -> list[tuple[Any, ...]]:

@@ -35,7 +35,7 @@ def info(settings: Settings, no_scan: bool) -> None:
             }
         )
     else:
-        columns = ("shard", "dbsize", "keys", "removed-only", "memory", "script", "version", "open slots")
+        columns = ("shard", "dbsize", "keys", "removed-only", "memory", "script", "version", "open-slots")
         rows = [
             (s.shard, "-", "-", "-", "-", "-", "-", "-")
             if s.error is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from zcluster._topology import checked_failover_timeout
 from zcluster.config import ClusterConfig, StoreConfig
 from zcluster.errors import ConfigError
 from zcluster.farm.config import FarmConfig
@@ -28,11 +29,12 @@ def config_from_options(options: dict[str, str]) -> StoreConfig:
         if given != ["cluster_url"]:
             raise ConfigError("option failover_timeout goes with option cluster_url (a Redis Cluster)")
         try:
-            extra["failover_timeout"] = float(options["failover_timeout"])
+            seconds = float(options["failover_timeout"])
         except ValueError:
             raise ConfigError(
                 f"option failover_timeout must be a number of seconds, not {options['failover_timeout']!r}"
             ) from None
+        extra["failover_timeout"] = checked_failover_timeout(seconds)  # here, in the driver: not in every task
     if options.get("replicas"):
         try:
             replicas = json.loads(options["replicas"])

@@ -53,7 +53,7 @@ class LocalRedisCluster(LocalGroup):
 
     FAILOVER_WAIT = 90.0
     """``failover_timeout`` for a client that must ride out a failover of this cluster: one takes ~4 s on a
-    quiet machine, but an election that fails is retried after 2 x ``cluster-node-timeout``, and a loaded
+    quiet machine, but an election that fails is retried after 4 x ``cluster-node-timeout`` (8 s), and a loaded
     machine has taken over 20 s (the client's default)."""
 
     def __init__(
@@ -181,10 +181,9 @@ class LocalRedisCluster(LocalGroup):
         IMPORTING on the target, MIGRATING on the source, MIGRATE the keys in batches (``pause`` seconds
         between batches, so writers see ASK redirects meanwhile), then SETSLOT NODE on every node.
         """
-        src = self.slot_owner(slot)
-        if src == dst:
+        if self.slot_owner(slot) == dst:
             return 0
-        self.open_slot(slot, dst)
+        src = self.open_slot(slot, dst)
         moved = 0
         with self.servers[src].client() as sc:
             while True:
@@ -212,10 +211,11 @@ class LocalRedisCluster(LocalGroup):
 
     def close_slot(self, slot: int, dst: int) -> None:
         """End ``slot``'s migration: server ``dst`` owns it now, on every running node (SETSLOT NODE)."""
+        owner = self.node_id(dst)
         for s in self.servers:
             if s.process is not None:
                 with s.client() as c:
-                    c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", self.node_id(dst))
+                    c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", owner)
 
     def add_master(self, *, cli: bool | None = None, timeout: float = 30.0) -> int:
         """Start a new cluster node and join it as a master holding no slot; returns its index in ``servers``.
