@@ -313,7 +313,8 @@ class ShardStats:
     ``keys`` and ``removed_only`` count the cluster's logical keys (those with an add set, and those
     holding only tombstones); both are None when the scan was skipped. ``open_slots``: on a Redis Cluster, the
     hash slots this master holds open for a migration, each ``"<slot> migrating to <host:port>"`` or
-    ``"<slot> importing from <host:port>"`` (empty when none; None on standalone shards). A slot stays open
+    ``"<slot> importing from <host:port>"`` (empty when none; None on standalone shards, and where the server
+    refuses ``CLUSTER NODES``). A slot stays open
     while redis-cli moves it, and for good when redis-cli died mid-reshard: a call whose keys that migration
     split waits up to ``failover_timeout`` in TRYAGAIN, then fails (``redis-cli --cluster fix`` closes it).
     ``error`` is set (and the other figures are None) when the shard did not answer.
