@@ -19,7 +19,7 @@ from journal_helpers import ndjson, read_all
 
 from zcluster.journal import FileJournals
 from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD, pack_record, scan_payloads, scan_records
-from zcluster.journal._fragments import _MARK_SPACING
+from zcluster.journal import _marks
 from zcluster.message import OffsetOutOfRangeError
 
 
@@ -98,7 +98,7 @@ def test_open_fragment_reads_come_in_large_chunks_not_one_per_append(tmp_path: P
             fj.append("j", d)
         chunks = list(fj.read("j", 0))
         assert b"".join(c for _, c in chunks) == b"".join(data)
-        assert len(chunks) == 1  # 2000 records, well under 1 MiB: one chunk
+        assert len(chunks) <= 2  # 2000 records, ~100 KB: a first buffer of 64 KiB, then one of twice that
 
 
 class _PreadCounter:
@@ -117,11 +117,13 @@ class _PreadCounter:
 
 
 def _appended(root: Path, n: int, chunk: int) -> tuple[list[bytes], int]:
+    """``n`` lines appended to journal "j", as if by another process: this one remembers no boundary."""
     data = lines(n)
     with FileJournals(root, chunk_size=chunk) as fj:
         fj.create(ndjson("j"))
         for d in data:
             fj.append("j", d)
+    _marks._marks.clear()
     return data, (root / "j" / OPEN_NAME).stat().st_size
 
 
@@ -131,7 +133,7 @@ def test_a_read_past_the_sealed_pieces_resumes_from_a_record_boundary_already_se
     chunk = 4096
     data, size = _appended(tmp_path, 20000, chunk)
     whole = b"".join(data)
-    near = _MARK_SPACING + 4 * chunk  # how far before an offset a scan may have to start
+    near = _marks.SPACING + 4 * chunk  # how far before an offset a scan may have to start
     counter = _PreadCounter(monkeypatch)
     with FileJournals(tmp_path, chunk_size=chunk, recover=False) as fj:
         assert fj.end("j") == len(whole)
@@ -150,7 +152,7 @@ def test_the_end_after_a_read_resumes_from_where_the_read_got_to(
     chunk = 4096
     data, _ = _appended(tmp_path, 20000, chunk)
     whole = b"".join(data)
-    near = _MARK_SPACING + 4 * chunk
+    near = _marks.SPACING + 4 * chunk
     counter = _PreadCounter(monkeypatch)
     with FileJournals(tmp_path, chunk_size=chunk, recover=False) as fj, FileJournals(tmp_path) as writer:
         assert read_all(fj, "j", 0) == whole  # from the open fragment's begin: no end() before the read
@@ -163,7 +165,7 @@ def test_the_end_after_a_read_resumes_from_where_the_read_got_to(
         counter.bytes = 0
         assert fj.end("j") == len(whole) + len(b"".join(more))  # appends since: scanned, only they
         assert counter.bytes <= near + sum(RECORD.size + len(d) for d in more)
-    with FileJournals(tmp_path, chunk_size=chunk, recover=False) as fj:  # a fresh store: a whole scan, exact
+    with FileJournals(tmp_path, chunk_size=chunk, recover=False) as fj:  # a fresh store: exact
         assert fj.end("j") == len(whole) + len(b"".join(more))
 
 
@@ -181,7 +183,7 @@ def test_recovery_scan_is_shared_with_readers_of_the_same_store(
         assert counter.bytes <= 2 * HEADER.size  # the end: from where recovery got to
         off = len(whole) // 2
         assert read_all(fj, "j", off) == whole[off:]
-        assert counter.bytes <= size - off + _MARK_SPACING + 4 * chunk
+        assert counter.bytes <= size - off + _marks.SPACING + 4 * chunk
         fj.append("j", b'{"more":1}\n')  # appends go on, and are seen
         assert read_all(fj, "j", len(whole)) == b'{"more":1}\n'
 
@@ -240,3 +242,51 @@ def test_reads_follow_a_roll_over_and_appends_of_another_store(tmp_path: Path) -
             if len(got) >= len(b"".join(data)):
                 break
         assert got == b"".join(data)
+
+
+def test_a_store_opened_later_in_the_process_starts_its_read_near_the_offset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark sink's task opens the journal store, reads one range of each journal and closes it; the next
+    task of the same worker must not scan the open fragment from its header again (a cost that grew with
+    the fragment until it rolled)."""
+    data, size = _appended(tmp_path, 20000, 1 << 20)
+    whole = b"".join(data)
+    counter = _PreadCounter(monkeypatch)
+    with FileJournals(tmp_path, recover=False) as first:
+        assert first.end("j") == len(whole)
+        assert counter.bytes >= size - HEADER.size  # the first in the process: a whole scan
+    for off in (len(whole) - 100, len(whole) // 2, 7):
+        counter.bytes = 0
+        with FileJournals(tmp_path, recover=False) as later:
+            assert read_all(later, "j", off) == whole[off:]
+            assert later.end("j") == len(whole)
+        assert counter.bytes <= size - off + 2 * _marks.SPACING  # from a boundary at most ~64 KiB before
+
+
+def test_a_short_read_in_a_large_open_fragment_reads_about_its_own_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streaming batch reads a few KB near the end: it must not check a whole read chunk (1 MiB) past them."""
+    data, size = _appended(tmp_path, 60000, 1 << 20)
+    whole = b"".join(data)
+    assert size > 3 << 20
+    counter = _PreadCounter(monkeypatch)
+    with FileJournals(tmp_path, recover=False) as fj:
+        fj.end("j")
+        for off in (len(whole) // 4, len(whole) // 2):
+            counter.bytes = 0
+            begin, chunk = next(iter(fj.read("j", off)))
+            assert begin == off and whole.startswith(chunk, off) and chunk
+            assert counter.bytes <= 3 * _marks.SPACING  # a boundary <= 64 KiB before, then one 64 KiB buffer
+
+
+def test_the_remembered_boundaries_stay_bounded(tmp_path: Path) -> None:
+    """Memory stays flat: a process reading ever more journals keeps the boundaries of the latest ones."""
+    with FileJournals(tmp_path) as fj:
+        for i in range(_marks.JOURNALS + 20):
+            fj.create(ndjson(f"j{i}"))
+            fj.append(f"j{i}", b'{"i":1}\n')
+            assert read_all(fj, f"j{i}", 0) == b'{"i":1}\n'
+    assert len(_marks._marks) == _marks.JOURNALS
+    assert str(tmp_path / f"j{_marks.JOURNALS + 19}") in _marks._marks

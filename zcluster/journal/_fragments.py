@@ -37,7 +37,6 @@ It knows nothing of other journals, metadata, positions or when to roll: that is
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import fcntl
 import functools
@@ -50,6 +49,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from zcluster.journal import _marks
 from zcluster.journal._filefmt import (
     GOOD,
     HEADER,
@@ -72,7 +72,6 @@ from zcluster.journal._filefmt import (
 from zcluster.journal._pieces import MISSING, LostRange, Piece, SealedPieces
 from zcluster.message.errors import JournalError
 
-_MARK_SPACING = 1 << 16  # file bytes between remembered record boundaries: at most ~1000 per 64 MiB open fragment
 _EVERYWHERE = 1 << 62  # a journal offset past every record boundary
 
 __all__ = ["JournalDir", "LostRange", "Piece", "RecoveryReport", "ScanCursor", "fsync_dir", "write_all"]
@@ -140,12 +139,7 @@ class JournalDir(SealedPieces):
         self.end = 0  # journal end offset
         self.end_lock = threading.Lock()
         self.end_cursor = ScanCursor()
-        # Record boundaries of the open fragment seen by scans (see _open_chunks): journal offsets, file
-        # positions, and the open fragment they belong to.
-        self._marks_lock = threading.Lock()
-        self._marks_key: tuple[int, int, float] | None = None
-        self._mark_j: list[int] = []
-        self._mark_f: list[int] = []
+        self.dir_key = os.path.abspath(directory)  # names its open fragments' boundaries in _marks
         # Fragment files whose checksum held: name -> (inode, size, mtime) of the version checked.
         self._verified: dict[str, tuple[int, int, int]] = {}
 
@@ -290,7 +284,7 @@ class JournalDir(SealedPieces):
                 break
             self.end += scan.size
             pos += scan.used
-            self._note_mark(key, self.end, pos)  # for readers of this process (see _open_chunks)
+            _marks.note(self.dir_key, key, self.end, pos)  # for readers of this process (see _open_chunks)
         self.open_size = pos
         if pos == size and not seal and known <= self.end:
             self._share_scan()
@@ -305,7 +299,7 @@ class JournalDir(SealedPieces):
     def _share_scan(self) -> None:
         """Let readers of this process start where this writer's scan of the open fragment got to: its
         records up to ``open_size`` are whole and valid (readable_end then scans only what follows)."""
-        self._note_mark((self.open_ino, self.open_begin, self.open_created), self.end, self.open_size)
+        _marks.note(self.dir_key, (self.open_ino, self.open_begin, self.open_created), self.end, self.open_size)
         with self.end_lock:
             cur = self.end_cursor
             if (cur.ino, cur.begin) != (self.open_ino, self.open_begin) or cur.jpos < self.end:
@@ -522,38 +516,17 @@ class JournalDir(SealedPieces):
         when `pos` lies past the sealed pieces)."""
         return pos >= 0 and (pos <= self.pieces_end() or pos <= self.readable_end())
 
-    def _note_mark(self, key: tuple[int, int, float], jpos: int, fpos: int) -> None:
-        with self._marks_lock:
-            if self._marks_key != key:
-                self._marks_key, self._mark_j, self._mark_f = key, [], []
-            marks = self._mark_f
-            i = bisect.bisect_left(marks, fpos)
-            if (i == 0 or fpos - marks[i - 1] >= _MARK_SPACING) and (
-                i == len(marks) or marks[i] - fpos >= _MARK_SPACING
-            ):
-                marks.insert(i, fpos)
-                self._mark_j.insert(i, jpos)
-
-    def _mark_before(self, key: tuple[int, int, float], want: int, size: int) -> tuple[int, int] | None:
-        """The last record boundary (journal offset, file position) at or before `want` that a scan of the
-        open fragment `key` has seen, within its current `size` (None: none known)."""
-        with self._marks_lock:
-            if self._marks_key != key:
-                return None
-            i = bisect.bisect_right(self._mark_j, want)
-            while i > 0 and self._mark_f[i - 1] > size:  # cut short since (damage): not a boundary now
-                i -= 1
-            return (self._mark_j[i - 1], self._mark_f[i - 1]) if i > 0 else None
-
     def _open_chunks(self, fd: int, cur: ScanCursor, want: int | None) -> Iterator[tuple[int, bytes]]:
         """Scan the open fragment `fd` from `cur` (reset if `fd` is another file, or if `cur` is past
         `want`), advancing `cur`; yield (journal offset, bytes) of the whole records' payloads from `want`
         on, a read buffer's worth at a time (None: yield nothing, only scan).
 
-        Records are read and checked a buffer at a time (:func:`scan_at`). The record boundary reached after
-        each buffer is remembered (in memory, per open fragment: its inode, begin offset and creation time),
-        so that a scan towards `want` starts from the last one before it rather than from the header, and a
-        scan for the end (`want` None) from the last one seen: finding the end after a read costs a stat."""
+        Records are read and checked a buffer at a time (:func:`scan_at`): buffers of the marks' spacing
+        while only checking, growing to the read chunk once payloads reach `want`. The record boundary reached
+        after each buffer is remembered for the whole process (:mod:`zcluster.journal._marks`), so that a
+        scan towards `want` starts at most about 64 KiB before it rather than at the header, also in a store
+        opened since (a Spark task's), and a scan for the end (`want` None) from the last one seen: finding
+        the end after a read costs a stat."""
         # An inode number can be reused once a rolled open fragment is closed: (inode, begin) names one.
         st = os.fstat(fd)
         hdr = unpack_header(os.pread(fd, HEADER.size, 0))
@@ -565,17 +538,23 @@ class JournalDir(SealedPieces):
         if want is None or cur.jpos < want:
             # Towards `want`, or to the end (None: a scan for the end starts from the last boundary seen,
             # e.g. by the read that just went there, rather than from the header)
-            mark = self._mark_before(key, _EVERYWHERE if want is None else want, st.st_size)
+            mark = _marks.before(self.dir_key, key, _EVERYWHERE if want is None else want, st.st_size)
             if mark is not None and mark[0] > cur.jpos:
                 cur.jpos, cur.fpos = mark
         read = functools.partial(os.pread, fd)
         window = max(self._chunk_size, RECORD.size)
+        # The buffer: the marks' spacing while only checking records, then doubling up to the read chunk
+        # from `want` on (a short read, the common case of a streaming batch, stops after one or two).
+        step = max(min(window, _marks.SPACING), RECORD.size)
         size, remeasured = st.st_size, False
         while True:
             # Payloads are collected only from the buffers that may reach `want` (a buffer's payloads are
-            # shorter than it). A record larger than the window is read whole if the file holds it (a
+            # shorter than it). A record larger than the buffer is read whole if the file holds it (a
             # damaged length can claim up to 4 GiB: never allocated); the file may have grown meanwhile.
-            scan = scan_at(read, cur.fpos, window, size, collect=want is not None and cur.jpos + window > want)
+            collect = want is not None and cur.jpos + step > want
+            scan = scan_at(read, cur.fpos, step, size, collect=collect)
+            if collect:
+                step = min(2 * step, window)
             if not scan.records:
                 if remeasured or (grown := os.fstat(fd).st_size) == size:
                     return
@@ -588,7 +567,7 @@ class JournalDir(SealedPieces):
             jpos = cur.jpos
             cur.fpos += scan.used
             cur.jpos += scan.size
-            self._note_mark(key, cur.jpos, cur.fpos)
+            _marks.note(self.dir_key, key, cur.jpos, cur.fpos)
             if not reaches or want is None or scan.payload is None:
                 continue
             if jpos < want:  # `want` lies in this buffer
