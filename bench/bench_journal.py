@@ -22,11 +22,22 @@ store opening included); ``raw`` counts the newlines of the same bytes in plain 
 µs/frame are medians of ``--runs`` runs (interleaved); written to bench/results/journal-read.json.
 
     python bench/bench_journal.py --read-path [--frames 150000] [--journals 4] [--runs 7]
+
+``--tail-reads``: a streaming batch's read of a file journal, as a Spark sink's task makes it: a store opened
+for the read (``recover=False``), the last 250 frames of one journal read, its ``end()`` asked, the store
+closed, while the open fragment (one record per frame, as publishers append) grows to 1, 8, 24 and 48 MiB.
+``first``: the first such read in a process (nothing remembered: the whole open fragment is checked);
+``later``: the median of ``--runs`` reads after it (what every later task of a reused worker pays). Baseline:
+``raw``, ``os.pread`` of the same bytes. Its figure of merit: ``later`` stays flat as the fragment grows.
+Written to bench/results/journal-tail.json.
+
+    python bench/bench_journal.py --tail-reads [--runs 7]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import shutil
@@ -38,7 +49,8 @@ from pathlib import Path
 
 import redis
 
-from zcluster.journal import FileJournals, RedisJournals
+from zcluster.journal import FileJournals, RedisJournals, _marks
+from zcluster.journal.frames import read_range_frames
 from zcluster.message import CONTENT_TYPE_NDJSON, JournalSpec
 from zcluster.testing import LocalShards
 
@@ -260,6 +272,50 @@ def read_path_main(args: argparse.Namespace) -> None:
     print(f"wrote {args.out / 'journal-read.json'}")
 
 
+def _tail_read(root: Path, begin: int, end: int, frames: int) -> None:
+    with FileJournals(root, recover=False) as fj:
+        n = sum(1 for _ in read_range_frames(fj, "j", CONTENT_TYPE_NDJSON, begin, end))
+        assert n == frames and fj.end("j") == end
+
+
+def _raw_tail(path: Path, nbytes: int) -> None:
+    with open(path, "rb") as f:
+        f.seek(-nbytes, 2)
+        f.read()
+
+
+def tail_reads_main(args: argparse.Namespace) -> None:
+    line = frames(1)[0]
+    tail = 250
+    results: dict[str, object] = {"params": {"frame_bytes": len(line), "tail_frames": tail, "runs": args.runs}}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "journals"
+        with FileJournals(root, fragment_bytes=1 << 30) as writer:
+            writer.create(JournalSpec("j", {"content-type": CONTENT_TYPE_NDJSON}))
+            size = 0
+            for mib in (1, 8, 24, 48):
+                while size < mib << 20:
+                    writer.append("j", line)
+                    size += len(line)
+                end = writer.end("j")
+                begin = end - tail * len(line)
+
+                read_once = functools.partial(_tail_read, root, begin, end, tail)
+                raw_once = functools.partial(_raw_tail, root / "j" / ".open", tail * (len(line) + 8))
+                _marks._marks.clear()  # as a new process: the writer's own scans are not a reader's
+                first = timed(read_once)
+                later = statistics.median(timed(read_once) for _ in range(args.runs))
+                raw = statistics.median(timed(raw_once) for _ in range(args.runs))
+                print(
+                    f"open fragment {mib:>2} MiB: first read {first * 1e3:7.2f} ms, later reads {later * 1e3:6.2f} ms, "
+                    f"raw pread {raw * 1e3:5.2f} ms (later / raw {later / raw:.0f}x)"
+                )
+                results[f"{mib} MiB"] = {"first_ms": first * 1e3, "later_ms": later * 1e3, "raw_ms": raw * 1e3}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "journal-tail.json").write_text(json.dumps(results, indent=2))
+    print(f"wrote {args.out / 'journal-tail.json'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=100_000)
@@ -267,13 +323,14 @@ def main() -> None:
     ap.add_argument("--single", type=int, default=10_000, help="messages for the one-append-per-message runs")
     ap.add_argument("--runs", type=int, default=None, help="runs per figure (default 5; --read-path: 7)")
     ap.add_argument("--read-path", action="store_true", help="only the file journals' read path (see above)")
+    ap.add_argument("--tail-reads", action="store_true", help="only a streaming batch's short reads (see above)")
     ap.add_argument("--frames", type=int, default=150_000, help="--read-path: frames, one append each")
     ap.add_argument("--journals", type=int, default=4, help="--read-path: journals the frames go round")
     ap.add_argument("--out", type=Path, default=RESULTS, help="--read-path: results folder (default bench/results)")
     args = ap.parse_args()
-    if args.read_path:
+    if args.read_path or args.tail_reads:
         args.runs = args.runs or 7
-        read_path_main(args)
+        (read_path_main if args.read_path else tail_reads_main)(args)
         return
     args.runs = args.runs or 5
     data = frames(args.messages)

@@ -149,6 +149,13 @@ def run_trigger(spark: Any, shards: Any, trigger: str, rate: float, seconds: flo
             k: statistics.median(d.get(k, 0) for d in durations) for k in (durations[0] if durations else {})
         },
         "batch_seconds_median": statistics.median(b.seconds for b in batches) if batches else float("nan"),
+        # Whether a batch gets slower as the query runs (the journals' open fragments grow): per quarter.
+        "batch_seconds_by_quarter": [
+            statistics.median(q)
+            if (q := [b.seconds for b in batches[i * len(batches) // 4 : (i + 1) * len(batches) // 4]])
+            else float("nan")
+            for i in range(4)
+        ],
         "latencies": latencies,
     }
 
@@ -179,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"({r['batches']} batches, median batch {r['batch_seconds_median']:.3f} s, unseen {r['unseen']})"
                 )
                 print(f"  median ms per trigger phase: {r['phases_ms']}")
+                quarters = ", ".join(f"{q:.3f}" for q in r["batch_seconds_by_quarter"])
+                print(f"  the sink's median batch seconds, quarter by quarter of the run: {quarters}")
                 runs.append(r)
         finally:
             spark.stop()

@@ -11,15 +11,14 @@ import os
 import random
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from journal_helpers import ndjson, read_all
 
-from zcluster.journal import FileJournals
+from zcluster.journal import FileJournals, _marks
 from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD, pack_record, scan_payloads, scan_records
-from zcluster.journal import _marks
 from zcluster.message import OffsetOutOfRangeError
 
 
@@ -114,6 +113,16 @@ class _PreadCounter:
             return out
 
         monkeypatch.setattr(os, "pread", pread)
+
+
+def _file_position(data: list[bytes], off: int) -> int:
+    """Where the record holding journal offset ``off`` starts in the open fragment (one record per line)."""
+    pos, fpos = 0, HEADER.size
+    for d in data:
+        if pos + len(d) > off:
+            return fpos
+        pos, fpos = pos + len(d), fpos + RECORD.size + len(d)
+    return fpos
 
 
 def _appended(root: Path, n: int, chunk: int) -> tuple[list[bytes], int]:
@@ -256,12 +265,15 @@ def test_a_store_opened_later_in_the_process_starts_its_read_near_the_offset(
     with FileJournals(tmp_path, recover=False) as first:
         assert first.end("j") == len(whole)
         assert counter.bytes >= size - HEADER.size  # the first in the process: a whole scan
-    for off in (len(whole) - 100, len(whole) // 2, 7):
+    for off in (len(whole) - 100, len(whole) // 2, len(whole) // 5, 7):
         counter.bytes = 0
         with FileJournals(tmp_path, recover=False) as later:
             assert read_all(later, "j", off) == whole[off:]
             assert later.end("j") == len(whole)
-        assert counter.bytes <= size - off + 2 * _marks.SPACING  # from a boundary at most ~64 KiB before
+        # The read's check that `off` is readable scans for the end, from the last boundary remembered (at
+        # most one checking buffer, 64 KiB, before it); the read itself from the one before the record
+        # holding `off`; its end() after the read costs a stat.
+        assert counter.bytes <= size - _file_position(data, off) + 2 * _marks.SPACING + 4096
 
 
 def test_a_short_read_in_a_large_open_fragment_reads_about_its_own_length(
@@ -274,19 +286,58 @@ def test_a_short_read_in_a_large_open_fragment_reads_about_its_own_length(
     counter = _PreadCounter(monkeypatch)
     with FileJournals(tmp_path, recover=False) as fj:
         fj.end("j")
-        for off in (len(whole) // 4, len(whole) // 2):
+        for off in range(len(whole) // 8, len(whole), len(whole) // 40):
             counter.bytes = 0
             begin, chunk = next(iter(fj.read("j", off)))
             assert begin == off and whole.startswith(chunk, off) and chunk
-            assert counter.bytes <= 3 * _marks.SPACING  # a boundary <= 64 KiB before, then one 64 KiB buffer
+            # A boundary <= 64 KiB before, then a 64 KiB buffer (and, should its payloads end short of
+            # `off`, one of 128 KiB): never the 1 MiB read chunk.
+            assert counter.bytes <= 4 * _marks.SPACING, off
 
 
 def test_the_remembered_boundaries_stay_bounded(tmp_path: Path) -> None:
     """Memory stays flat: a process reading ever more journals keeps the boundaries of the latest ones."""
-    with FileJournals(tmp_path) as fj:
+    with FileJournals(tmp_path, chunk_size=16) as fj:  # a buffer per record: each boundary a chance to note
         for i in range(_marks.JOURNALS + 20):
             fj.create(ndjson(f"j{i}"))
             fj.append(f"j{i}", b'{"i":1}\n')
-            assert read_all(fj, f"j{i}", 0) == b'{"i":1}\n'
+            fj.append(f"j{i}", b'{"i":2}\n')  # a boundary a whole record follows: one to remember
+            assert read_all(fj, f"j{i}", 0) == b'{"i":1}\n{"i":2}\n'
     assert len(_marks._marks) == _marks.JOURNALS
     assert str(tmp_path / f"j{_marks.JOURNALS + 19}") in _marks._marks
+
+
+def test_an_append_taken_back_leaves_no_boundary_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record another store object of this process read while its append was failing (fsync: EIO) is cut
+    back, and later appends of another shape cover its place: no store opened later may start a scan at the
+    boundary that record ended at (it would hand out the journal's bytes at the wrong offsets)."""
+    real_fsync = os.fsync
+    failing: list[Callable[[], None]] = []
+
+    def fsync(fd: int) -> None:
+        if failing:
+            failing.pop()()
+            raise OSError(5, "EIO (simulated)")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with FileJournals(tmp_path, fsync=True) as writer:
+        writer.create(ndjson("j"))
+        for i in range(2000):
+            writer.append("j", b'{"i":%05d,"pad":"%s"}\n' % (i, b"x" * 40))
+
+        def read_meanwhile() -> None:
+            with FileJournals(tmp_path, recover=False) as reader:
+                read_all(reader, "j", 0)
+
+        failing.append(read_meanwhile)
+        with pytest.raises(OSError, match="EIO"):
+            writer.append("j", b"A" * 1999 + b"\n")  # 2,008 file bytes, taken back
+        for line in (b"B" * 995 + b"\n", b"C" * 995 + b"\n", b'{"after":1}\n'):  # the same file bytes, 2 records
+            writer.append("j", line)
+        whole = read_all(writer, "j", 0)
+    assert b"A" not in whole
+    with FileJournals(tmp_path, recover=False) as fresh:
+        assert fresh.end("j") == len(whole)
+        for off in (len(whole) - 4, len(whole) - 12, len(whole) - 2000):
+            assert read_all(fresh, "j", off) == whole[off:]

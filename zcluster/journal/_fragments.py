@@ -140,6 +140,9 @@ class JournalDir(SealedPieces):
         self.end_lock = threading.Lock()
         self.end_cursor = ScanCursor()
         self.dir_key = os.path.abspath(directory)  # names its open fragments' boundaries in _marks
+        # Where this object's last scan of the open fragment ended: trusted by this object only, as _marks
+        # trusts only boundaries a whole record follows (the last record may be an append being taken back).
+        self._scanned: tuple[tuple[int, int, float], int, int] | None = None
         # Fragment files whose checksum held: name -> (inode, size, mtime) of the version checked.
         self._verified: dict[str, tuple[int, int, int]] = {}
 
@@ -522,11 +525,12 @@ class JournalDir(SealedPieces):
         on, a read buffer's worth at a time (None: yield nothing, only scan).
 
         Records are read and checked a buffer at a time (:func:`scan_at`): buffers of the marks' spacing
-        while only checking, growing to the read chunk once payloads reach `want`. The record boundary reached
-        after each buffer is remembered for the whole process (:mod:`zcluster.journal._marks`), so that a
-        scan towards `want` starts at most about 64 KiB before it rather than at the header, also in a store
-        opened since (a Spark task's), and a scan for the end (`want` None) from the last one seen: finding
-        the end after a read costs a stat."""
+        (64 KiB) while only checking, doubling up to the read chunk once payloads may reach `want`. Where a
+        buffer's whole records start is remembered for the whole process (:mod:`zcluster.journal._marks`:
+        only boundaries a whole record follows, which no failed append can take back), so that a scan
+        towards `want` starts at most about 64 KiB before it rather than at the header, also in a store
+        opened since (a Spark task's). Where this object's last scan ended is kept too, for this object
+        only: its scan for the end (`want` None) after a read costs a stat."""
         # An inode number can be reused once a rolled open fragment is closed: (inode, begin) names one.
         st = os.fstat(fd)
         hdr = unpack_header(os.pread(fd, HEADER.size, 0))
@@ -538,7 +542,12 @@ class JournalDir(SealedPieces):
         if want is None or cur.jpos < want:
             # Towards `want`, or to the end (None: a scan for the end starts from the last boundary seen,
             # e.g. by the read that just went there, rather than from the header)
-            mark = _marks.before(self.dir_key, key, _EVERYWHERE if want is None else want, st.st_size)
+            upto = _EVERYWHERE if want is None else want
+            mark = _marks.before(self.dir_key, key, upto, st.st_size)
+            last = self._scanned  # where this object's last scan ended (a tuple: read without a lock)
+            ours = last is not None and last[0] == key and last[1] <= upto and last[2] <= st.st_size
+            if last is not None and ours and (mark is None or last[1] > mark[0]):
+                mark = (last[1], last[2])
             if mark is not None and mark[0] > cur.jpos:
                 cur.jpos, cur.fpos = mark
         read = functools.partial(os.pread, fd)
@@ -561,13 +570,15 @@ class JournalDir(SealedPieces):
                 size, remeasured = grown, True
                 continue
             remeasured = False
+            if cur.fpos > HEADER.size:  # a boundary followed by a whole record: there for good (see _marks)
+                _marks.note(self.dir_key, key, cur.jpos, cur.fpos)
             reaches = want is not None and cur.jpos + scan.size > want
             if reaches and scan.payload is None:  # a record larger than the window: read it again, whole
                 scan = scan_at(read, cur.fpos, window, size)
             jpos = cur.jpos
             cur.fpos += scan.used
             cur.jpos += scan.size
-            _marks.note(self.dir_key, key, cur.jpos, cur.fpos)
+            self._scanned = (key, cur.jpos, cur.fpos)
             if not reaches or want is None or scan.payload is None:
                 continue
             if jpos < want:  # `want` lies in this buffer
