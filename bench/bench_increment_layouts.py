@@ -29,6 +29,7 @@ once against the code before a change and once after, ``--label before`` / ``--l
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import time
@@ -116,6 +117,35 @@ FORMATS: dict[str, tuple[bytes, Callable[[int, int], str]] | None] = {
 }
 
 
+def one_key(
+    client: redis.Redis,
+    incs: list[Any],
+    total: Callable[[Any, Any], Any],
+    fence: Callable[[Any, str, int, int], Any] | None,
+) -> None:
+    """From FLUSHALL, each increment's ``total(pipe, inc)``, then per key its ``fence(pipe, redis key, last
+    position, count)``: a one-key layout written by hand, pipelined."""
+    client.flushall()
+    pipe = client.pipeline(transaction=False)
+    last: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for pos, i in enumerate(incs):
+        total(pipe, i)
+        last[i.key], count[i.key] = pos, count.get(i.key, 0) + 1
+    if fence is not None:
+        for k in last:
+            fence(pipe, "{b:" + k + "}+", last[k], count[k])
+    pipe.execute()
+
+
+def _hash_fence(fence: tuple[bytes, Callable[[int, int], str]], pipe: Any, key: str, last: int, n: int) -> None:
+    pipe.hset(key, fence[0], fence[1](last, n))
+
+
+def _member_fence(extra: dict[bytes, int], pipe: Any, key: str, last: int, n: int) -> None:
+    pipe.zadd(key, {FENCE + f"{last}:0:0:{n}".encode(): 0, **extra})
+
+
 def formats(cluster: Cluster, client: redis.Redis) -> dict[str, Any]:
     incs = make(N, *SHAPES["spread"], seed=len("spread"), counters=True)
     distinct = len({(i[0], i[1]) for i in incs})
@@ -124,17 +154,12 @@ def formats(cluster: Cluster, client: redis.Redis) -> dict[str, Any]:
     plain = bytes_per_member(client, distinct)
     out: dict[str, Any] = {"plain_bytes_per_member": plain}
     for name, fence in FORMATS.items():
-        client.flushall()
-        pipe = client.pipeline(transaction=False)
-        last: dict[str, int] = {}
-        count: dict[str, int] = {}
-        for pos, i in enumerate(incs):
-            pipe.hincrby("{b:" + i.key + "}+", i.field, i.delta)
-            last[i.key], count[i.key] = pos, count.get(i.key, 0) + 1
-        if fence is not None:
-            for k in last:
-                pipe.hset("{b:" + k + "}+", fence[0], fence[1](last[k], count[k]))
-        pipe.execute()
+        one_key(
+            client,
+            incs,
+            lambda pipe, i: pipe.hincrby("{b:" + i.key + "}+", i.field, i.delta),
+            None if fence is None else functools.partial(_hash_fence, fence),
+        )
         mine = bytes_per_member(client, distinct)
         out[name] = {"bytes_per_member": mine, "ratio": mine / plain}
         print(f"{name:42s} {mine:6.1f} B/member  {mine / plain:.2f}x plain HINCRBY ({plain:.1f})")
@@ -156,18 +181,13 @@ def sums_memory(cluster: Cluster, client: redis.Redis) -> dict[str, Any]:
         plain = bytes_per_member(client, distinct)
         row: dict[str, Any] = {"plain_bytes_per_member": plain}
         for layout in ("one key: totals + fence member + marker", "one key: totals + fence member"):
-            client.flushall()
-            pipe = client.pipeline(transaction=False)
-            last: dict[str, int] = {}
-            count: dict[str, int] = {}
-            for pos, i in enumerate(incs):
-                pipe.zincrby("{b:" + i.key + "}+", i.delta, i.member)
-                last[i.key], count[i.key] = pos, count.get(i.key, 0) + 1
-            for k in last:
-                pipe.zadd("{b:" + k + "}+", {FENCE + f"{last[k]}:0:0:{count[k]}".encode(): 0})
-                if "marker" in layout:
-                    pipe.zadd("{b:" + k + "}+", {MARKER: 0})
-            pipe.execute()
+            extra = {MARKER: 0} if "marker" in layout else {}
+            one_key(
+                client,
+                incs,
+                lambda pipe, i: pipe.zincrby("{b:" + i.key + "}+", i.delta, i.member),
+                functools.partial(_member_fence, extra),
+            )
             mine = bytes_per_member(client, distinct)
             row[layout] = {"bytes_per_member": mine, "ratio": mine / plain}
         client.flushall()
