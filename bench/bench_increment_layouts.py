@@ -199,11 +199,6 @@ def sums_memory(cluster: Cluster, client: redis.Redis) -> dict[str, Any]:
     return out
 
 
-def _url(client: redis.Redis) -> str:
-    kw = client.connection_pool.connection_kwargs
-    return f"redis://{kw['host']}:{kw['port']}"
-
-
 def checked_write_script() -> Script:
     """``lua/write.lua`` plus the read a one-key sums layout would need: ZSCORE of the marker in each K+."""
     stock = write_script()
@@ -215,9 +210,8 @@ def checked_write_script() -> Script:
     return Script("write-checked", source, hashlib.sha1(source).hexdigest())
 
 
-def sums_read(client: redis.Redis, repeat: int) -> dict[str, Any]:
+def sums_read(client: redis.Redis, url: str, repeat: int) -> dict[str, Any]:
     """Cluster.insert with the stock write script against the one with the extra read, interleaved."""
-    url = _url(client)
     points = [(2_000, None), (2_000, 10_000), (100_000, None), (100_000, 10_000)]
     clusters: dict[tuple[str, int | None], Cluster] = {}
     for bound in (None, 10_000):
@@ -277,8 +271,8 @@ def sums_read(client: redis.Redis, repeat: int) -> dict[str, Any]:
     return out
 
 
-def sums(cluster: Cluster, client: redis.Redis, repeat: int = 3) -> dict[str, Any]:
-    return {"memory": sums_memory(cluster, client), "write_path": sums_read(client, repeat)}
+def sums(cluster: Cluster, client: redis.Redis, url: str, repeat: int) -> dict[str, Any]:
+    return {"memory": sums_memory(cluster, client), "write_path": sums_read(client, url, repeat)}
 
 
 def main() -> int:
@@ -290,7 +284,7 @@ def main() -> int:
     with LocalShards(1) as shards, Cluster.from_urls(shards.urls, prefix="b:") as cluster:
         client = redis.Redis.from_url(shards.urls[0])
         if args.what == "sums":
-            report = sums(cluster, client, args.repeat)
+            report = sums(cluster, client, shards.urls[0], args.repeat)
         else:
             report = {"commands": commands, "cpu": cpu, "formats": formats}[args.what](cluster, client)
     RESULTS.mkdir(exist_ok=True)

@@ -50,6 +50,7 @@ from pathlib import Path
 import redis
 
 from zcluster.journal import FileJournals, RedisJournals, _marks
+from zcluster.journal._filefmt import OPEN_NAME, RECORD
 from zcluster.journal.frames import read_range_frames
 from zcluster.message import CONTENT_TYPE_NDJSON, JournalSpec
 from zcluster.testing import LocalShards
@@ -217,10 +218,14 @@ def bench_read_path(root: Path, raw: list[Path], names: list[str]) -> dict[str, 
                 while chunk := f.read(1 << 20):
                     chunk.count(b"\n")
 
+    def fresh(fn: Callable[[], object]) -> float:
+        _marks._marks.clear()  # as a new process: nothing remembered of the open fragments
+        return timed(fn)
+
     out["raw"] = timed(raw_read)
-    out["open+recover"] = timed(open_recover)
-    out["end"] = timed(ends)
-    out["read"] = timed(read)
+    out["open+recover"] = fresh(open_recover)
+    out["end"] = fresh(ends)
+    out["read"] = fresh(read)
     try:
         from zcluster.spark.source import JournalRange, read_batches
     except ImportError:  # no spark extra
@@ -228,7 +233,7 @@ def bench_read_path(root: Path, raw: list[Path], names: list[str]) -> dict[str, 
     with FileJournals(root, recover=False) as fj:
         parts = [JournalRange(n, CONTENT_TYPE_NDJSON, 0, fj.end(n)) for n in names]
     rows: list[int] = []
-    out["source"] = timed(lambda: rows.extend(b.num_rows for p in parts for b in read_batches(url, p)))
+    out["source"] = fresh(lambda: rows.extend(b.num_rows for p in parts for b in read_batches(url, p)))
     return out
 
 
@@ -301,7 +306,7 @@ def tail_reads_main(args: argparse.Namespace) -> None:
                 begin = end - tail * len(line)
 
                 read_once = functools.partial(_tail_read, root, begin, end, tail)
-                raw_once = functools.partial(_raw_tail, root / "j" / ".open", tail * (len(line) + 8))
+                raw_once = functools.partial(_raw_tail, root / "j" / OPEN_NAME, tail * (len(line) + RECORD.size))
                 _marks._marks.clear()  # as a new process: the writer's own scans are not a reader's
                 first = timed(read_once)
                 later = statistics.median(timed(read_once) for _ in range(args.runs))

@@ -545,9 +545,8 @@ class JournalDir(SealedPieces):
             upto = _EVERYWHERE if want is None else want
             mark = _marks.before(self.dir_key, key, upto, st.st_size)
             last = self._scanned  # where this object's last scan ended (a tuple: read without a lock)
-            ours = last is not None and last[0] == key and last[1] <= upto and last[2] <= st.st_size
-            if last is not None and ours and (mark is None or last[1] > mark[0]):
-                mark = (last[1], last[2])
+            if last is not None and last[0] == key and last[1] <= upto and last[2] <= st.st_size:
+                mark = last[1:] if mark is None else max(mark, last[1:])
             if mark is not None and mark[0] > cur.jpos:
                 cur.jpos, cur.fpos = mark
         read = functools.partial(os.pread, fd)
