@@ -89,24 +89,25 @@ def judge(
     """What a client listing ``names`` makes of a marker ``stored``: returns the marker to compare as usual
     (re-read after a cut-over ended), or raises.
 
+    Waits while the cut-over of a move from ``names``, or onto them, runs (a shard of both lists holds the
+    source's marker until the last writes of the cut-over).
+
     Raises :class:`StoreMoved` (``settled``: a long-lived client follows) or :class:`LayoutMovedError` (a new
     client is refused) when this list's layout was retired; :class:`LayoutMismatchError` when ``names`` is the
-    target of a migration still running (use the source until its cut-over).
+    target of a migration still copying (use the source until its cut-over), or a cut-over lasted over
+    :data:`CUTOVER_WAIT` seconds.
     """
     deadline = time.monotonic() + CUTOVER_WAIT
     while True:
         move = stored.get("move")
-        if isinstance(move, dict) and list(stored.get("shards", ())) == names:
-            state = move.get("state")
-            if state == "done":
-                moved(move["to"], names, settled, stored)
-            if state != "cutting":
-                return stored
+        ours = list(stored.get("shards", ())) == names
+        # The cut-over of a move from (ours) or onto (a shard of both lists, not yet re-marked) these shards.
+        if isinstance(move, dict) and move.get("state") == "cutting" and (ours or _lists(move.get("to", {})) == names):
             if time.monotonic() > deadline:
                 raise LayoutMismatchError(
                     f"the store {stored.get('prefix')} has been in the cut-over of migration {move.get('id')} to "
                     f"{describe(move['to'])} for over {CUTOVER_WAIT:.0f} s: its mover stopped? Resume it "
-                    "(zcluster migrate --resume, or Migration.run() again); clients wait for it"
+                    "(run the same zcluster migrate command, or Migration.run(), again); clients wait for it"
                 )
             time.sleep(POLL)
             again = reread()
@@ -114,6 +115,10 @@ def judge(
                 return None
             stored = again
             continue
+        if isinstance(move, dict) and ours:
+            if move.get("state") == "done":
+                moved(move["to"], names, settled, stored)
+            return stored
         origin = stored.get("from")
         if isinstance(origin, dict) and list(origin.get("shards", ())) == names and stored.get("shards") != names:
             to = {"routing": stored.get("routing"), "urls": stored.get("urls", []), "id": stored.get("id")}

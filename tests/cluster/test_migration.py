@@ -225,9 +225,42 @@ def test_bad_layouts_are_refused_before_anything_moves(five: LocalShards) -> Non
         assert all(c.select([f"k{i}" for i in range(100)]).values())
 
 
-def mover(source: list[str], target: list[str], prefix: str, *extra: str) -> subprocess.Popen[bytes]:
-    """``zcluster migrate`` in its own process (so that a test can SIGKILL it)."""
-    args = [sys.executable, "-m", "zcluster.cli", "--prefix", prefix]
+# ``zcluster migrate`` that SIGKILLs itself at a named point of its cut-over: ``cutting`` (every source marker in
+# its cut-over, clients waiting, before the last copy), ``final:N`` (right after the N-th final write to a
+# source marker: the target's marker on a shard of both layouts, or ``done``), ``clean`` (the cut-over done).
+_KILLING = """
+import json, os, signal, sys
+from zcluster.migration import mover
+point = sys.argv.pop(1)
+def die(*_):
+    os.kill(os.getpid(), signal.SIGKILL)
+if point == "cutting":
+    mover.Migration._last_copy = die
+elif point == "clean":
+    mover.Migration._clean_up = die
+else:
+    at, cas, count = int(point.partition(":")[2]), mover.Migration._cas, [0]
+    def counting(self, shard, old, value):
+        cas(self, shard, old, value)
+        marker = json.loads(value)
+        origin = marker.get("from")  # the target's marker on a shard of both layouts
+        final = isinstance(origin, dict) and origin.get("shards") != marker.get("shards")
+        if final or marker.get("move", {}).get("state") == "done":
+            count[0] += 1
+            if count[0] == at:
+                die()
+    mover.Migration._cas = counting
+from zcluster.cli import main
+main()
+"""
+
+
+def mover(
+    source: list[str], target: list[str], prefix: str, *extra: str, kill_at: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``zcluster migrate`` in its own process (so that a test can SIGKILL it, or it kills itself at
+    ``kill_at``: see ``_KILLING``)."""
+    args = [sys.executable, *(("-c", _KILLING, kill_at) if kill_at else ("-m", "zcluster.cli")), "--prefix", prefix]
     for url in source:
         args += ["--url", url]
     args += ["migrate", "--namespace", prefix, "--json", *extra]
@@ -270,10 +303,8 @@ def test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses
                 refused = pytest.raises(LayoutMismatchError, match="being moved onto these shards")
                 with refused, Cluster.from_urls(target, prefix=prefix) as early:  # not before the cut-over
                     early.select(["t:1"])
-            proc = mover(source, target, prefix)  # killed in its cut-over: clients are waiting then
-            until_state(source[0], prefix, "cutting", proc)
-            proc.kill()
-            proc.wait(10)
+            proc = mover(source, target, prefix, kill_at="cutting")  # killed in its cut-over: clients wait
+            proc.wait(300)
             cut_short = proc.returncode == -signal.SIGKILL and move_state(source[0], prefix) == "cutting"
             done = mover(source, target, prefix)
             out, err = done.communicate(timeout=300)
@@ -290,6 +321,50 @@ def test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses
     for url in source:  # every keyspace notification setting the mover changed is back as it was
         with redis.Redis.from_url(url) as r:
             assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == ""
+
+
+@pytest.mark.parametrize(
+    ("shape", "kill_at", "left", "resumed"),
+    [
+        ("grow", "final:1", [None, "cutting"], "cutting"),  # the first shard re-marked, the second's clients wait
+        ("grow", "clean", [None, None], "done"),  # the cut-over done, the moved keys not yet deleted
+        ("shrink", "final:2", [None, None, "cutting"], "cutting"),  # the retired shard's clients still wait
+    ],
+)
+def test_the_mover_killed_among_its_cut_overs_last_writes_finishes_them_when_run_again(
+    five: LocalShards, shape: str, kill_at: str, left: list[str | None], resumed: str
+) -> None:
+    prefix = f"mg{next(_names)}:"
+    source, target = (five.urls[:2], five.urls[:3]) if shape == "grow" else (five.urls[:3], five.urls[:2])
+    with Cluster.from_urls(source, prefix=prefix) as cluster:
+        writer = Writer(cluster)
+        for _ in range(30):
+            writer.step()
+        with writer:
+            killed = mover(source, target, prefix, kill_at=kill_at)
+            killed.communicate(timeout=300)
+            assert killed.returncode == -signal.SIGKILL
+            assert [move_state(url, prefix) for url in source] == left
+            time.sleep(0.5)  # the writer meets the half-written cut-over
+            done = mover(source, target, prefix)
+            out, err = done.communicate(timeout=300)
+            assert done.returncode == 0, err.decode()
+            report = json.loads(out)
+            time.sleep(0.3)  # and goes on against the target
+        assert report["resumed_from"] == resumed
+        writer.check(cluster)
+        assert writer.reads_back > 0
+        assert cluster.shards == [u.rpartition("/")[2] for u in target]
+    with Cluster.from_urls(target, prefix=prefix) as fresh:
+        writer.check(fresh)
+    with pytest.raises(LayoutMovedError), Cluster.from_urls(source, prefix=prefix) as old:
+        old.select(["t:1"])
+    for i, url in enumerate(source[: len(target)]):  # the keys that moved away are gone from the shared servers
+        with redis.Redis.from_url(url) as r:
+            assert [k for k in r.scan_iter(match=f"{{{prefix}t:*") if fresh_shard(target, prefix, k) != i] == []
+            assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == ""
+    if shape == "grow":
+        assert report["removed"] > 0
 
 
 def test_a_standalone_store_moves_into_a_redis_cluster_under_a_writer() -> None:

@@ -40,11 +40,15 @@ class Marking:
     others: list[bytes]
     keep_others: bool
     _seen: list[dict[str, Any]]
+    source_id: str
     _notify: list[str]
 
     # -- markers ------------------------------------------------------------------------------------------
 
     def _source_markers(self) -> list[bytes]:
+        """Every source shard's marker, raw; parsed into ``_seen``. Refused unless they hold one layout of this
+        list, a shard of both layouts possibly already holding the target's final marker (a mover killed in
+        the last writes of its cut-over: every other marker is then in its cut-over or ``done``)."""
         raws = [self._call(shard, "GET", self.key) for shard in self.src.shards]
         if any(r is None for r in raws):  # settle or adopt the layout the way any client does
             with self.source.open() as cluster:
@@ -52,13 +56,55 @@ class Marking:
                 cluster.stats(scan=False)
             raws = [self._call(shard, "GET", self.key) for shard in self.src.shards]
         self._seen = [parse(shard.name, r) for shard, r in zip(self.src.shards, raws, strict=True)]
-        ids = {m["id"] for m in self._seen}
-        if len(ids) != 1 or any(m.get("shards") != self.names(self.src) for m in self._seen):
+        names = self.names(self.src)
+        finals = [m for m in self._seen if self._final(m)]
+        rest = [m for m in self._seen if not self._final(m)]
+        ids = {m["id"] for m in rest} | {m["from"].get("id") for m in finals}
+        if len(ids) != 1 or len({m["id"] for m in finals}) > 1 or any(m.get("shards") != names for m in rest):
             raise LayoutMismatchError(
-                f"the source shards do not hold one layout of [{', '.join(self.names(self.src))}]: open the store "
+                f"the source shards do not hold one layout of [{', '.join(names)}]: open the store "
                 "with this list first (the layout guard says what differs)"
             )
+        for m in rest if finals else ():
+            move = m.get("move")
+            if not isinstance(move, dict) or move.get("state") not in ("cutting", "done"):
+                raise LayoutMismatchError(
+                    f"a source shard holds the target layout {finals[0]['id']} of a cut-over while another is in "
+                    f"state {move.get('state') if isinstance(move, dict) else None!r}: not a state a mover leaves; "
+                    "inspect the markers (zcluster info) before moving anything"
+                )
+        self.source_id = str(ids.pop())
         return [bytes(r) for r in raws]
+
+    def _final(self, marker: dict[str, Any]) -> bool:
+        """Whether a source shard's ``marker`` is the target's final one (this list's store moved on)."""
+        origin = marker.get("from")
+        names = self.names(self.src)
+        return isinstance(origin, dict) and origin.get("shards") == names and marker.get("shards") != names
+
+    def _under_way(self) -> tuple[dict[str, Any] | None, bool]:
+        """The move the source's markers hold (None: no migration under way), and whether its cut-over must be
+        finished: a mover was killed after its first final write (a target's marker made final, or a source
+        marker set to ``done``) and before its last. Its ``state`` is the least advanced of the markers'."""
+        moves = [m["move"] for m in self._seen if isinstance(m.get("move"), dict)]
+        finals = [m for m in self._seen if self._final(m)]
+        if not moves and not finals:
+            return None, False
+        if moves:
+            move = dict(moves[0])
+        else:  # every source shard is of the target: its markers say where the store went
+            origin = finals[0]["from"]
+            move = {
+                "id": str(origin.get("migration", finals[0]["id"])),
+                "to": {"urls": finals[0].get("urls", []), "id": finals[0]["id"]},
+                "notify": origin.get("notify"),
+            }
+        states = {str(m.get("state")) for m in moves} | ({"done"} if finals else set())
+        for state in ("copying", "cutting", "done"):
+            if state in states:
+                move["state"] = state
+                break
+        return move, "done" in states and move["state"] == "cutting"
 
     def _check_resume(self, move: dict[str, Any]) -> None:
         urls = list(move.get("to", {}).get("urls", []))

@@ -34,7 +34,8 @@ every key changed since its copy is copied again, so the target holds every key 
 Resuming: the state is in the markers, so :meth:`Migration.run` after a mover was killed continues the same
 migration. Changes made while no listener ran cannot be known, so the copy pass starts over (copies are
 idempotent) after deleting from the target the keys the source no longer holds; a migration killed in its
-cut-over first goes back to ``copying`` (clients waiting go on with the source).
+cut-over before its first final write first goes back to ``copying`` (clients waiting go on with the source);
+one killed among its final writes (every key was copied then) finishes them, then cleans up.
 """
 
 from __future__ import annotations
@@ -146,9 +147,9 @@ class Migration(Marking):
         """Run (or resume) the migration to its end; see the module. Returns what it did."""
         started = time.monotonic()
         raw = self._source_markers()
-        move = next((m["move"] for m in self._seen if isinstance(m.get("move"), dict)), None)
+        move, finishing = self._under_way()
         resumed = None
-        if isinstance(move, dict):
+        if move is not None:
             resumed = str(move.get("state"))
             self._check_resume(move)
             mig, target_id = str(move["id"]), str(move["to"]["id"])
@@ -158,7 +159,15 @@ class Migration(Marking):
         known = move.get("notify") if isinstance(move, dict) else None
         self._notify = list(known) if isinstance(known, list) else [settings(self._on(s)) for s in self.src.shards]
         report = MigrationReport(mig, target_id, resumed_from=resumed, urls=list(self.urls))
-        if resumed != "done":
+        if finishing:  # killed among the cut-over's last writes: its copy was complete, those writes are finished
+            began = time.monotonic()
+            self._finalize(raw, mig, target_id)
+            report.pause = time.monotonic() - began
+            log.warning(
+                "migration %s: its cut-over to [%s] finished (the mover was killed in it)", mig, ", ".join(self.urls)
+            )
+            self._notifications_off()
+        elif resumed != "done":
             self._mark_target(mig, target_id)  # again when resumed: a target restarted empty meanwhile
             raw = self._set_state(raw, mig, target_id, "copying", from_state=resumed)
             self._copy_and_cut(report, raw, resumed is not None)
@@ -287,29 +296,36 @@ class Migration(Marking):
         except BaseException:
             self._set_state(cutting, mig, target_id, "copying", from_state=None)  # the clients go on; run again
             raise
-        raw = cutting
         if again:
-            self._set_state(raw, mig, target_id, "copying", from_state=None)  # the clients go on with the source
+            self._set_state(cutting, mig, target_id, "copying", from_state=None)  # the clients go on with the source
             log.warning("migration %s: a server restarted during the cut-over: copying again", mig)
             return False
-        origin = {"id": self._seen[0]["id"], "shards": self.names(self.src)}
-        markers = self._target_markers(target_id, {"from": origin}, only_new=False)
-        # The target's own shards first: a client that sees the move on a shared one connects to them next.
-        for shard, value in sorted(markers, key=lambda sv: sv[0].name in self.names(self.src)):
-            if shard.name in self.names(self.src):
-                i = self.names(self.src).index(shard.name)
-                self._cas(shard, raw[i], value)
-            else:
-                self._call(shard, "SET", self.key, value)
-        kept = {s.name for s, _ in self._target_markers(target_id, {}, only_new=False)}
-        for i, shard in enumerate(self.src.shards):
-            if shard.name not in kept:
-                self._cas(shard, raw[i], json.dumps(json.loads(raw[i]) | {"move": move | {"state": "done"}}))
+        self._finalize(cutting, mig, target_id)
         report.pause = time.monotonic() - began
         report.final_keys = final
         report.copied, report.deleted = self.copier.copied, self.copier.deleted
         log.warning("migration %s: cut over to [%s]: clients paused %.3f s", mig, ", ".join(self.urls), report.pause)
         return True
+
+    def _finalize(self, raw: list[bytes], mig: str, target_id: str) -> None:
+        """The cut-over's last writes, once every key is copied: the target's markers made final (its own
+        shards first: a client that sees the move on a shared one connects to them next), then each marker
+        of a shard only of the source set to ``done``. A marker already final is left as it is, so that a
+        mover killed among these writes finishes them when run again. ``from`` names the source and keeps
+        what a resumed mover needs when every source shard already holds the target's marker."""
+        names = self.names(self.src)
+        origin = {"id": self.source_id, "shards": names, "migration": mig, "notify": self._notify}
+        markers = self._target_markers(target_id, {"from": origin}, only_new=False)
+        for shard, value in sorted(markers, key=lambda sv: sv[0].name in names):
+            if shard.name not in names:
+                self._call(shard, "SET", self.key, value)
+            elif not self._final(json.loads(raw[names.index(shard.name)])):
+                self._cas(shard, raw[names.index(shard.name)], value)
+        kept = {s.name for s, _ in markers}
+        for i, shard in enumerate(self.src.shards):
+            marker = json.loads(raw[i])
+            if shard.name not in kept and marker["move"]["state"] != "done":
+                self._cas(shard, raw[i], json.dumps(marker | {"move": marker["move"] | {"state": "done"}}))
 
     def _last_copy(self, mig: str, listeners: list[Listener]) -> int:
         """Cut every client off the source, then copy the last changed keys; how many."""
