@@ -8,8 +8,9 @@ The move state lives in the layout markers (:mod:`zcluster._markers`):
   mover copies; clients go on reading and writing the source), ``cutting`` (clients wait: the last changes
   are being copied), ``done`` (the store lives in ``to``);
 * each shard only of the target layout, until the cut-over: the target's marker with ``"incoming"``;
-* a shard of both layouts, after the cut-over: the target's marker with ``"from"`` (the source's id and
-  shards), so that a client of the old list that connects there learns where the store went.
+* every shard of the target layout, after the cut-over: the target's marker with ``"from"`` (the source's
+  id and shards; the migration's id and the source's notification settings, for a resumed mover), so that a
+  client of the old list that connects to a shard of both layouts learns where the store went.
 
 ``to`` describes the target as a client can reach it: ``routing`` (``jump`` or ``cluster``), ``urls`` (the
 target's URLs without credentials or query: a follower adds its own, see :func:`with_credentials`) and the
