@@ -367,6 +367,31 @@ def test_the_mover_killed_among_its_cut_overs_last_writes_finishes_them_when_run
         assert report["removed"] > 0
 
 
+def test_a_resumed_mover_refuses_to_finish_onto_a_target_server_restarted_empty(five: LocalShards) -> None:
+    prefix = f"mg{next(_names)}:"
+    source, target = five.urls[:2], five.urls[:3]
+
+    def bound_for_the_new_server() -> int:  # keys on the source servers that the target routes to the new one
+        count = 0
+        for url in source:
+            with redis.Redis.from_url(url) as r:
+                count += sum(1 for k in r.scan_iter(match=f"{{{prefix}t:*") if fresh_shard(target, prefix, k) == 2)
+        return count
+
+    with Cluster.from_urls(source, prefix=prefix) as cluster:
+        cluster.insert([(f"t:{i}", 1.0, "m") for i in range(300)])
+    before = bound_for_the_new_server()
+    killed = mover(source, target, prefix, kill_at="final:1")
+    killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL
+    five.kill(2)  # the new server restarted empty: the keys copied there are gone from it
+    five.servers[2].start()
+    again = mover(source, target, prefix)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode != 0 and "holds no layout marker" in err.decode()
+    assert bound_for_the_new_server() == before > 0  # no clean-up ran: the source's copies are all still there
+
+
 def test_a_standalone_store_moves_into_a_redis_cluster_under_a_writer() -> None:
     prefix = f"mg{next(_names)}:"
     with LocalShards(2) as shards, LocalRedisCluster(3) as rc:

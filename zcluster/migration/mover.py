@@ -159,6 +159,8 @@ class Migration(Marking):
         known = move.get("notify") if isinstance(move, dict) else None
         self._notify = list(known) if isinstance(known, list) else [settings(self._on(s)) for s in self.src.shards]
         report = MigrationReport(mig, target_id, resumed_from=resumed, urls=list(self.urls))
+        if finishing or resumed == "done":
+            self._check_kept(target_id)
         if finishing:  # killed among the cut-over's last writes: its copy was complete, those writes are finished
             began = time.monotonic()
             self._finalize(raw, mig, target_id)
@@ -258,15 +260,28 @@ class Migration(Marking):
     def _target_lost(self, report: MigrationReport) -> bool:
         """Whether a target server lost what was copied to it (restarted empty: its marker is gone); marked
         again then, and the pass runs again."""
-        lost = [
-            s.name
-            for s, _ in self._target_markers(report.target_layout, {}, True)
-            if not self._call(s, "EXISTS", self.key)
-        ]
+        lost = self._unmarked(report.target_layout)
         if lost:
             log.warning("migration: target %s lost its data (restarted empty?): copying every key again", lost)
             self._mark_target(report.migration, report.target_layout)
         return bool(lost)
+
+    def _unmarked(self, target_id: str) -> list[str]:
+        """The target servers only of the target whose marker is gone (restarted empty)."""
+        return [s.name for s, _ in self._target_markers(target_id, {}, True) if not self._call(s, "EXISTS", self.key)]
+
+    def _check_kept(self, target_id: str) -> None:
+        """Refuse to go on after a cut-over whose final writes began (a resumed mover) when a server only of the
+        target has lost its marker since: it restarted empty, and the keys copied there, and any written there
+        since, are gone from it. Writing its marker again would hide that; cleaning up would delete the
+        source's last copies of the keys that moved there."""
+        lost = self._unmarked(target_id)
+        if lost:
+            raise LayoutMismatchError(
+                f"target {', '.join(lost)} holds no layout marker, though the cut-over to it began: restarted "
+                "empty? Nothing more was done: the source servers still hold their copies of the keys that moved "
+                "there (no clean-up ran). Restore that server's data before running the migration again"
+            )
 
     def _reconcile(self) -> int:
         """After a resume: delete from the target the copies whose key the source no longer holds."""
