@@ -77,10 +77,12 @@ class Marking:
         return [bytes(r) for r in raws]
 
     def _final(self, marker: dict[str, Any]) -> bool:
-        """Whether a source shard's ``marker`` is the target's final one (this list's store moved on)."""
+        """Whether a source shard's ``marker`` is the target's final one (this list's store moved on). One with
+        a ``move`` is not: a later migration (from the layout this one made) keeps ``from`` in its source's."""
         origin = marker.get("from")
         names = self.names(self.src)
-        return isinstance(origin, dict) and origin.get("shards") == names and marker.get("shards") != names
+        moved_on = isinstance(origin, dict) and origin.get("shards") == names and marker.get("shards") != names
+        return moved_on and "move" not in marker
 
     def _under_way(self) -> tuple[dict[str, Any] | None, bool]:
         """The move the source's markers hold (None: no migration under way), and whether its cut-over must be

@@ -173,8 +173,8 @@ class Migration(Marking):
             self._mark_target(mig, target_id)  # again when resumed: a target restarted empty meanwhile
             raw = self._set_state(raw, mig, target_id, "copying", from_state=resumed)
             self._copy_and_cut(report, raw, resumed is not None)
-        else:
-            self._notifications_off()  # a mover killed after its cut-over may have left them on
+        else:  # a mover killed after its cut-over may have left them on; a later setting of the server's stays
+            self._notifications_off(left_on=True)
         self._clean_up(report)
         report.seconds = time.monotonic() - started
         self._report(Progress("done", report.scanned, report.copied, report.deleted))
@@ -185,7 +185,7 @@ class Migration(Marking):
         listeners: list[Listener] = self._retrying(self._listen)
         try:
             if resumed:
-                report.deleted += self._reconcile()
+                self.copier.deleted += self._reconcile()  # counted with the pass's deletes (it sets the report)
             while True:
                 report.passes += 1
                 self._pass(report)
@@ -291,9 +291,9 @@ class Migration(Marking):
             for keys in self._scan(shard):
                 copies = [k for k in keys if src_names[self.copier.owner(k)] != shard.name]
                 gone = [k for k in copies if not self._call(self.src.shards[self.copier.owner(k)], "EXISTS", k)]
-                if gone:
-                    self._call(shard, "DEL", *gone)
-                    removed += len(gone)
+                for key in gone:  # one key a call: a Redis Cluster node refuses a DEL across slots
+                    self._call(shard, "DEL", key)
+                removed += len(gone)
         return removed
 
     # -- the cut-over -------------------------------------------------------------------------------------
@@ -381,9 +381,13 @@ class Migration(Marking):
         for shard, before in zip(self.src.shards, self._notify, strict=True):
             self._call(shard, "CONFIG", "SET", "notify-keyspace-events", before + EVENTS)
 
-    def _notifications_off(self) -> None:
+    def _notifications_off(self, left_on: bool = False) -> None:
+        """Each source server's ``notify-keyspace-events`` back as the migration found it; with ``left_on``,
+        only where it still publishes what the listener needed and did not before (the mover's setting: a
+        migration finished long ago, run again, leaves a setting made since alone)."""
         for shard, before in zip(self.src.shards, self._notify, strict=True):
-            restore(shard.name, self._on(shard), before)
+            if not left_on or (notifying(settings(self._on(shard))) and not notifying(before)):
+                restore(shard.name, self._on(shard), before)
 
     def _pace(self, scanned: int, started: float) -> None:
         if self.rate:
