@@ -1,15 +1,13 @@
 """Resuming a migration (issue 28): the mover SIGKILLed right after each of its marker writes, and in its
 clean-up, for every kind of target, then run again; a resume into a Redis Cluster after keys left the source;
 a wrong source list refused; a client of the target list at a cut-over that goes back; a finished migration
-run again. Real servers throughout (helpers shared with ``test_migration.py``)."""
+run again. Real servers throughout (helpers in ``migration_helpers.py``)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from test_migration import Writer, fresh_shard, move_state, mover  # type: ignore[import-not-found]
+from migration_helpers import Writer, fresh_shard, marker, move_state, mover
 
 from zcluster import Cluster, LayoutMismatchError, LayoutMovedError, MigrationError
 from zcluster.migration import Migration
@@ -25,51 +23,6 @@ from zcluster.testing.redis_cluster import LocalRedisCluster
 from zcluster.testing.servers import LocalShards
 
 _names = itertools.count()
-
-_KILL = """
-import os, signal, sys
-from zcluster.migration import mover
-point = sys.argv.pop(1)
-def die(*_):
-    os.kill(os.getpid(), signal.SIGKILL)
-if point == "clean":
-    mover.Migration._clean_up = die
-else:
-    at, count = int(point), [0]
-    cas, call = mover.Migration._cas, mover.Migration._call
-    def tick():
-        count[0] += 1
-        if count[0] == at:
-            die()
-    def counting_cas(self, shard, old, value):
-        cas(self, shard, old, value)
-        tick()
-    def counting_call(self, shard, *command):
-        out = call(self, shard, *command)
-        if command[:1] == ("SET",) and command[1] == self.key:
-            tick()
-        return out
-    mover.Migration._cas = counting_cas
-    mover.Migration._call = counting_call
-from zcluster.cli import main
-main()
-"""
-
-
-def run_mover(source: list[str], target: list[str], prefix: str, kill: str | None) -> subprocess.Popen[bytes]:
-    args = [sys.executable, *(("-c", _KILL, kill) if kill else ("-m", "zcluster.cli")), "--prefix", prefix]
-    for url in source:
-        args += ["--url", url]
-    args += ["migrate", "--namespace", prefix, "--json", "--keep-others"]
-    for url in target:
-        args += ["--to-cluster" if url.startswith("redis+cluster") else "--to", url]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def marker(url: str, prefix: str) -> dict[str, Any]:
-    with redis.Redis.from_url(url) as r:
-        raw = r.get(f"{{{prefix}}}layout")
-    return json.loads(raw) if raw else {}
 
 
 @pytest.fixture
@@ -90,7 +43,7 @@ def sweep(source: list[str], target: list[str], open_target: Any, final_states: 
         with redis.Redis.from_url(url) as r:
             found[url] = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
     seen = []
-    points = [*(str(n) for n in range(1, 30)), "clean"]
+    points = [*(f"write:{n}" for n in range(1, 30)), "clean"]
     while points:
         point = points.pop(0)
         prefix = f"kp{next(_names)}:"
@@ -100,7 +53,7 @@ def sweep(source: list[str], target: list[str], open_target: Any, final_states: 
                 writer.step()
             with writer:
                 time.sleep(0.2)
-                killed = run_mover(source, target, prefix, point)
+                killed = mover(source, target, prefix, "--keep-others", kill_at=point)
                 out, err = killed.communicate(timeout=300)
                 if killed.returncode == 0:
                     assert point != "clean"
@@ -109,7 +62,7 @@ def sweep(source: list[str], target: list[str], open_target: Any, final_states: 
                 assert killed.returncode == -signal.SIGKILL, err.decode()[-2000:]
                 left = [move_state(u, prefix) or ("final" if "from" in marker(u, prefix) else None) for u in source]
                 time.sleep(0.3)
-                done = run_mover(source, target, prefix, None)
+                done = mover(source, target, prefix, "--keep-others")
                 out, err = done.communicate(timeout=300)
                 assert done.returncode == 0, (point, left, err.decode()[-3000:])
                 report = json.loads(out)
@@ -277,3 +230,6 @@ def test_a_migration_finished_long_ago_run_again_changes_nothing(four: LocalShar
     with Cluster.from_urls(target, prefix=prefix) as fresh:
         got = fresh.select([f"t:{i}" for i in range(200)])
     assert all([m.member for m in got[f"t:{i}"]] == ["n", "m"] for i in range(200))
+    elsewhere = mover(source, four.urls[:4], prefix)  # another target from the old list: it names where the store is
+    _out, err = elsewhere.communicate(timeout=300)
+    assert elsewhere.returncode != 0 and "already moved to" in err.decode(), err.decode()[-2000:]

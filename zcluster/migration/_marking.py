@@ -85,9 +85,10 @@ class Marking:
         return moved_on and "move" not in marker
 
     def _under_way(self) -> tuple[dict[str, Any] | None, bool]:
-        """The move the source's markers hold (None: no migration under way), and whether its cut-over must be
-        finished: a mover was killed after its first final write (a target's marker made final, or a source
-        marker set to ``done``) and before its last. Its ``state`` is the least advanced of the markers'."""
+        """The move the source's markers hold (None: no migration under way), and whether its cut-over must be finished:
+        a mover was killed after its first final write that a source shard shows (a shard of both layouts re-marked with
+        the target's marker, or a source marker set to ``done``) and before its last. Its ``state`` is the least
+        advanced of the markers'."""
         moves = [m["move"] for m in self._seen if isinstance(m.get("move"), dict)]
         finals = [m for m in self._seen if self._final(m)]
         if not moves and not finals:
@@ -110,6 +111,11 @@ class Marking:
 
     def _check_resume(self, move: dict[str, Any]) -> None:
         urls = list(move.get("to", {}).get("urls", []))
+        if urls != self.urls and move.get("state") == "done":
+            raise LayoutMismatchError(
+                f"this store already moved to [{', '.join(urls)}] (migration {move.get('id')}): to move it again, "
+                "name those shards as the source"
+            )
         if urls != self.urls:
             raise LayoutMismatchError(
                 f"migration {move.get('id')} of this store to [{', '.join(urls)}] is under way; finish it (run it "

@@ -21,11 +21,12 @@ class Progress:
 
 @dataclass
 class MigrationReport:
-    """What a finished :meth:`Migration.run` did. ``pause``: seconds clients waited at the cut-over (from the
-    first source marker set to ``cutting`` to the last set to ``done``); ``final_keys``: keys copied during
-    it; ``rounds``: catch-up rounds before it; ``passes``: copy passes (more than one when a listener lost
-    its subscription); ``removed``: keys deleted from servers of both layouts after the cut-over; ``others``:
-    keys laid out as zcluster's (``{...``) in none of the namespaces, left in place (``keep_others``)."""
+    """What a finished :meth:`Migration.run` did. ``pause``: seconds clients waited at the cut-over (from the first
+    source marker set to ``cutting`` to the last set to ``done``; a run that finished the cut-over of a mover killed in
+    it reports only its own part, and no keys copied); ``final_keys``: keys copied during it; ``rounds``: catch-up
+    rounds before it; ``passes``: copy passes (more than one when a listener lost its subscription); ``removed``: keys
+    deleted from servers of both layouts after the cut-over; ``others``: keys laid out as zcluster's (``{...``) in none
+    of the namespaces, left in place (``keep_others``)."""
 
     migration: str
     target_layout: str

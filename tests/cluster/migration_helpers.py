@@ -1,0 +1,190 @@
+"""What the migration tests share (``test_migration.py``, ``test_migration_resume.py``): a long-lived writer
+with a model of what it wrote, the mover in its own process (killed by the test, or by itself at a named
+point), and reads of the layout markers."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+
+from zcluster import Cluster, Incr, PartialReadError, PartialWriteError
+from zcluster._topology import jump_hash
+
+
+class Writer:
+    """A long-lived client writing inserts, deletes and increments until stopped, with a model of what it
+    wrote. Every call that fails is sent again, unchanged (idempotent), until it succeeds."""
+
+    def __init__(self, cluster: Cluster, keys: int = 400, seed: int = 7) -> None:
+        self.cluster, self.keys = cluster, keys
+        self.rng = random.Random(seed)
+        self.model: dict[tuple[str, str], tuple[float, bool]] = {}
+        self.totals: dict[tuple[str, str], float] = {}
+        self.history: list[tuple[int, Incr]] = []
+        self.seq = 0
+        self.position = 0
+        self.retries = 0
+        self.reads_back = 0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Writer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+    def _send(self, call: Any) -> Any:
+        while True:
+            try:
+                return call()
+            except PartialWriteError:
+                self.retries += 1
+                time.sleep(0.01)
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.step()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def step(self) -> None:
+        writes = []
+        for _ in range(50):
+            self.seq += 1
+            key, member = f"t:{self.rng.randrange(self.keys)}", f"m{self.rng.randrange(8)}"
+            insert = self.rng.random() < 0.8
+            writes.append((key, float(self.seq), member, insert))
+            if (key, member) not in self.model or self.model[key, member][0] < self.seq:
+                self.model[key, member] = (float(self.seq), insert)
+        inserts = [(k, s, m) for k, s, m, ins in writes if ins]
+        deletes = [(k, s, m) for k, s, m, ins in writes if not ins]
+        self._send(lambda: self.cluster.insert(inserts))
+        self._send(lambda: self.cluster.delete(deletes))
+        items = []
+        for _ in range(20):
+            self.position += 1
+            incr = Incr(f"board:{self.rng.randrange(50)}", f"p{self.rng.randrange(5)}", 1.0)
+            items.append((self.position, incr))
+            self.totals[incr.key, incr.member] = self.totals.get((incr.key, incr.member), 0.0) + 1.0
+        self.history += items
+        self._send(lambda: self.cluster.increment("writer", items))
+        # A read of what was just written never goes backwards, before, during or after the cut-over.
+        key, score, member, insert = writes[-1]
+        try:
+            got = self.cluster.score([(key, member)])[(key, member)]
+        except PartialReadError:  # a shard down (a fault test): nothing to compare this time
+            return
+        if got.score is None or got.score < score:
+            raise AssertionError(f"read went backwards: {key}/{member} {got} after writing {score}")
+        self.reads_back += 1
+
+    def check(self, cluster: Cluster) -> None:
+        assert self.error is None, self.error
+        by_key: dict[str, dict[str, float]] = {}
+        for (key, member), (score, insert) in self.model.items():
+            by_key.setdefault(key, {})
+            if insert:
+                by_key[key][member] = score
+        got = cluster.select(list(by_key), limit=100)
+        for key, members in by_key.items():
+            assert {m.member: m.score for m in got[key]} == members, key
+        boards = sorted({k for k, _ in self.totals})
+        read = cluster.select(boards, limit=100)
+        for key in boards:
+            expect = {m: t for (k, m), t in self.totals.items() if k == key}
+            assert {m.member: m.score for m in read[key]} == expect, key
+        again = cluster.increment("writer", self.history[-2000:], raise_on_error=False)
+        assert again.applied_count == 0, "a replayed increment applied again"
+
+
+def fresh_shard(target: list[str], prefix: str, redis_key: bytes) -> int:
+    return jump_hash(key_slot(redis_key), len(target))
+
+
+# ``zcluster migrate`` that SIGKILLs itself at a named point: ``cutting`` (every source marker in its cut-over,
+# clients waiting, before the last copy), ``final:N`` (right after the N-th final write to a source marker: the
+# target's marker on a shard of both layouts, or ``done``), ``write:N`` (right after the N-th write of any
+# marker, CAS or SET), ``clean`` (the cut-over done, before the clean-up).
+_KILLING = """
+import json, os, signal, sys
+from zcluster.migration import mover
+point = sys.argv.pop(1)
+kind, _, n = point.partition(":")
+count = [0]
+def die(*_):
+    os.kill(os.getpid(), signal.SIGKILL)
+def tick():
+    count[0] += 1
+    if count[0] == int(n):
+        die()
+cas, call = mover.Migration._cas, mover.Migration._call
+def counting_cas(self, shard, old, value):
+    cas(self, shard, old, value)
+    marker = json.loads(value)
+    origin = marker.get("from")  # the target's marker on a shard of both layouts
+    final = isinstance(origin, dict) and origin.get("shards") != marker.get("shards")
+    if kind == "write" or final or marker.get("move", {}).get("state") == "done":
+        tick()
+def counting_call(self, shard, *command):
+    out = call(self, shard, *command)
+    if command[:1] == ("SET",) and command[1] == self.key:
+        tick()
+    return out
+if kind == "cutting":
+    mover.Migration._last_copy = die
+elif kind == "clean":
+    mover.Migration._clean_up = die
+else:
+    mover.Migration._cas = counting_cas
+    if kind == "write":
+        mover.Migration._call = counting_call
+from zcluster.cli import main
+main()
+"""
+
+
+def mover(
+    source: list[str], target: list[str], prefix: str, *extra: str, kill_at: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``zcluster migrate`` in its own process (so that a test can SIGKILL it, or it kills itself at
+    ``kill_at``: see ``_KILLING``)."""
+    args = [sys.executable, *(("-c", _KILLING, kill_at) if kill_at else ("-m", "zcluster.cli")), "--prefix", prefix]
+    for url in source:
+        args += ["--url", url]
+    args += ["migrate", "--namespace", prefix, "--json", *extra]
+    for url in target:
+        args += ["--to-cluster" if url.startswith("redis+cluster") else "--to", url]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def move_state(url: str, prefix: str) -> str | None:
+    with redis.Redis.from_url(url, retry_on_error=[redis.ConnectionError]) as r:  # the cut-over kills it too
+        raw = r.get(f"{{{prefix}}}layout")
+    marker = json.loads(raw) if raw else {}
+    return marker.get("move", {}).get("state")
+
+
+def marker(url: str, prefix: str) -> dict[str, Any]:
+    with redis.Redis.from_url(url) as r:
+        raw = r.get(f"{{{prefix}}}layout")
+    return json.loads(raw) if raw else {}
+
+
+def until_state(url: str, prefix: str, state: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while move_state(url, prefix) != state and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
