@@ -51,10 +51,11 @@ from typing import Any
 from zcluster._keys import KeyLayout
 from zcluster._markers import marker_key
 from zcluster._moves import public_url
-from zcluster._topology import ClusterTopology, StandaloneTopology, Topology
+from zcluster._pipelines import streamed
+from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
 from zcluster._transport import Transport
 from zcluster.config import ClusterConfig, Where
-from zcluster.errors import ConfigError, LayoutMismatchError
+from zcluster.errors import ConfigError, LayoutMismatchError, MigrationError
 from zcluster.migration._copier import CHUNK, EVENTS, Copier, Listener, notifying, restore, settings
 from zcluster.migration._marking import Marking
 from zcluster.migration.report import MigrationReport, Progress
@@ -289,12 +290,30 @@ class Migration(Marking):
         src_names = self.names(self.src)
         for shard in self.dst.masters():
             for keys in self._scan(shard):
-                copies = [k for k in keys if src_names[self.copier.owner(k)] != shard.name]
-                gone = [k for k in copies if not self._call(self.src.shards[self.copier.owner(k)], "EXISTS", k)]
-                for key in gone:  # one key a call: a Redis Cluster node refuses a DEL across slots
-                    self._call(shard, "DEL", key)
+                by_owner: dict[int, list[bytes]] = {}
+                for key in keys:
+                    owner = self.copier.owner(key)
+                    if src_names[owner] != shard.name:  # a copy (the source holds it elsewhere)
+                        by_owner.setdefault(owner, []).append(key)
+                gone = []
+                for owner, copies in by_owner.items():
+                    held = self._each(self.src.shards[owner], "EXISTS", copies)
+                    gone += [key for key, n in zip(copies, held, strict=True) if not n]
+                self._each(shard, "DEL", gone)
                 removed += len(gone)
         return removed
+
+    def _each(self, shard: Shard, command: str, keys: list[bytes]) -> list[Any]:
+        """``command key`` for each of ``keys`` on ``shard``, streamed in chunks (one key a command: a Redis
+        Cluster node refuses a multi-key command across slots), retried while the server cannot be reached;
+        the replies. An error reply raises :class:`MigrationError`."""
+        commands = [(command, key) for key in keys]
+        chunks = [commands[lo : lo + CHUNK] for lo in range(0, len(commands), CHUNK)]
+        replies: list[Any] = self._retrying(lambda: streamed(shard.client, chunks)) if chunks else []
+        for key, reply in zip(keys, replies, strict=True):
+            if isinstance(reply, BaseException):
+                raise MigrationError(f"migration: {shard.name} refused {command} of {key!r}: {reply}")
+        return replies
 
     # -- the cut-over -------------------------------------------------------------------------------------
 
