@@ -71,7 +71,7 @@ class Marking:
                 raise LayoutMismatchError(
                     f"a source shard holds the target layout {finals[0]['id']} of a cut-over while another is in "
                     f"state {move.get('state') if isinstance(move, dict) else None!r}: not a state a mover leaves; "
-                    "inspect the markers (zcluster info) before moving anything"
+                    f"inspect each source shard's layout marker (GET {self.key.decode()!r}) before moving anything"
                 )
         self.source_id = str(ids.pop())
         return [bytes(r) for r in raws]
