@@ -65,3 +65,8 @@ def aggregate_script() -> Script:
 def fingerprint_script() -> Script:
     """The read-only script behind :meth:`zcluster.Cluster.fingerprints`."""
     return load("fingerprint")
+
+
+def fence_script() -> Script:
+    """The migration's lease and fenced writes (:mod:`zcluster.migration._fence`)."""
+    return load("fence")

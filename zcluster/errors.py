@@ -27,6 +27,7 @@ is true::
     ├── ReplicaLate                  (TimeoutError) a farm call returned without this replica
     ├── ReplicaBusy                  (TimeoutError) a replica not called: its late calls pile up
     ├── MigrationError               zcluster.migration: a step of a migration failed; run it again to resume
+    │   └── MigrationFencedError     another mover holds the migration's lease, or took it from this one
     ├── StoreMoved                   zcluster._moves, internal: a call cut off by a migration; run again, never raised
     ├── MessageError                 zcluster.message.errors: the message layer's root
     │   ├── FramingError             bytes [begin, end) did not decode into a frame
@@ -107,6 +108,17 @@ class MigrationError(ZClusterError):
     """A step of a migration (:mod:`zcluster.migration`) failed: a target server refused a key, or a keyspace
     listener stopped answering. Nothing is lost (the source stays complete until the cut-over, and the
     cut-over only ends once every key is copied): run the migration again to resume it."""
+
+
+class MigrationFencedError(MigrationError):
+    """Another mover holds the migration (:mod:`zcluster.migration._fence`): raised before anything is done when a
+    second run finds the lease live (``holder`` names its mover: ``host:pid:id``), and by a mover whose lease was
+    taken over (``holder`` None): the write refused was not made, nor is any later one. Run again once the other
+    mover has ended, or take the lease over (``take_over=True``, ``--take-over``) when it is dead."""
+
+    def __init__(self, message: str, *, holder: str | None) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class InvalidTupleError(ZClusterError, ValueError):

@@ -130,7 +130,7 @@ def tick():
     count[0] += 1
     if count[0] == int(n):
         die()
-cas, call = mover.Migration._cas, mover.Migration._call
+cas, set_marker = mover.Migration._cas, mover.Migration._set
 def counting_cas(self, shard, old, value):
     cas(self, shard, old, value)
     marker = json.loads(value)
@@ -138,11 +138,9 @@ def counting_cas(self, shard, old, value):
     final = isinstance(origin, dict) and origin.get("shards") != marker.get("shards")
     if kind == "write" or final or marker.get("move", {}).get("state") == "done":
         tick()
-def counting_call(self, shard, *command):
-    out = call(self, shard, *command)
-    if command[:1] == ("SET",) and command[1] == self.key:
-        tick()
-    return out
+def counting_set(self, shard, value):
+    set_marker(self, shard, value)
+    tick()
 if kind == "cutting":
     mover.Migration._last_copy = die
 elif kind == "clean":
@@ -150,7 +148,7 @@ elif kind == "clean":
 else:
     mover.Migration._cas = counting_cas
     if kind == "write":
-        mover.Migration._call = counting_call
+        mover.Migration._set = counting_set
 from zcluster.cli import main
 main()
 """

@@ -27,6 +27,7 @@ from zcluster._pipelines import streamed
 from zcluster._topology import Shard, Topology
 from zcluster._transport import Transport
 from zcluster.errors import MigrationError
+from zcluster.migration._fence import Fence
 
 log = logging.getLogger("zcluster")
 
@@ -144,8 +145,8 @@ class Copier:
     the last one's replies are read), and a key's hash slot is computed once: measured, a plain pipeline
     each way and three slot computations per key held the copy to about 40% of a hand-written MIGRATE."""
 
-    def __init__(self, source: Topology, target: Transport, batch: int) -> None:
-        self.source, self.target, self.batch = source, target, batch
+    def __init__(self, source: Topology, target: Transport, batch: int, fence: Fence) -> None:
+        self.source, self.target, self.batch, self.fence = source, target, batch, fence
         self.copied = 0
         self.deleted = 0
 
@@ -182,23 +183,28 @@ class Copier:
         reads = [command for key, _ in keys for command in (("DUMP", key), ("PTTL", key))]
         replies = streamed(self.source.shards[i].client, [reads[lo : lo + CHUNK] for lo in range(0, len(reads), CHUNK)])
         work: dict[int, list[tuple[Any, ...]]] = {}
+        fence, topology = self.fence, self.target.topology
         for n, (key, j) in enumerate(keys):
             value, ttl = replies[2 * n], replies[2 * n + 1]
             if isinstance(value, BaseException) or isinstance(ttl, BaseException):
                 raise value if isinstance(value, BaseException) else ttl
-            command: tuple[Any, ...] = (
-                ("DEL", key) if value is None else ("RESTORE", key, max(ttl, 0), value, "REPLACE")
-            )
+            guard = fence.key_for(topology, key)  # the write runs only while this mover holds the lease
+            if value is None:
+                command = fence.command("del", guard, key)
+            else:
+                command = fence.command("restore", guard, key, args=(max(ttl, 0), value))
             work.setdefault(j, []).append(command)
         outcome = self.target.fanout(work, lambda shard, cmds: self.target.commands(shard, cmds, streamed=True))
         for idx, res in outcome.items():
-            name = self.target.topology.shards[idx].name
+            name = topology.shards[idx].name
             if isinstance(res, BaseException):
                 raise res
+            fence.refused(name, res)
             for command, reply in zip(work[idx], res, strict=True):
+                mode, key = command[5], command[4]
                 if isinstance(reply, BaseException):
-                    raise MigrationError(f"migration: target {name} refused {command[0]} of {command[1]!r}: {reply}")
-                if command[0] == "DEL":
+                    raise MigrationError(f"migration: target {name} refused {mode} of {key!r}: {reply}")
+                if mode == "del":
                     self.deleted += 1
                 else:
                     self.copied += 1

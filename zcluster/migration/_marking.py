@@ -17,12 +17,10 @@ from redis.crc import key_slot
 from zcluster._markers import parse
 from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
 from zcluster.config import ClusterConfig
-from zcluster.errors import ConfigError, LayoutMismatchError
+from zcluster.errors import ConfigError, LayoutMismatchError, MigrationError
+from zcluster.migration._fence import Fence, FenceRearmed, is_fence
 
 log = logging.getLogger("zcluster")
-
-# Compare-and-set of a marker: the mover changes a marker only from the value it read.
-_CAS = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end redis.call('SET', KEYS[1], ARGV[2]) return 1"
 
 
 class Marking:
@@ -42,6 +40,7 @@ class Marking:
     _seen: list[dict[str, Any]]
     source_id: str
     _notify: list[str]
+    fence: Fence
 
     # -- markers ------------------------------------------------------------------------------------------
 
@@ -177,7 +176,7 @@ class Marking:
     def _mark_target(self, mig: str, target_id: str) -> None:
         incoming = {"id": mig, "from": self.names(self.src)}
         for shard, value in self._target_markers(target_id, {"incoming": incoming}, only_new=True):
-            self._call(shard, "SET", self.key, value)
+            self._set(shard, value)
 
     def _target_markers(self, target_id: str, extra: dict[str, Any], only_new: bool) -> list[tuple[Shard, str]]:
         base: dict[str, Any] = {"id": target_id}
@@ -214,14 +213,30 @@ class Marking:
             log.warning("migration %s: was killed in its cut-over: back to copying (waiting clients go on)", mig)
         return out
 
+    def _set(self, shard: Shard, value: str) -> None:
+        """Set a target server's marker (fenced)."""
+        self._fenced(shard, self.dst, "set", [self.key], value)
+
     def _cas(self, shard: Shard, old: bytes, value: str) -> None:
-        if not self._call(shard, "EVAL", _CAS, 1, self.key, old, value):
+        """Compare-and-set of a source marker (fenced): the mover changes a marker only from the value it read."""
+        if not self._fenced(shard, self.src, "cas", [self.key], old, value):
             raise LayoutMismatchError(
                 f"{shard.name}: the layout marker changed under the mover (another mover, or a client re-marking "
                 "it): stop the other one; run this one again to resume"
             )
 
     # -- plumbing -----------------------------------------------------------------------------------------
+
+    def _fenced(self, shard: Shard, topology: Topology, mode: str, keys: list[bytes], *args: Any) -> Any:
+        """One fenced write (see :mod:`zcluster.migration._fence`) of ``keys`` on ``shard`` of ``topology``,
+        retried while the server cannot be reached; its reply. A refusal other than the fence's raises
+        :class:`zcluster.MigrationError` naming the server."""
+        fence = self.fence
+        command = fence.command(mode, fence.key_for(topology, keys[0]), *keys, args=args)
+        reply = self._retrying(lambda: fence.run(shard, [command]))[0]
+        if isinstance(reply, redis.ResponseError):
+            raise MigrationError(f"migration: {shard.name} refused {mode} of {keys[0]!r}: {reply}")
+        return reply
 
     def _scan(self, shard: Shard) -> Iterator[list[bytes]]:
         """The keys of every namespace on ``shard`` (markers left out), a SCAN step at a time (one SCAN of the
@@ -232,12 +247,12 @@ class Marking:
         while True:
             cursor, keys = self._call(shard, "SCAN", cursor, "COUNT", self.batch)
             cursor = int(cursor)
-            ours = [bytes(k) for k in keys if k.startswith(heads) and k != self.key]
+            ours = [bytes(k) for k in keys if k.startswith(heads) and k != self.key and not is_fence(k)]
             if len(ours) < len(keys):
                 self.others.extend(
                     bytes(k)
                     for k in keys
-                    if k.startswith(b"{") and not k.startswith(heads) and not k.endswith(b"}layout")
+                    if k.startswith(b"{") and not k.startswith(heads) and not k.endswith(b"}layout") and not is_fence(k)
                 )
             yield ours
             if cursor == 0:
@@ -250,13 +265,14 @@ class Marking:
         return self._retrying(lambda: shard.client.execute_command(*command))
 
     def _retrying(self, call: Callable[[], Any]) -> Any:
-        """``call()``, retried while a server cannot be reached, for ``retry_for`` seconds (logged)."""
+        """``call()``, retried while a server cannot be reached (or had lost its fence: raised again), for
+        ``retry_for`` seconds (logged)."""
         deadline = time.monotonic() + self.retry_for
         delay = 0.1
         while True:
             try:
                 return call()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except (redis.ConnectionError, redis.TimeoutError, FenceRearmed) as exc:
                 if time.monotonic() > deadline:
                     raise
                 log.warning("migration: a server failed (%s): retrying in %.1f s", exc, delay)

@@ -48,15 +48,19 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import redis
+
 from zcluster._keys import KeyLayout
 from zcluster._markers import marker_key
 from zcluster._moves import public_url
 from zcluster._pipelines import streamed
+from zcluster._scripts import fence_script
 from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
 from zcluster._transport import Transport
 from zcluster.config import ClusterConfig, Where
 from zcluster.errors import ConfigError, LayoutMismatchError, MigrationError
 from zcluster.migration._copier import CHUNK, EVENTS, Copier, Listener, notifying, restore, settings
+from zcluster.migration._fence import Fence
 from zcluster.migration._marking import Marking
 from zcluster.migration.report import MigrationReport, Progress
 
@@ -102,6 +106,8 @@ class Migration(Marking):
         progress: Callable[[Progress], None] | None = None,
         retry_for: float = 60.0,
         keep_others: bool = False,
+        lease: float = 30.0,
+        take_over: bool = False,
     ) -> None:
         layout: dict[str, Any] = {k: v for k, v in (("prefix", prefix), ("max_size", max_size)) if v is not None}
         self.source = ClusterConfig.of(source, **layout)
@@ -134,8 +140,10 @@ class Migration(Marking):
             if self.target.cluster_url
             else StandaloneTopology(list(self.target.urls), "jump", **self.connection)
         )
-        self.out = Transport(self.dst, (), CHUNK)
-        self.copier = Copier(self.src, self.out, batch)
+        self.out = Transport(self.dst, (fence_script(),), CHUNK)
+        self.take_over = take_over
+        self.fence = Fence(self.layout.prefix, self.src.shards[0], lease, self._retrying, repr(self.source.prefix))
+        self.copier = Copier(self.src, self.out, batch, self.fence)
         self.urls = [public_url(u) for u in (self.target.urls or (self.target.cluster_url or "",))]
         self._seen: list[dict[str, Any]] = []
         self._notify: list[str] = []
@@ -145,7 +153,19 @@ class Migration(Marking):
     # -- the whole run ------------------------------------------------------------------------------------
 
     def run(self) -> MigrationReport:
-        """Run (or resume) the migration to its end; see the module. Returns what it did."""
+        """Run (or resume) the migration to its end; see the module. Returns what it did.
+
+        Raises :class:`zcluster.MigrationFencedError` before doing anything while another mover holds the
+        migration's lease, and as soon as this mover finds its lease taken over (see
+        :mod:`zcluster.migration._fence`)."""
+        self.fence.acquire(self.take_over)
+        self.fence.start()
+        try:
+            return self._run()
+        finally:
+            self.fence.release()
+
+    def _run(self) -> MigrationReport:
         started = time.monotonic()
         raw = self._source_markers()
         move, finishing = self._under_way()
@@ -160,6 +180,7 @@ class Migration(Marking):
         known = move.get("notify") if isinstance(move, dict) else None
         self._notify = list(known) if isinstance(known, list) else [settings(self._on(s)) for s in self.src.shards]
         report = MigrationReport(mig, target_id, resumed_from=resumed, urls=list(self.urls))
+        self.fence.raise_fences(*self._fenced_servers())  # every check above only read: the first write is next
         if finishing or resumed == "done":
             self._check_kept(target_id)
         if finishing:  # killed among the cut-over's last writes: its copy was complete, those writes are finished
@@ -177,10 +198,21 @@ class Migration(Marking):
         else:  # a mover killed after its cut-over may have left them on; a later setting of the server's stays
             self._notifications_off(left_on=True)
         self._clean_up(report)
+        self.fence.drop(*self._fenced_servers())
         report.seconds = time.monotonic() - started
         self._report(Progress("done", report.scanned, report.copied, report.deleted))
         log.info("migration %s: done in %.1f s (pause %.3f s)", mig, report.seconds, report.pause)
         return report
+
+    def _fenced_servers(self) -> tuple[list[Shard], ClusterTopology | None]:
+        """The standalone servers the mover writes to (source and target, each once), and a Redis Cluster
+        target (fenced per slot)."""
+        servers = {s.name: s for s in self.src.shards}
+        if isinstance(self.dst, ClusterTopology):
+            return list(servers.values()), self.dst
+        for shard in self.dst.shards:
+            servers.setdefault(shard.name, shard)
+        return list(servers.values()), None
 
     def _copy_and_cut(self, report: MigrationReport, raw: list[bytes], resumed: bool) -> None:
         listeners: list[Listener] = self._retrying(self._listen)
@@ -188,6 +220,7 @@ class Migration(Marking):
             if resumed:
                 self.copier.deleted += self._reconcile()  # counted with the pass's deletes (it sets the report)
             while True:
+                self.fence.check()
                 report.passes += 1
                 self._pass(report)
                 report.rounds += self._catch_up(listeners, report)
@@ -299,9 +332,24 @@ class Migration(Marking):
                 for owner, copies in by_owner.items():
                     held = self._each(self.src.shards[owner], "EXISTS", copies)
                     gone += [key for key, n in zip(copies, held, strict=True) if not n]
-                self._each(shard, "DEL", gone)
+                self._delete(shard, self.dst, gone)
                 removed += len(gone)
         return removed
+
+    def _delete(self, shard: Shard, topology: Topology, keys: list[bytes]) -> None:
+        """Delete ``keys`` on ``shard`` of ``topology``, fenced, streamed in chunks of one key a command (a Redis
+        Cluster node refuses a multi-key command across slots)."""
+        fence = self.fence
+        if isinstance(topology, ClusterTopology):
+            commands = [fence.command("del", fence.key_for(topology, key), key) for key in keys]
+        else:  # one fence for the whole server: many keys a command
+            guard = fence.key_for(topology, b"")
+            commands = [fence.command("del", guard, *keys[lo : lo + 100]) for lo in range(0, len(keys), 100)]
+        for lo in range(0, len(commands), CHUNK):
+            chunk = commands[lo : lo + CHUNK]
+            for command, reply in zip(chunk, self._retrying(functools.partial(fence.run, shard, chunk)), strict=True):
+                if isinstance(reply, redis.ResponseError):
+                    raise MigrationError(f"migration: {shard.name} refused to delete {command[4]!r}: {reply}")
 
     def _each(self, shard: Shard, command: str, keys: list[bytes]) -> list[Any]:
         """``command key`` for each of ``keys`` on ``shard``, streamed in chunks (one key a command: a Redis
@@ -352,7 +400,7 @@ class Migration(Marking):
         markers = self._target_markers(target_id, {"from": origin}, only_new=False)
         for shard, value in sorted(markers, key=lambda sv: sv[0].name in names):
             if shard.name not in names:
-                self._call(shard, "SET", self.key, value)
+                self._set(shard, value)
             elif not self._final(json.loads(raw[names.index(shard.name)])):
                 self._cas(shard, raw[names.index(shard.name)], value)
         kept = {s.name for s, _ in markers}
@@ -389,9 +437,8 @@ class Migration(Marking):
                 continue
             for keys in self._scan(shard):
                 away = [k for k in keys if self.dst.shards[self.copier.destination(k)].name != shard.name]
-                if away:
-                    self._call(shard, "UNLINK", *away)
-                    removed += len(away)
+                self._delete(shard, self.src, away)
+                removed += len(away)
         report.removed = removed
 
     # -- plumbing -----------------------------------------------------------------------------------------
@@ -404,6 +451,13 @@ class Migration(Marking):
         """Each source server's ``notify-keyspace-events`` back as the migration found it; with ``left_on``,
         only where it still publishes what the listener needed and did not before (the mover's setting: a
         migration finished long ago, run again, leaves a setting made since alone)."""
+        try:  # a mover taken over leaves them to the one holding the lease (CONFIG SET cannot be fenced)
+            held = self.fence.beat()
+        except redis.RedisError:
+            held = not self.fence.lost.is_set()
+        if not held:
+            log.warning("migration: this mover lost its lease: notification settings left to the mover holding it")
+            return
         for shard, before in zip(self.src.shards, self._notify, strict=True):
             if not left_on or (notifying(settings(self._on(shard))) and not notifying(before)):
                 restore(shard.name, self._on(shard), before)
