@@ -23,19 +23,21 @@ end
 
 if mode == 'acquire' then
   -- ARGV[4] holder, ARGV[5] a new lease id (used when none exists), ARGV[6] seconds without a beat after
-  -- which a lease is stale, ARGV[7] the holder this call may replace although its lease is live ("" none,
-  -- "*" any). Returns {1, lease, gen, since} or, refused, {0, holder, since, beat, now}.
-  local f = redis.call('HMGET', KEYS[1], 'lease', 'gen', 'holder', 'since', 'beat')
+  -- which the caller's lease is stale (kept as "ttl": a lease is judged by its holder's), ARGV[7] the holder this call may replace although its lease is live ("" none,
+  -- "*" any). Returns {1, lease, gen, since, the holder replaced ("" none)} or, refused,
+  -- {0, holder, since, beat, now, ttl}.
+  local f = redis.call('HMGET', KEYS[1], 'lease', 'gen', 'holder', 'since', 'beat', 'ttl')
   local t = now()
   local holder = f[3] or ''
-  if holder ~= '' and t - tonumber(f[5] or '0') < tonumber(ARGV[6]) and ARGV[7] ~= '*' and ARGV[7] ~= holder then
-    return {0, holder, f[4] or '0', f[5] or '0', string.format('%.3f', t)}
+  local ttl = f[6] or ARGV[6]
+  if holder ~= '' and t - tonumber(f[5] or '0') < tonumber(ttl) and ARGV[7] ~= '*' and ARGV[7] ~= holder then
+    return {0, holder, f[4] or '0', f[5] or '0', string.format('%.3f', t), ttl}
   end
   local id = f[1] or ARGV[5]
   local g = tostring((tonumber(f[2] or '0') or 0) + 1)
   local stamp = string.format('%.3f', t)
-  redis.call('HSET', KEYS[1], 'lease', id, 'gen', g, 'holder', ARGV[4], 'since', stamp, 'beat', stamp)
-  return {1, id, g, stamp}
+  redis.call('HSET', KEYS[1], 'lease', id, 'gen', g, 'holder', ARGV[4], 'since', stamp, 'beat', stamp, 'ttl', ARGV[6])
+  return {1, id, g, stamp, holder}
 end
 
 if mode == 'raise' then

@@ -117,7 +117,9 @@ def fresh_shard(target: list[str], prefix: str, redis_key: bytes) -> int:
 # ``zcluster migrate`` that SIGKILLs itself at a named point: ``cutting`` (every source marker in its cut-over,
 # clients waiting, before the last copy), ``final:N`` (right after the N-th final write to a source marker: the
 # target's marker on a shard of both layouts, or ``done``), ``write:N`` (right after the N-th write of any
-# marker, CAS or SET), ``clean`` (the cut-over done, before the clean-up).
+# marker, CAS or SET), ``clean`` (the cut-over done, before the clean-up). ``stop:copy`` and ``stop:cutting``
+# SIGSTOP it instead (a paused mover: a GC pause, a suspended VM), after its first copy of keys or in its
+# cut-over before the last copy; the test continues it with SIGCONT.
 _KILLING = """
 import json, os, signal, sys
 from zcluster.migration import mover
@@ -141,7 +143,23 @@ def counting_cas(self, shard, old, value):
 def counting_set(self, shard, value):
     set_marker(self, shard, value)
     tick()
-if kind == "cutting":
+def stop():
+    os.kill(os.getpid(), signal.SIGSTOP)
+if kind == "stop" and n == "copy":
+    copy = mover.Copier.copy
+    def stopping_copy(self, i, keys):
+        copy(self, i, keys)
+        if keys and not count[0]:
+            count[0] = 1
+            stop()
+    mover.Copier.copy = stopping_copy
+elif kind == "stop":
+    last_copy = mover.Migration._last_copy
+    def stopping_last_copy(self, *args):
+        stop()
+        return last_copy(self, *args)
+    mover.Migration._last_copy = stopping_last_copy
+elif kind == "cutting":
     mover.Migration._last_copy = die
 elif kind == "clean":
     mover.Migration._clean_up = die
@@ -186,3 +204,15 @@ def until_state(url: str, prefix: str, state: str, proc: subprocess.Popen[bytes]
     while move_state(url, prefix) != state and proc.poll() is None:
         assert time.monotonic() < deadline
         time.sleep(0.001)
+
+
+def stopped(proc: subprocess.Popen[bytes]) -> None:
+    """Wait until ``proc`` has stopped itself (SIGSTOP at a ``stop:`` point): its state in /proc is ``T``."""
+    deadline = time.monotonic() + 300
+    while True:
+        assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
+        with open(f"/proc/{proc.pid}/stat", "rb") as stat:
+            if stat.read().rsplit(b")", 1)[1].split()[0] == b"T":
+                return
+        assert time.monotonic() < deadline, "the mover never reached its stop point"
+        time.sleep(0.01)

@@ -31,6 +31,19 @@ __all__ = ["migrate"]
 @click.option("--rate", type=counts(1), default=None, help="At most this many keys scanned per second.")
 @click.option("--batch", type=counts(1), default=2000, show_default=True, help="Keys per SCAN step and copy.")
 @click.option("--keep-others", is_flag=True, help="Leave keys of other namespaces ({...) in place instead of refusing.")
+@click.option(
+    "--take-over",
+    is_flag=True,
+    help="Take the migration's lease from the mover holding it (it must be dead or paused: once taken over it "
+    "writes nothing more). Without it a second run is refused while the lease is live.",
+)
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=0.5),
+    default=30.0,
+    show_default=True,
+    help="Seconds without a heartbeat after which this mover's lease may be taken by another run.",
+)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @json_option
 @pass_settings
@@ -42,6 +55,8 @@ def migrate(
     rate: int | None,
     batch: int,
     keep_others: bool,
+    take_over: bool,
+    lease: float,
     quiet: bool,
 ) -> None:
     """Move the store to another layout while applications keep using it.
@@ -52,6 +67,8 @@ def migrate(
     clients while the last changes are copied; long-lived clients then follow the store by themselves,
     and a client opened on the old list is refused with the new one named. Run the same command again to
     resume a migration that stopped (killed, a server down): its state is in the stores' layout markers.
+    One mover at a time holds a migration (a lease with a heartbeat): a second run while the first is alive
+    is refused and names it; a mover of this host that was killed is taken over at once.
     """
     if not settings.urls or settings.cluster_url or settings.replicas:
         raise click.UsageError("migrate moves a standalone store: name its shards with --url")
@@ -80,6 +97,8 @@ def migrate(
         batch=batch,
         progress=progress,
         keep_others=keep_others,
+        lease=lease,
+        take_over=take_over,
     ) as migration:
         report = migration.run()
     if settings.json:

@@ -4,10 +4,10 @@ run took it over, or it was paused past its lease and another took it) writes no
 The lease: a hash at ``{zcfence:}<prefix>`` on the source's first shard, with ``lease`` (an id made when the hash
 is first made), ``gen`` (raised by each mover that takes the lease; never lowered: the hash is kept when a
 migration ends, only its holder cleared), ``holder`` (``host:pid:uuid``), ``since`` and ``beat`` (the server's
-clock, seconds). The holder beats every ``lease / 6`` seconds. A second run is refused
-(:class:`zcluster.MigrationFencedError`, naming the holder and since when) while the lease is live, unless the
-holder is a process of this host that no longer runs, or ``take_over`` is asked; a lease without a beat for
-``lease`` seconds is stale and the next run takes it (logged).
+clock, seconds), ``ttl`` (the holder's ``lease``). The holder beats every ``lease / 6`` seconds. A second run is
+refused (:class:`zcluster.MigrationFencedError`, naming the holder and since when) while the lease is live,
+unless the holder is a process of this host that no longer runs, or ``take_over`` is asked; a lease without a
+beat for its ``ttl`` is stale and the next run takes it (logged).
 
 The fences: the same hash (``lease`` and ``gen`` only) on every server a mover writes to: each source and
 standalone target server at ``{zcfence:}<prefix>`` (on the source's first shard it is the lease itself); on a
@@ -126,7 +126,7 @@ class Fence:
         """Take the lease (see the module); raises :class:`MigrationFencedError` while another holds it."""
         reply = self._lease("acquire", self.holder, uuid.uuid4().hex, self.lease, "*" if take_over else "")
         if not int(reply[0]):
-            holder, since, beat, now = (r.decode() if isinstance(r, bytes) else str(r) for r in reply[1:5])
+            holder, since, beat, now, ttl = (r.decode() if isinstance(r, bytes) else str(r) for r in reply[1:6])
             if alive(holder) is False:  # a mover of this host killed: its lease is taken at once
                 log.warning("migration: mover %s (a process of this host) no longer runs: its lease is taken", holder)
                 reply = self._lease("acquire", self.holder, uuid.uuid4().hex, self.lease, holder)
@@ -135,11 +135,13 @@ class Fence:
                     f"the migration of the store {self.store} is held by mover {holder} (since "
                     f"{_utc(float(since))}, last heartbeat {float(now) - float(beat):.1f} s ago): a second mover is "
                     "refused, nothing was done. If that mover is dead, run again once its lease lapses "
-                    f"({self.lease:g} s without a heartbeat), or now with --take-over (Migration(take_over=True)); "
+                    f"({float(ttl):g} s without a heartbeat), or now with --take-over (Migration(take_over=True)); "
                     "a mover paused and woken after a take-over writes nothing more",
                     holder=holder,
                 )
-        self.id, self.gen = (r.decode() if isinstance(r, bytes) else str(r) for r in reply[1:3])
+        self.id, self.gen, _, before = (r.decode() if isinstance(r, bytes) else str(r) for r in reply[1:5])
+        if before:  # a dead or stale holder, or one taken over on request: from now on its writes are refused
+            log.warning("migration: the lease of the store %s was taken from mover %s", self.store, before)
         log.info("migration: lease of the store %s taken: generation %s (%s)", self.store, self.gen, self.holder)
 
     def raise_fences(self, servers: Iterable[Shard], cluster: ClusterTopology | None) -> None:
