@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from budget import SLOW, budget_warnings
+from budget import budget_warnings
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import pytest
@@ -47,6 +48,18 @@ def stopped(shards: LocalShards, i: int) -> Iterator[int]:
         yield process.pid
     finally:
         os.kill(process.pid, signal.SIGCONT)
+
+
+def unread_request(port: int) -> bool:
+    """Whether a client's bytes wait unread on a connection to the server on ``port`` (a stopped server: the
+    kernel accepted the connection and queues what the client sent, so that client is blocked on it).
+    From ``/proc/net/tcp``: an established socket of local port ``port`` with a non-empty receive queue."""
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = row.split()
+        local, state, queues = fields[1], fields[3], fields[4]
+        if int(local.split(":")[1], 16) == port and state == "01" and int(queues.split(":")[1], 16) > 0:
+            return True
+    return False
 
 
 def timed(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> tuple[float, R]:
@@ -201,11 +214,12 @@ def test_ctrl_c_is_not_held_up_by_hung_replicas() -> None:
                 text=True,
             )
             try:
-                deadline = time.monotonic() + 60
-                while len(probe.client_list()) <= before:  # replica0 got the write: the others are awaited
+                deadline = time.monotonic() + 120
+                hung = [s.port for s in shards.servers[1:]]
+                # replica0 got the write, and the CLI waits on both hung replicas (its requests sit unread)
+                while len(probe.client_list()) <= before or not all(unread_request(port) for port in hung):
                     assert child.poll() is None and time.monotonic() < deadline, child.communicate()
                     time.sleep(0.05)
-                time.sleep(0.3)
                 child.send_signal(signal.SIGINT)
                 interrupted = time.monotonic()
                 _, stderr = child.communicate(timeout=60)
