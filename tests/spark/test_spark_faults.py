@@ -194,16 +194,18 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
         *(["--connect"] if mode == "connect" else []),
     ]
 
-    # First run: a slow mapper, small write batches; SIGKILL the driver and everything under it once writes land.
+    # First run: small write batches, a task held at its 17th message (driver_job.Held: its first two flushes
+    # landed); SIGKILL the driver and everything under it there, mid-batch.
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    hold = ["--flush", "8", "--hold-at", "17", "--markers", str(markers)]
     with open(tmp_path / "run1.log", "w") as log1:
-        proc = subprocess.Popen(
-            [*cmd, "--sleep", "0.02", "--flush", "8"], stdout=log1, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        proc = subprocess.Popen([*cmd, *hold], stdout=log1, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 150
-        while visible(cluster, keys) == 0:
+        deadline = time.monotonic() + 300
+        while not any(markers.glob("held-*")) or visible(cluster, keys) == 0:
             assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no write landed"
+            assert time.monotonic() < deadline, "no task reached its hold with writes landed"
             time.sleep(0.02)
         kill_tree(proc.pid)
         proc.wait(30)
@@ -211,7 +213,6 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
-    time.sleep(0.5)  # nothing of the dead run writes any more
     partial = visible(cluster, keys)
     assert 0 < partial < total, "the kill must land mid-batch: some writes, not all"
     assert mismatched(cluster, expected)
