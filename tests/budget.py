@@ -76,6 +76,19 @@ SLOW: dict[str, str] = {
     "tests/state/test_chains.py::test_the_shard_holding_the_state_sigkilled_between_and_inside_transactions": (
         "SIGKILLs of the state's shard"
     ),
+    # Measured among the slowest of the rest (property tests over real servers, migrations held open).
+    "tests/state/test_poll_boundaries.py::test_any_micro_batch_boundaries_deliver_what_one_batch_delivers_through_the_sink": (  # noqa: E501
+        "a property test: whole sink runs per example"
+    ),
+    "tests/state/test_poll_boundaries.py::test_any_poll_boundaries_deliver_what_one_uninterrupted_read_delivers": (
+        "a property test over real servers"
+    ),
+    "tests/cluster/test_node_calls.py::test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_count_of_tries": (  # noqa: E501
+        "a slot migration held open for 40 tries"
+    ),
+    "tests/cluster/test_node_calls.py::test_tuples_whose_resend_cannot_be_routed_fail_and_the_others_stand": (
+        "a slot migration held open"
+    ),
     # Whole-system runs.
     "tests/test_soak.py": "the soak: a week of traffic in a minute",
     "tests/test_wheel.py": "builds and installs the wheel in a fresh environment",
