@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -31,6 +33,16 @@ def registry() -> tuple[KindRegistry, type, type]:
         order: int
 
     return reg, PlaceOrder, OrderPlaced
+
+
+WAIT = 120.0  # bound of a wait on the pool's state: only a broken pool reaches it, never a slow machine
+
+
+def until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not after {WAIT:g} s"
+        time.sleep(0.01)
 
 
 def to(name: str):  # type: ignore[no-untyped-def]
@@ -128,10 +140,7 @@ def test_worker_pool_retries_then_dead_letters_and_acknowledges(store: JournalSt
     ch.produce([JsonMessage({"group": "orders", "kind": "Unknown", "payload": {}})], to(names[0]))
     pool = WorkerPool(ch, "g", names, d, dead_letter="dlq", workers=2, max_attempts=3, poll_interval=0.01)
     with pool:
-        for _ in range(500):
-            if pool.handled + pool.dead_lettered == 31:
-                break
-            threading.Event().wait(0.01)
+        until(lambda: pool.handled + pool.dead_lettered == 31, "31 messages handled or dead-lettered")
     assert pool.errors == []
     assert sorted(done) == [i for i in range(30) if i != 13]
     assert attempts[13] == 3 and attempts[5] == 2
@@ -158,15 +167,15 @@ def test_graceful_shutdown_leaves_unstarted_messages_unacknowledged(store: Journ
     def slow(ctx: Context) -> None:
         seen.append(ctx.message.order)
         started.set()
-        release.wait(10)
+        release.wait(WAIT)
 
     d = Dispatcher(reg)
     d.on_command(PlaceOrder, slow)
     pool = WorkerPool(ch, "g", ["c"], d, dead_letter="dlq", workers=1).start()
-    assert started.wait(10)
+    assert started.wait(WAIT)
     pool.stop()
     release.set()
-    assert pool.join(10)
+    assert pool.join(WAIT)
     assert seen == [0] and pool.handled == 1
     assert ch.position("g", "c") == res[0].end  # the message in hand finished and was acknowledged
     assert [e.message.body.order for e in Channels(store, decode=reg.decode).consume("g", "c", 100)] == list(
@@ -194,10 +203,7 @@ def test_worker_pool_dead_letters_records_without_a_kind_and_skips_transaction_a
     d.on_event(OrderPlaced, lambda ctx: seen.append(ctx.message.order))
     pool = WorkerPool(ch, "g", ["c"], d, dead_letter="dlq", workers=1, poll_interval=0.01)
     with pool:
-        for _ in range(1000):
-            if ch.position("g", "c") == store.end("c"):
-                break
-            threading.Event().wait(0.01)
+        until(lambda: ch.position("g", "c") == store.end("c"), "the pool acknowledged everything")
     assert pool.errors == []
     assert seen == [1, 2, 3]
     assert (pool.handled, pool.dead_lettered, pool.acks) == (3, 3, 1)

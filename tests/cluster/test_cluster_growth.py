@@ -54,7 +54,7 @@ HOT = _hot_tag()
 # SplitHolder makes the ASK certain.
 LIVE_KEYS = [f"{{{HOT}}}:live:{i}" for i in range(64)]
 FILLERS = 6000
-HOLD = 10.0  # seconds SplitHolder keeps the hot slot split at most, waiting for the live client's ASK
+HOLD = 120.0  # seconds SplitHolder keeps the hot slot split at most, waiting for the live client's ASK (a bound)
 
 
 def growth_mapper(message: Any) -> list[Insert | Delete | Incr | Count]:
@@ -225,8 +225,9 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
     with (
         store,
         LocalRedisCluster(3) as rc,
-        Cluster.from_cluster_url(rc.url, prefix=prefix) as c,
-        Cluster.from_cluster_url(rc.url, prefix=prefix) as live_c,
+        # failover_timeout: a call meets TRYAGAIN for as long as the hold keeps the hot slot split (HOLD at most)
+        Cluster.from_cluster_url(rc.url, prefix=prefix, failover_timeout=rc.FAILOVER_WAIT) as c,
+        Cluster.from_cluster_url(rc.url, prefix=prefix, failover_timeout=rc.FAILOVER_WAIT) as live_c,
     ):
         live_c.insert([(f"{{{HOT}}}:fill:{i}", 1.0, "x") for i in range(FILLERS)])
         redirects: list[str] = []  # the redirects the clients followed (a spy: the real code still runs)
@@ -279,7 +280,7 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
         finally:
             resharded.set()
             if holding is not None:
-                holding.join(60)
+                holding.join(HOLD + 60)
             workers[0].join(300)
             workers[1].join(300)
             stop.set()

@@ -179,7 +179,8 @@ def test_a_slot_mid_migration_is_written_through_ask() -> None:
 def test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_count_of_tries() -> None:
     """A slot of many or large keys migrates for seconds; meanwhile a write on a key whose two sets the
     migration split meets TRYAGAIN on every try. It waits (up to failover_timeout), then lands."""
-    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url) as c:
+    # failover_timeout: the write must still be waiting after 40 tries however slow the machine makes them
+    with LocalRedisCluster(3) as rc, Cluster.from_cluster_url(rc.url, failover_timeout=rc.FAILOVER_WAIT) as c:
         layout = KeyLayout(c.prefix)
         assert c.insert([KSM("k", 1.0, "seed")]).ok and c.delete([KSM("k", 1.0, "gone")]).ok
         key = b"k"  # its adds set moved, its removes set not: a call on both meets TRYAGAIN on either node
@@ -189,14 +190,15 @@ def test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_c
         done: list[object] = []
         writer = threading.Thread(target=lambda: done.append(c.insert([KSM("k", 2.0, "mid")], raise_on_error=False)))
         writer.start()
-        deadline = time.monotonic() + 60  # bounds the test only; the client's own limit is failover_timeout (20 s)
-        while not done and error_count(rc, "TRYAGAIN") < tried + 40 and time.monotonic() < deadline:
-            time.sleep(0.05)  # until more tries than a count-bounded follower made (32)
+        deadline = time.monotonic() + rc.FAILOVER_WAIT / 2  # well within the write's own failover_timeout
+        while not done and error_count(rc, "TRYAGAIN") < tried + 40:  # more tries than a count-bounded follower's (32)
+            assert time.monotonic() < deadline, "the write never tried 40 times"
+            time.sleep(0.05)
         assert not done, "the write ended while its keys were still split"
         with rc.servers[src].client() as sc:
             sc.execute_command("MIGRATE", "127.0.0.1", rc.servers[dst].port, "", 0, 5000, "KEYS", layout.removes(key))
         rc.close_slot(slot, dst)
-        writer.join(30)
+        writer.join(rc.FAILOVER_WAIT)
         [result] = done
         assert isinstance(result, WriteResult) and result.ok, result
         assert c.select(["k"])["k"] == [KSM("k", 2.0, "mid"), KSM("k", 1.0, "seed")]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -276,7 +277,11 @@ def test_in_memory_journals() -> None:
         journals.create(specs[0])
 
     got: list[tuple[int, bytes]] = []
-    reader = threading.Thread(target=lambda: got.extend(journals.read(name, 12, block=True, timeout=0.5)))
+
+    def read_one() -> None:  # a blocking read, for as long as the append takes on a loaded machine
+        got.extend(itertools.islice(journals.read(name, 12, block=True, timeout=120), 1))
+
+    reader = threading.Thread(target=read_one)
     reader.start()
     journals.append(name, b"late")
     reader.join()

@@ -4,6 +4,9 @@
         --checkpoint /abs/ckpt --query-name q1 [--prefix zc:] [--sleep 0.005] [--flush 16] [--stats out.json] \
         [--max-frames 40 --progress batches.json]
 
+``--hold-at N --markers DIR`` is the fault tests' kill point (:class:`Held`): a task stops at its N-th message
+until ``DIR/release`` exists, having written ``DIR/held-<pid>``, so a kill lands mid-batch whatever the
+machine's speed.
 ``--leaderboard`` has the mapper also add one point per event to its user on ``leaderboard`` (exactly-once
 increments). ``--chain`` runs stage A of tests/state/chain_helpers.py instead (it publishes to the output
 journals, ``publish=`` the journal store; tests/state must be on the workers' PYTHONPATH on classic Spark).
@@ -56,6 +59,25 @@ class SlowMapper:
         return leaderboard_mapper(message) if self.leaderboard else timeline_mapper(message)
 
 
+class Held:
+    """``mapper``, with a kill point: the task's ``at``-th message (its earlier flushes have landed) writes
+    ``held-<pid>`` (this Python worker's) in ``markers`` and waits until ``markers/release`` exists, so a test
+    kills the driver or an executor while the task stands mid-batch. Once released, no task holds again (a
+    retried task runs through)."""
+
+    def __init__(self, mapper: Any, at: int, markers: str) -> None:
+        self.mapper, self.at, self.markers, self.seen = mapper, at, Path(markers), 0
+
+    def __call__(self, message: Any) -> Any:
+        self.seen += 1
+        release = self.markers / "release"
+        if self.seen == self.at and not release.exists():
+            (self.markers / f"held-{os.getpid()}").touch()
+            while not release.exists():
+                time.sleep(0.02)
+        return self.mapper(message)
+
+
 def chain_mapper(stage_a: Any, seconds: float, deliveries: str | None, queued: int | None) -> Any:
     """Stage A's mapper, sleeping ``seconds`` per message; with ``deliveries``, it appends one line per message
     naming the Python worker that mapped it (its pid); with ``queued``, the transactions append their messages
@@ -94,6 +116,8 @@ def main() -> int:
     p.add_argument("--leaderboard", action="store_true", help="the mapper also counts events per user (Incr)")
     p.add_argument("--chain", action="store_true", help="stage A of tests/state/chain_helpers.py, publishing")
     p.add_argument("--queued", type=int, help="with --chain: the workers' transactions append every N messages")
+    p.add_argument("--hold-at", type=int, help="a task holds at its N-th message until MARKERS/release exists")
+    p.add_argument("--markers", help="with --hold-at: where held-<pid> is written and release is looked for")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -111,6 +135,8 @@ def main() -> int:
         selector, mapper, publish = A_SELECTOR, stage_a, args.journals
         if args.sleep or args.deliveries or args.queued:
             mapper = chain_mapper(stage_a, args.sleep, args.deliveries, args.queued)
+    if args.hold_at:
+        mapper = Held(mapper, args.hold_at, args.markers)
     sink = ZClusterSink(
         args.urls,
         mapper,

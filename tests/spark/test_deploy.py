@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,21 +198,26 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def test_local_cluster_executor_jvm_killed_mid_batch_exactly_once(shards: LocalShards, tmp_path: Path) -> None:
     job = Job(tmp_path, shards, messages=60, seed=51)
     keys, total = list(job.traffic.expected()), sum(len(v) for v in job.traffic.expected().values())
-    proc = job.start("--master", "local-cluster[2,1,1024]", "--sleep", "0.04", "--flush", "8")
+    markers = tmp_path / "markers"  # a task holds at its 71st message (jobs.TimelineJob) until the kill
+    markers.mkdir()
+    proc = job.start(
+        "--master", "local-cluster[2,1,1024]", "--flush", "8", "--hold-at", "71", "--markers", str(markers)
+    )
     try:
         deadline, target = time.monotonic() + 300, None
         while target is None:  # a task has mapped 70 of its ~115 messages: its first journal is checkpointed
             assert proc.poll() is None, job.tail()
             assert time.monotonic() < deadline, "no task got far enough\n" + job.tail()
             time.sleep(0.05)
-            mapped = Counter(int(line.split()[0]) for line in job.lines())  # per Python worker
+            held = {int(m.name.split("-")[1]) for m in markers.glob("held-*")}
             executors = [p for p in descendants(proc.pid) if "CoarseGrainedExecutorBackend" in cmdline(p)]
-            target = next((e for e in executors if any(mapped[w] >= 70 for w in descendants(e))), None)
+            target = next((e for e in executors if held & set(descendants(e))), None)
         os.kill(target, signal.SIGKILL)  # the executor JVM dies mid-task (its Python daemon and workers with it)
         at_kill = len(job.lines())
         with Cluster.from_urls(shards.urls, prefix=job.prefix) as cluster:
             landed = visible(cluster, keys)
         assert len(executors) == 2 and 0 < landed < total, "the kill must land mid-batch, some writes landed"
+        (markers / "release").touch()  # the other task goes on, and the killed one runs again elsewhere
         assert proc.wait(120) == 0, job.tail()
     finally:
         stop(proc)

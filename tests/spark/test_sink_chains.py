@@ -156,19 +156,21 @@ def test_a_spark_stage_driver_sigkilled_mid_batch_publishes_each_message_once_af
     def seen() -> float:
         return sum(cluster.counters(["seen"])["seen"].values())
 
+    markers = tmp_path / "markers"  # a task holds at its 9th message (driver_job.Held): two flushes of counts landed
+    markers.mkdir()
     with open(tmp_path / "run1.log", "w") as log1:
         proc = subprocess.Popen(
-            [*cmd, "--sleep", "0.05", "--flush", "4"],
+            [*cmd, "--flush", "4", "--hold-at", "9", "--markers", str(markers)],
             stdout=log1,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 240
-        while seen() == 0:
+        deadline = time.monotonic() + 300
+        while not any(markers.glob("held-*")) or seen() == 0:
             assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no count landed"
+            assert time.monotonic() < deadline, "no task reached its hold with counts landed"
             time.sleep(0.02)
         kill_tree(proc.pid)  # the driver, its JVM and the Python workers
         proc.wait(30)
@@ -202,8 +204,10 @@ def test_a_spark_stage_executor_jvm_sigkilled_mid_batch_publishes_each_message_o
     deliveries, log = tmp_path / "deliveries.txt", tmp_path / "driver.log"
     cmd = [sys.executable, str(driver), "--journals", url, "--urls", *urls, "--prefix", prefix, "--chain"]
     cmd += ["--query-name", f"se{next(_ids)}", "--checkpoint", str(tmp_path / "ckpt")]
-    cmd += ["--master", "local-cluster[2,1,1024]", "--sleep", "0.04", "--flush", "4", "--queued", "8"]
-    cmd += ["--deliveries", str(deliveries)]
+    markers = tmp_path / "markers"  # a task holds at its 31st message (driver_job.Held) until the kill
+    markers.mkdir()
+    cmd += ["--master", "local-cluster[2,1,1024]", "--flush", "4", "--queued", "8"]
+    cmd += ["--deliveries", str(deliveries), "--hold-at", "31", "--markers", str(markers)]
     # The executors' Python workers import chain_helpers by name (it is shipped by value too): on their path.
     path = os.pathsep.join([str(Path(__file__).parents[1] / "state"), *sys.path])
     env = {**os.environ, "PYTHONPATH": path, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
@@ -220,19 +224,20 @@ def test_a_spark_stage_executor_jvm_sigkilled_mid_batch_publishes_each_message_o
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        deadline, target = time.monotonic() + 240, None
-        while target is None:
+        deadline, target = time.monotonic() + 300, None
+        while target is None:  # a task holds, having mapped 30 messages
             assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
             assert time.monotonic() < deadline, "no task got far enough\n" + log.read_text(errors="replace")[-3000:]
             time.sleep(0.05)
-            counts = mapped()
+            held = {int(m.name.split("-")[1]) for m in markers.glob("held-*")}
             executors = [p for p in descendants(proc.pid) if "CoarseGrainedExecutorBackend" in cmdline(p)]
-            target = next((e for e in executors if any(counts[w] >= 30 for w in descendants(e))), None)
+            target = next((e for e in executors if held & set(descendants(e))), None)
         os.kill(target, signal.SIGKILL)  # the executor JVM dies mid-task (its Python daemon and workers with it)
         appended = sum(len(read(store, j, committed=False)) for j in OUTPUTS)
         committed_at_kill = sum(len(read(store, j, committed=True)) for j in OUTPUTS)
         assert len(executors) == 2 and 0 < seen() < len(docs), "the kill must land mid-batch"
         assert appended > committed_at_kill, "the kill must land with messages appended uncommitted"
+        (markers / "release").touch()  # the other task goes on, and the killed one runs again elsewhere
         assert proc.wait(300) == 0, log.read_text(errors="replace")[-3000:]
     finally:
         stop(proc)

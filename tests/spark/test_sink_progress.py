@@ -69,9 +69,10 @@ def test_each_batchs_figures_reach_the_querys_progress_and_listeners(
         query = run_available_now(
             spark, sink, f"file://{tmp_path / 'journals'}", tmp_path / "ckpt", maxFramesPerTrigger=120
         )
-        done.wait(30)
-        deadline = time.monotonic() + 30
-        while len(heard) < len(query.recentProgress) and time.monotonic() < deadline:
+        assert done.wait(240), "the query never terminated"  # a bound: Spark is slow on a loaded machine
+        deadline = time.monotonic() + 120
+        while len(heard) < len(query.recentProgress):  # the listener's events arrive after the termination
+            assert time.monotonic() < deadline, f"the listener heard {len(heard)} of the query's progress events"
             time.sleep(0.1)
     finally:
         spark.streams.removeListener(listener)

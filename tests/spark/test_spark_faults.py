@@ -57,6 +57,27 @@ class SlowMapper:
         return timeline_mapper(message)
 
 
+class HeldOnce:
+    """The timeline mapper with a kill point: once ``markers/arm`` exists, each task's ``at``-th message (its
+    earlier flushes landed) writes ``markers/held-<pid>`` and waits until ``markers/release`` exists, so a
+    fault lands mid-batch whatever the machine's speed (marker files: Spark's Python workers are other
+    processes). Messages are counted per task attempt; after the release no task holds again."""
+
+    def __init__(self, markers: Path, at: int) -> None:
+        self.markers, self.at, self.task, self.seen = markers, at, (-1, -1, -1), 0
+
+    def __call__(self, message: Any) -> list[Any]:
+        ctx = TaskContext.get()
+        task = (ctx.stageId(), ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (-1, -1, -1)
+        self.task, self.seen = task, (self.seen + 1 if task == self.task else 1)
+        release = self.markers / "release"
+        if self.seen == self.at and (self.markers / "arm").exists() and not release.exists():
+            (self.markers / f"held-{os.getpid()}").touch()
+            while not release.exists():
+                time.sleep(0.02)
+        return timeline_mapper(message)
+
+
 class FailFirstAttempt:
     """Fails every task's first attempt after ``after`` messages (some writes landed), with a marker file."""
 
@@ -134,26 +155,29 @@ def commit(pub: AsyncPublisher, traffic: Traffic, docs: list[dict[str, Any]]) ->
 
 
 class FaultWhenWritten(threading.Thread):
-    """Waits until some (not all) members tagged ``tag`` are visible, then runs ``fault`` once."""
+    """Waits until a task holds (:class:`HeldOnce`, in ``markers``) with members tagged ``tag`` visible, runs
+    ``fault`` once, then releases the held tasks: the fault lands mid-batch, some writes in, not all."""
 
-    def __init__(self, cluster: Cluster, keys: list[str], tag: str, fault: Callable[[], None]) -> None:
+    def __init__(self, cluster: Cluster, keys: list[str], tag: str, fault: Callable[[], None], markers: Path) -> None:
         super().__init__(daemon=True)
-        self.cluster, self.keys, self.tag, self.fault = cluster, keys, tag, fault
+        self.cluster, self.keys, self.tag, self.fault, self.markers = cluster, keys, tag, fault, markers
         self.seen_at_fault: int | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
                 n = visible(self.cluster, self.keys, self.tag)
-                if n > 0:
+                if n > 0 and any(self.markers.glob("held-*")):
                     self.seen_at_fault = n
                     self.fault()
                     return
                 time.sleep(0.02)
         except BaseException as exc:  # reported by the test
             self.error = exc
+        finally:
+            (self.markers / "release").touch()  # the held tasks go on (also when this failed: no hang)
 
 
 def kill_tree(pid: int) -> None:
@@ -194,16 +218,18 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
         *(["--connect"] if mode == "connect" else []),
     ]
 
-    # First run: a slow mapper, small write batches; SIGKILL the driver and everything under it once writes land.
+    # First run: small write batches, a task held at its 17th message (driver_job.Held: its first two flushes
+    # landed); SIGKILL the driver and everything under it there, mid-batch.
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    hold = ["--flush", "8", "--hold-at", "17", "--markers", str(markers)]
     with open(tmp_path / "run1.log", "w") as log1:
-        proc = subprocess.Popen(
-            [*cmd, "--sleep", "0.02", "--flush", "8"], stdout=log1, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        proc = subprocess.Popen([*cmd, *hold], stdout=log1, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 150
-        while visible(cluster, keys) == 0:
+        deadline = time.monotonic() + 300
+        while not any(markers.glob("held-*")) or visible(cluster, keys) == 0:
             assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no write landed"
+            assert time.monotonic() < deadline, "no task reached its hold with writes landed"
             time.sleep(0.02)
         kill_tree(proc.pid)
         proc.wait(30)
@@ -211,7 +237,6 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
-    time.sleep(0.5)  # nothing of the dead run writes any more
     partial = visible(cluster, keys)
     assert 0 < partial < total, "the kill must land mid-batch: some writes, not all"
     assert mismatched(cluster, expected)
@@ -295,26 +320,31 @@ def test_replayed_batch_is_skipped_and_reapplied_batch_is_harmless(
 def _two_rounds_with_fault(
     spark: Any, journals: Journals, shards: LocalShards, query_name: str, ckpt: Path, fault: Callable[[], None]
 ) -> tuple[Traffic, ZClusterSink, BaseException | None]:
-    """Round 1 runs clean; round 2 gets ``fault`` once some of its writes landed.
+    """Round 1 runs clean; round 2 gets ``fault`` while its tasks hold mid-batch (:class:`HeldOnce`), some of
+    its writes landed.
 
     The sink retries data writes, not its checkpoint reads and writes: if one of those met the outage on
     every task attempt, the query fails loudly naming the shard, and is restarted from its checkpoint (what a
     supervisor does). Returns that error, or None when the run rode the fault out.
     """
     probe = Cluster.from_urls(shards.urls)
+    markers = ckpt.parent / "markers"
+    markers.mkdir()
     traffic = publish(journals.store, Traffic(journals.names), producers=3, messages=25, seed=1)
-    sink = ZClusterSink(shards.urls, SlowMapper(0.01), query_name, journals=journals.url, flush=8)
+    # round 2's tasks hold at their 17th message (two flushes of 8 landed) until the fault is done
+    sink = ZClusterSink(shards.urls, HeldOnce(markers, at=17), query_name, journals=journals.url, flush=8)
     run_available_now(spark, sink, journals.url, ckpt)
     assert mismatched(probe, traffic.expected()) == []
     publish(journals.store, traffic, producers=3, messages=25, seed=2)
-    trigger = FaultWhenWritten(probe, list(traffic.expected()), "s2-", fault)
+    (markers / "arm").touch()
+    trigger = FaultWhenWritten(probe, list(traffic.expected()), "s2-", fault, markers)
     trigger.start()
     error: BaseException | None = None
     try:
         run_available_now(spark, sink, journals.url, ckpt)
     except Exception as exc:
         error = exc
-    trigger.join(60)
+    trigger.join(300)
     probe.close()
     if error is not None:
         assert "failed shard" in str(error) or "not confirmed" in str(error), error

@@ -16,7 +16,7 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ GROUPS = 5  # keys per kind: spread over the shards
 SUMS = [f"pts{g}" for g in range(GROUPS)]
 COUNTS = [f"ev{g}" for g in range(GROUPS)]
 CT = "application/x-ndjson"
+WAIT = 120.0  # outer bound of a wait on a state the run must reach: only a broken run reaches it, not a slow one
 Totals = tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]
 
 
@@ -265,26 +266,36 @@ AOF_ALWAYS = ["--appendfsync", "always"]  # after the aof=True defaults: every w
 
 class Killer(threading.Thread):
     """For each of ``victims``, once its ``go`` event is set: SIGKILL that shard a random few milliseconds later
-    (so it lands anywhere: in a script call, before its reply, in a checkpoint save, between flushes), start it
-    again from its AOF ``down`` seconds after, record its key count and set its ``restarted`` event."""
+    (so it lands anywhere: in a script call, before its reply, in a checkpoint save, between flushes) and set
+    its ``killed`` event (the run waits on it a little further on, so the kill always lands inside the run);
+    start it again from its AOF once ``met()`` (the failures the run met so far) has grown since the kill, so
+    a run always meets the dead shard, however slow the machine; record its key count and set its
+    ``restarted`` event."""
 
-    def __init__(self, shards: LocalShards, victims: list[int], seed: int, down: float = 0.6) -> None:
+    def __init__(self, shards: LocalShards, victims: list[int], seed: int, met: Callable[[], int]) -> None:
         super().__init__(daemon=True)
-        self.shards, self.victims, self.down = shards, victims, down
+        self.shards, self.victims, self.met = shards, victims, met
         self.rng = random.Random(seed)
         self.go = [threading.Event() for _ in victims]
+        self.killed = [threading.Event() for _ in victims]
         self.restarted = [threading.Event() for _ in victims]
         self.reloaded: list[int] = []
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            for go, restarted, victim in zip(self.go, self.restarted, self.victims, strict=True):
-                if not go.wait(60):
+            for go, killed, restarted, victim in zip(self.go, self.killed, self.restarted, self.victims, strict=True):
+                if not go.wait(WAIT):
                     raise TimeoutError("the run never reached its kill point")
                 time.sleep(self.rng.uniform(0, 0.02))
+                met = self.met()
                 self.shards.kill(victim)
-                time.sleep(self.down)
+                killed.set()
+                deadline = time.monotonic() + WAIT
+                while self.met() == met:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the run never met the killed shard")
+                    time.sleep(0.01)
                 self.shards.start(victim)
                 with self.shards.servers[victim].client() as r:
                     self.reloaded.append(int(r.dbsize()))
@@ -298,8 +309,8 @@ def test_a_consumer_through_shards_sigkilled_and_restarted_from_their_aof_counts
 ) -> None:
     """Both shards are SIGKILLed in turn while a consumer applies increments from journals (its mapper says
     when; the kill lands a few random milliseconds later, mid-call or between calls), each started again from
-    its AOF (fsync always: whatever a reply confirmed is on disk) after longer than the consumer's one retry,
-    so polls fail and the next poll delivers again everything past the journal's checkpoint: increments
+    its AOF (fsync always: whatever a reply confirmed is on disk) once a poll failed on it (past the consumer's
+    one retry), so the next poll delivers again everything past the journal's checkpoint: increments
     applied by the failed poll's earlier flushes come again, and the fences restored from the AOF refuse
     them. Totals and fences are one script call, so one AOF entry: an increment whose reply the kill lost is
     either in the AOF with its fence (fenced when sent again) or in neither (applied then). The totals are
@@ -311,22 +322,24 @@ def test_a_consumer_through_shards_sigkilled_and_restarted_from_their_aof_counts
         LocalShards(2, aof=True, extra=AOF_ALWAYS) as shards,
         Cluster.from_urls(shards.urls, prefix="aof:", connection={"socket_connect_timeout": 0.5}) as c,
     ):
-        killer = Killer(shards, [0, 1], seed=5)
+        failed_polls = 0
+        killer = Killer(shards, [0, 1], seed=5, met=lambda: failed_polls)
         points = [traffic.committed // 4, traffic.committed // 2]
         mapped = itertools.count()
 
         def mapper(message: Any) -> list[Incr | Count]:
             n = next(mapped)
-            for at, go in zip(points, killer.go, strict=True):
+            for at, go, killed in zip(points, killer.go, killer.killed, strict=True):
                 if n == at:
                     go.set()
-            time.sleep(0.002)  # the run lasts long enough for the kills to land in it
+                if n == at + 16:  # two flushes later the kill has landed, wherever it did: inside the run
+                    assert killed.wait(WAIT), "the kill never landed"
+            time.sleep(0.002)  # spreads the kill's landing over those flushes
             return counting(message)
 
         killer.start()
         consumer = Consumer(c, store, mapper, app, flush=8, retries=1)
-        failed_polls = 0
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 2 * WAIT
         while True:
             try:
                 stats = consumer.poll()
@@ -338,7 +351,7 @@ def test_a_consumer_through_shards_sigkilled_and_restarted_from_their_aof_counts
                 failed_polls += 1
                 time.sleep(0.1)
             assert time.monotonic() < deadline, "the consumer never got through"
-        killer.join(10)
+        killer.join(WAIT)
         assert killer.error is None, killer.error
         assert len(killer.reloaded) == 2 and all(n > 0 for n in killer.reloaded)  # each came back with its data
         assert failed_polls > 0, "no poll met a killed shard"
@@ -357,23 +370,25 @@ def test_a_consumer_through_shards_sigkilled_and_restarted_from_their_aof_counts
 def test_increment_calls_with_resends_through_sigkills_and_aof_restarts_count_each_position_once() -> None:
     """A writer sends rounds of increments, each call resending the round before (as a client that lost a
     reply would) and resending what came back unconfirmed, while each shard is SIGKILLed at a random moment
-    and started again from its AOF. After each restart everything sent so far is sent again: the fences came
-    back with the AOF, so nothing applies, and the totals came back too. At the end the totals are each
-    position's once: nothing lost, nothing counted twice."""
+    and started again from its AOF once a call failed on it. After each restart everything sent so far is sent
+    again: the fences came back with the AOF, so nothing applies, and the totals came back too. At the end the
+    totals are each position's once: nothing lost, nothing counted twice."""
     rounds = rounds_of(120, seed=11)
     with (
         LocalShards(2, aof=True, extra=AOF_ALWAYS) as shards,
         Cluster.from_urls(shards.urls, prefix="aofw:", connection={"socket_connect_timeout": 0.5}) as c,
     ):
-        killer = Killer(shards, [0, 1], seed=11, down=0.3)
+        misses: list[Any] = []
+        killer = Killer(shards, [0, 1], seed=11, met=lambda: len(misses))
         killer.start()
         applied_per_round: list[int] = []
-        misses: list[Any] = []
         replays = 0
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 2 * WAIT
         for r, items in enumerate(rounds):
             if r in (30, 70):
                 killer.go[0 if r == 30 else 1].set()
+            if r in (40, 80):  # ten rounds later the kill has landed, wherever it did: inside the run
+                assert killer.killed[0 if r == 40 else 1].wait(WAIT), "the kill never landed"
             window = (rounds[r - 1] if r else []) + items
             applied_per_round.append(send_until_confirmed(c, "w", window, deadline, misses))
             for restarted in killer.restarted:
@@ -384,7 +399,7 @@ def test_increment_calls_with_resends_through_sigkills_and_aof_restarts_count_ea
                     assert send_until_confirmed(c, "w", sent, deadline) == 0
                     assert totals(c) == fold(w for _, w in sent)
             time.sleep(0.005)
-        killer.join(30)
+        killer.join(WAIT)
         assert killer.error is None, killer.error
         assert len(killer.reloaded) == 2 and all(n > 0 for n in killer.reloaded)
         assert replays == 2 and misses, "no call met a killed shard"
@@ -520,7 +535,9 @@ def test_a_consumer_counts_increments_once_through_a_master_kill_and_failover(st
     first, second = per_journal[0], per_journal[1]
     kill_at, crash_at = first + second // 4, first + second // 2  # both in the second journal, in that order
     app = f"failover{next(_ids)}"
-    durability = Durability(replicas=1, timeout=2.0)
+    # deadline: the heir has no replica of its own until the killed node is back, after an election that may
+    # take long on a loaded machine (bounds only: nothing here waits on a clock)
+    durability = Durability(replicas=1, timeout=2.0, deadline=LocalRedisCluster.FAILOVER_WAIT)
     with (
         LocalRedisCluster(3, replicas=1) as rc,
         Cluster.from_cluster_url(rc.url, prefix="fo:", durability=durability, failover_timeout=rc.FAILOVER_WAIT) as c,
@@ -533,7 +550,7 @@ def test_a_consumer_counts_increments_once_through_a_master_kill_and_failover(st
 
         def heal() -> None:  # the killed node is replaced: started again once its heir is master
             try:
-                deadline = time.monotonic() + 30
+                deadline = time.monotonic() + rc.FAILOVER_WAIT
                 while True:
                     try:
                         with heir.client(socket_timeout=2) as r:
@@ -560,7 +577,7 @@ def test_a_consumer_counts_increments_once_through_a_master_kill_and_failover(st
 
         stats: list[BatchStats] = []
         with Consumer(c, store, mapper, app, flush=16) as consumer:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + rc.FAILOVER_WAIT
             while True:
                 try:
                     stats.append(consumer.poll())
@@ -569,7 +586,7 @@ def test_a_consumer_counts_increments_once_through_a_master_kill_and_failover(st
                     stats.append(exc.stats)
                     assert time.monotonic() < deadline, "the consumer never got through"
                     time.sleep(0.2)
-            healer.join(30)
+            healer.join(rc.FAILOVER_WAIT)
             assert not healer_errors, healer_errors
             rc.wait_ok()
             assert consumer.poll().delivered == 0

@@ -12,8 +12,10 @@ from zcluster import TlsUnsupported
 from zcluster.errors import ZClusterError
 from zcluster.testing import LocalRedisCluster, LocalServer, LocalShards
 
+ACKED_MS = 120_000  # WAIT's bound: it returns once the replicas acknowledged, a loaded machine took over 1 s
 
-def _aof_written(server: LocalServer, timeout: float = 10.0) -> None:
+
+def _aof_written(server: LocalServer, timeout: float = 120.0) -> None:
     """Wait until the server has no AOF write pending (it may postpone one behind a slow background fsync)."""
     deadline = time.monotonic() + timeout
     with server.client() as c:
@@ -30,7 +32,7 @@ def test_a_write_on_a_master_is_on_its_replica_once_wait_counts_it() -> None:
             with master.client() as m, replica.client() as r:
                 assert r.info("replication")["master_port"] == master.port
                 m.set("k", f"v{i}")
-                assert m.execute_command("WAIT", 1, 1000) == 1
+                assert m.execute_command("WAIT", 1, ACKED_MS) == 1
                 assert r.get("k") == f"v{i}".encode()
                 with pytest.raises(redis.ReadOnlyError):
                     r.set("k", "x")
@@ -46,7 +48,7 @@ def test_several_replicas_per_master_and_close_stops_them_all() -> None:
         with shards.servers[0].client() as m:
             assert m.info("replication")["connected_slaves"] == 2
             m.set("k", "v")
-            assert m.execute_command("WAIT", 2, 1000) == 2
+            assert m.execute_command("WAIT", 2, ACKED_MS) == 2
     assert not root.exists()
     for pid in pids:
         with pytest.raises(ProcessLookupError):
@@ -70,7 +72,7 @@ def test_aof_replicas_also_log_and_keep_their_data_across_kill_and_start() -> No
     with LocalShards(1, replicas=1, aof=True) as shards, shards.servers[0].client() as m:
         (replica,) = shards.replicas_of(0)
         m.set("k", "v")
-        assert m.execute_command("WAIT", 1, 1000) == 1
+        assert m.execute_command("WAIT", 1, ACKED_MS) == 1
         with replica.client() as r:
             assert r.config_get("appendonly")["appendonly"] == "yes"
             _aof_written(replica)
@@ -84,7 +86,7 @@ def test_a_replica_of_a_killed_master_stays_reachable_and_rejoins_it_after_start
         (replica,) = shards.replicas_of(0)
         with shards.servers[0].client() as m:
             m.set("k", "v")
-            assert m.execute_command("WAIT", 1, 1000) == 1
+            assert m.execute_command("WAIT", 1, ACKED_MS) == 1
             _aof_written(shards.servers[0])
         shards.kill(0)
         with replica.client() as r:
@@ -96,7 +98,7 @@ def test_a_replica_of_a_killed_master_stays_reachable_and_rejoins_it_after_start
             shards.wait_replicas()
             with shards.servers[0].client() as m:
                 m.set("k2", "v2")
-                assert m.execute_command("WAIT", 1, 1000) == 1
+                assert m.execute_command("WAIT", 1, ACKED_MS) == 1
             assert r.mget("k", "k2") == [b"v", b"v2"]
 
 
@@ -105,7 +107,7 @@ def test_replicas_authenticate_to_a_password_protected_master() -> None:
         (replica,) = shards.replicas_of(0)
         with shards.servers[0].client(password="s3cret") as m, replica.client(password="s3cret") as r:
             m.set("k", "v")
-            assert m.execute_command("WAIT", 1, 1000) == 1
+            assert m.execute_command("WAIT", 1, ACKED_MS) == 1
             assert r.get("k") == b"v"
 
 
@@ -117,7 +119,7 @@ def test_replicas_of_a_tls_master_replicate_over_tls() -> None:
     with shards, shards.servers[0].client() as m, shards.replicas_of(0)[0].client() as r:
         assert shards.replicas_of(0)[0].url.startswith("rediss://")
         m.set("k", "v")
-        assert m.execute_command("WAIT", 1, 1000) == 1
+        assert m.execute_command("WAIT", 1, ACKED_MS) == 1
         assert r.get("k") == b"v"
 
 
@@ -154,7 +156,7 @@ def test_a_redis_cluster_with_one_replica_per_master() -> None:
             key = "{06S}k"  # hash slot 0
             assert m.execute_command("CLUSTER", "KEYSLOT", key) == slot
             m.set(key, "v")
-            assert m.execute_command("WAIT", 1, 1000) == 1
+            assert m.execute_command("WAIT", 1, ACKED_MS) == 1
             r.execute_command("READONLY")
             assert r.get(key) == b"v"
 
@@ -163,12 +165,12 @@ def test_a_redis_cluster_replica_takes_over_a_killed_master() -> None:
     with LocalRedisCluster(3, replicas=1) as rc:
         (replica,) = rc.replicas_of(0)
         rc.kill(0)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + rc.FAILOVER_WAIT
         with replica.client() as r:  # the replica notices the dead link first (not failed over yet)
             while r.info("replication").get("master_link_status") == "up":
                 assert time.monotonic() < deadline, "the replica never saw its master's link drop"
                 time.sleep(0.02)
-        rc.wait_ok()  # returns once failover has promoted the replica and every node agrees
+        rc.wait_ok(rc.FAILOVER_WAIT)  # returns once failover has promoted the replica and every node agrees
         with replica.client() as r:
             assert r.info("replication")["role"] == "master"
         with pytest.raises(ZClusterError, match=f"owned by port {replica.port}"):

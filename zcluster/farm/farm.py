@@ -351,8 +351,9 @@ class Farm(FarmAggregates):
     ) -> Iterator[list[Blob]]:
         """Every logical key held by any replica, each reported by the first replica that holds it
         (the walker's sweep): a replica's keys are checked against the earlier replicas, so a key is
-        reported once even where all replicas hold it. A replica that failed during the sweep raises
-        :class:`PartialScanError` at the end, after every key that could be read."""
+        reported by one replica even where all replicas hold it (at least once: as with
+        :meth:`zcluster.Cluster.scan`, SCAN may return a key more than once). A replica that failed during
+        the sweep raises :class:`PartialScanError` at the end, after every key that could be read."""
         for step in sweep(self, batch_size=batch_size, include_removed=include_removed, match=match):
             if step.keys:
                 yield step.keys

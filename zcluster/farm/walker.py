@@ -37,9 +37,12 @@ __all__ = ["WalkReport", "Walker"]
 class WalkReport:
     """What a walk did. ``position`` resumes it (None: it reached the end of the last replica).
 
-    ``keys``: keys compared. A key is compared once per sweep, except one that changed while the walk
-    passed it (a write, or the walk's own repair): its records sit in up to three Redis keys, and SCAN may
-    meet the one it gained after meeting another, so it is compared again (harmless: it now agrees).
+    ``keys``: comparisons made. Every key is compared at least once per sweep, and may be compared again,
+    so ``keys`` is at least, not exactly, the keys held: SCAN may return a key more than once. A key that
+    changed while the walk passed it (a write, or the walk's own repair) may be met again (its records sit
+    in up to three Redis keys, and SCAN may meet the one it gained after meeting another), and SCAN may
+    return any key twice while the server resizes its keyspace. Such a key is compared again (harmless: a
+    repaired key then agrees, so it is not counted in ``diverged`` again).
     ``diverged``: keys whose replicas held different records; ``repaired`` /
     ``repair_failures``: records written / not written (the replica failed); ``floors_raised``: keys of a
     replica whose floor was raised to the key's highest floor (see :meth:`Walker._repairs`);

@@ -51,10 +51,11 @@ class LocalRedisCluster(LocalGroup):
     the AOF on (see :class:`~zcluster.testing.LocalServer`).
     """
 
-    FAILOVER_WAIT = 90.0
-    """``failover_timeout`` for a client that must ride out a failover of this cluster: one takes ~4 s on a
-    quiet machine, but an election that fails is retried after 4 x ``cluster-node-timeout`` (8 s), and a loaded
-    machine has taken over 20 s (the client's default)."""
+    FAILOVER_WAIT = 180.0
+    """``failover_timeout`` for a client that must ride out a failover of this cluster, and the bound of a
+    test's wait on one: an outer bound that only a broken cluster reaches. One takes ~4 s on a quiet machine,
+    but an election that fails is retried after 4 x ``cluster-node-timeout`` (8 s), and a loaded machine has
+    taken over 20 s (the client's default)."""
 
     def __init__(
         self,
@@ -117,8 +118,10 @@ class LocalRedisCluster(LocalGroup):
                             time.sleep(0.05)
         self.wait_ok(max(deadline - time.monotonic(), 1.0))
 
-    def wait_ok(self, timeout: float = 30.0) -> None:
-        """Wait until every live node agrees and every live replica is online; else :class:`ZClusterError`.
+    def wait_ok(self, timeout: float = 120.0) -> None:
+        """Wait until every live node agrees and every live replica is online; else :class:`ZClusterError`
+        after ``timeout`` seconds (generous: a replica's full sync and the nodes' gossip are slow on a loaded
+        machine, and only a broken cluster reaches it).
 
         Live nodes (masters and replicas not killed or stopped) must all say ``cluster_state:ok``, see the
         same slot map covering all 16384 slots, and list each live replica (a node whose own

@@ -31,12 +31,14 @@ def main() -> int:
     p.add_argument("--flush", type=int, default=4096)
     p.add_argument("--deliveries")
     p.add_argument("--report", required=True)
+    p.add_argument("--hold-at", type=int, default=0, help="the tests' kill point: a task holds at its N-th message")
+    p.add_argument("--markers", help="with --hold-at: where held-<pid> is written and release is looked for")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("zcluster.spark").setLevel(logging.INFO)
 
     spark = local_session(args.master, connect=args.connect, **{"spark.driver.host": "127.0.0.1"})
-    mapper = jobs.TimelineJob(args.sleep, args.deliveries)
+    mapper = jobs.TimelineJob(args.sleep, args.deliveries, args.hold_at, args.markers)
     sink = ZClusterSink(
         args.urls, mapper, args.query_name, journals=args.journals, prefix=args.prefix, flush=args.flush
     )

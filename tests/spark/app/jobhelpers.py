@@ -12,6 +12,16 @@ def pause(seconds: float) -> None:
         time.sleep(seconds)
 
 
+def hold(markers: str) -> None:
+    """The tests' kill point: write ``held-<pid>`` in ``markers``, then wait until ``markers/release`` exists."""
+    release = os.path.join(markers, "release")
+    if os.path.exists(release):
+        return
+    open(os.path.join(markers, f"held-{os.getpid()}"), "w").close()
+    while not os.path.exists(release):
+        time.sleep(0.02)
+
+
 def record(path: str | None) -> None:
     """Append one line per delivered message: this process, and whether it could import ``jobs`` by name."""
     if path:

@@ -1,0 +1,174 @@
+"""The suite's time, seen by everyone: which tests are ``slow``, and the time budget printed after a run.
+
+Loaded by ``tests/conftest.py``. Two parts:
+
+* **The ``slow`` marker** (registered in ``pyproject.toml``). ``./run test -m "not slow"`` is the fast
+  subset a contributor runs; CI runs everything. A test is slow when it starts Spark (every ``spark``-marked
+  test is marked here, automatically) or is listed in :data:`SLOW`: Redis Cluster failovers and faults,
+  migration kill sweeps, server kills and restarts under a consumer, chain fault runs, the soak. An entry
+  naming a file or test that no longer exists stops the run (:func:`pytest_collection_modifyitems`), so the
+  list cannot rot silently.
+* **The budget** (``budget_test_seconds`` and ``budget_run_minutes`` in ``pyproject.toml``'s pytest
+  section, the one place the numbers live). After a run the terminal summary prints the run's wall time and
+  a WARNING line for each test over ``budget_test_seconds`` (setup, call and teardown together) and for a
+  run over ``budget_run_minutes``. A warning never fails a test or the run: a machine's speed varies
+  twofold. ``./run test`` adds ``--durations=25`` (the 25 slowest phases). The only guard that fails a test
+  on time is pytest-timeout's per-test ``timeout`` (against a hang). Under ``./run test`` the run's time is
+  counted from the start of its first pass (``ZCLUSTER_TEST_STARTED``, epoch seconds), so the Valkey pass
+  reports both passes together.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+SLOW: dict[str, str] = {
+    # Redis Cluster failover and fault tests: each starts its own cluster and waits on elections.
+    "tests/cluster/test_failover.py::test_a_killed_master_is_followed_and_writes_confirmed_by_a_replica_survive": (
+        "two elections"
+    ),
+    "tests/cluster/test_failover.py::test_a_hung_master_times_out_and_is_followed": "an election",
+    "tests/cluster/test_failover.py::test_a_call_waits_out_clusterdown_until_a_replica_takes_over": "a failover",
+    "tests/cluster/test_failover.py::test_a_killed_replica_does_not_disturb_the_client": "a node marked failed",
+    "tests/cluster/test_failover.py::test_a_manual_cluster_failover_is_followed_through_moved_and_readonly": (
+        "two failovers"
+    ),
+    "tests/cluster/test_failover.py::test_a_dead_master_causes_no_refresh_storm": "an election",
+    "tests/cluster/test_failover.py::test_a_master_without_replicas_is_reported_at_once": "a cluster of its own",
+    "tests/cluster/test_failover.py::test_the_exactly_once_consumer_runs_through_a_failover_mid_poll": "an election",
+    "tests/cluster/test_failover.py::test_a_durable_write_rides_out_a_failover_until_the_killed_master_rejoins_as_a_replica": (  # noqa: E501
+        "an election, then 15 s before the rejoin"
+    ),
+    "tests/cluster/test_failover.py::test_a_durable_write_whose_shard_never_gets_a_replica_back_fails_after_the_deadline_saying_what_to_do": (  # noqa: E501
+        "an election"
+    ),
+    "tests/testing/test_replicas.py::test_a_redis_cluster_replica_takes_over_a_killed_master": "an election",
+    "tests/state/test_increments_faults.py::test_a_consumer_counts_increments_once_through_a_master_kill_and_failover": (  # noqa: E501
+        "an election"
+    ),
+    "tests/cluster/test_cluster_growth.py": "a reshard of 4096 slots under load",
+    "tests/cluster/test_faults.py::test_slot_migration_under_concurrent_writes_loses_nothing": "a resharding",
+    "tests/cluster/test_increments.py::test_increments_during_a_slot_migration_count_once": "a resharding",
+    # Server kills and AOF restarts under a consumer or a writer.
+    "tests/state/test_increments_faults.py::test_a_consumer_through_shards_sigkilled_and_restarted_from_their_aof_counts_each_increment_once": (  # noqa: E501
+        "repeated SIGKILLs and AOF restarts"
+    ),
+    "tests/state/test_increments_faults.py::test_increment_calls_with_resends_through_sigkills_and_aof_restarts_count_each_position_once": (  # noqa: E501
+        "repeated SIGKILLs and AOF restarts"
+    ),
+    # Migration kill sweeps: the mover killed at every kill point, then resumed.
+    "tests/cluster/test_migration.py::test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses_nothing": (  # noqa: E501
+        "a kill sweep"
+    ),
+    "tests/cluster/test_migration.py::test_the_mover_killed_among_its_cut_overs_last_writes_finishes_them_when_run_again": (  # noqa: E501
+        "a kill sweep"
+    ),
+    "tests/cluster/test_migration_resume.py::test_the_mover_killed_after_each_marker_write_or_in_its_clean_up_resumes_and_loses_nothing": (  # noqa: E501
+        "a kill sweep"
+    ),
+    # Chain fault runs: the shard holding the state SIGKILLed between and inside transactions.
+    "tests/state/test_chains.py::test_the_shard_holding_the_state_sigkilled_between_and_inside_transactions": (
+        "SIGKILLs of the state's shard"
+    ),
+    # Measured among the slowest of the rest (property tests over real servers, migrations held open).
+    "tests/state/test_poll_boundaries.py::test_any_micro_batch_boundaries_deliver_what_one_batch_delivers_through_the_sink": (  # noqa: E501
+        "a property test: whole sink runs per example"
+    ),
+    "tests/state/test_poll_boundaries.py::test_any_poll_boundaries_deliver_what_one_uninterrupted_read_delivers": (
+        "a property test over real servers"
+    ),
+    "tests/cluster/test_node_calls.py::test_a_call_whose_keys_a_migration_split_waits_for_the_migration_not_for_a_count_of_tries": (  # noqa: E501
+        "a slot migration held open for 40 tries"
+    ),
+    "tests/cluster/test_node_calls.py::test_tuples_whose_resend_cannot_be_routed_fail_and_the_others_stand": (
+        "a slot migration held open"
+    ),
+    # Whole-system runs.
+    "tests/test_soak.py": "the soak: a week of traffic in a minute",
+    "tests/test_wheel.py": "builds and installs the wheel in a fresh environment",
+}
+"""Slow tests besides the ``spark``-marked ones: a file, or ``file::test`` (every parametrization), with why."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("budget_test_seconds", "a WARNING names each test that took longer (never a failure)")
+    parser.addini("budget_run_minutes", "a WARNING says when the run took longer (never a failure)")
+
+
+def _check_slow_list() -> None:
+    stale = []
+    for entry in SLOW:
+        path, _, name = entry.partition("::")
+        file = REPO / path
+        if not file.is_file() or (name and f"def {name}(" not in file.read_text()):
+            stale.append(entry)
+    if stale:
+        raise pytest.UsageError(f"tests/budget.py: SLOW names tests that do not exist: {stale}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _check_slow_list()
+    for item in items:
+        file = Path(item.path).resolve()
+        path = file.relative_to(REPO).as_posix() if file.is_relative_to(REPO) else ""
+        function = item.nodeid.partition("::")[2].partition("[")[0]
+        if (
+            item.get_closest_marker("spark") is not None
+            or "spark" in getattr(item, "fixturenames", ())
+            or path in SLOW
+            or f"{path}::{function}" in SLOW
+        ):
+            item.add_marker(pytest.mark.slow)
+
+
+_started = time.time()
+_spent: dict[str, float] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _started
+    _started = time.time()
+    _spent.clear()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _spent[report.nodeid] = _spent.get(report.nodeid, 0.0) + report.duration
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+
+
+@pytest.hookimpl(trylast=True)  # after --durations, before the short summary and the closing line
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    now = time.time()
+    this_pass = now - _started
+    first = os.environ.get("ZCLUSTER_TEST_STARTED", "")
+    run = now - float(first) if first.replace(".", "", 1).isdigit() else this_pass
+    line = f"budget: this pytest run took {_minutes(this_pass)}"
+    if run != this_pass:
+        line += f"; ./run test's passes so far {_minutes(run)}"
+    terminalreporter.write_line(line)
+    test_budget, run_budget = config.getini("budget_test_seconds"), config.getini("budget_run_minutes")
+    for warning in budget_warnings(_spent, run, test_budget, run_budget):
+        terminalreporter.write_line(warning, yellow=True, bold=True)
+
+
+def budget_warnings(spent: dict[str, float], run_seconds: float, test_budget: str, run_budget: str) -> list[str]:
+    """The WARNING lines for ``spent`` (node id -> seconds) and a run of ``run_seconds``, against the
+    budgets as written in the ini file (empty: no budget)."""
+    out = []
+    if test_budget:
+        limit = float(test_budget)
+        for nodeid, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+            if seconds > limit:
+                out.append(f"WARNING: {nodeid} took {seconds:.1f} s, over the budget of {limit:g} s a test")
+    if run_budget and run_seconds > float(run_budget) * 60:
+        out.append(f"WARNING: the run took {_minutes(run_seconds)}, over the budget of {float(run_budget):g} min")
+    return out

@@ -1,0 +1,57 @@
+"""The time budget (tests/budget.py) warns and never fails, and the closing summary line stays last."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from budget import budget_warnings
+
+
+def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_inner.py").write_text("def test_passes():\n    assert sum(range(1000)) == 499500\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    env.pop("ZCLUSTER_TEST_STARTED", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "budget", "-p", "no:cacheprovider", *args, "test_inner.py"]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_run_over_both_budgets_warns_passes_and_ends_with_pytests_summary_line(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, "-o", "budget_test_seconds=0", "-o", "budget_run_minutes=0", "--durations=5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert re.fullmatch(r"1 passed in [0-9.]+s", lines[-1]), lines[-3:]
+    assert any(line.startswith("WARNING: test_inner.py::test_passes took") for line in lines)
+    assert any(line.startswith("WARNING: the run took") for line in lines)
+    assert any(line.startswith("budget: this pytest run took") for line in lines)
+    assert any("slowest 5 durations" in line for line in lines)
+
+
+def test_a_run_within_its_budgets_warns_of_nothing(tmp_path: Path) -> None:
+    done = _pytest(tmp_path)  # no budget configured in tmp_path: nothing to be over
+    assert done.returncode == 0 and "WARNING" not in done.stdout, done.stdout
+    assert budget_warnings({"a": 59.0, "b": 61.0}, 1199.0, "60", "20") == [
+        "WARNING: b took 61.0 s, over the budget of 60 s a test"
+    ]
+    assert budget_warnings({"a": 1.0}, 1201.0, "60", "20") == [
+        "WARNING: the run took 20 min 1 s, over the budget of 20 min"
+    ]
+
+
+def test_spark_tests_and_the_listed_ones_are_slow_and_the_rest_is_not() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    picks = ["tests/spark/test_reader.py", "tests/test_soak.py", "tests/cluster/test_failover.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *picks]
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+
+    def ids(marks: str) -> list[str]:
+        done = subprocess.run([*cmd, "-m", marks], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 5), done.stdout + done.stderr  # 5: none selected
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    fast, slow = ids("not slow"), ids("slow")
+    assert fast and slow and all("test_failover.py::test_a_bad_" in i or "test_failover_timeout_" in i for i in fast)
+    assert any("tests/spark/test_reader.py::" in i for i in slow) and any("test_soak.py::" in i for i in slow)
