@@ -283,7 +283,7 @@ def test_migrate_shows_durations_for_people_and_json_keeps_the_numbers() -> None
             with Cluster.from_urls(s.urls[:2], prefix=prefix) as store:
                 store.insert([(f"k{i}", 1.0, "m") for i in range(100)])
             args = ["--prefix", prefix, *(f"--url={u}" for u in s.urls[:2]), "migrate", "--namespace", prefix]
-            result = invoke([*args, *(f"--to={u}" for u in s.urls), "--quiet", *(["--json"] if form == "json" else [])])
+            result = invoke([*args, *(f"--to={u}" for u in s.urls), *(["--json", "--quiet"] if form == "json" else [])])
             assert result.exit_code == 0, result.output
             if form == "json":
                 doc = json.loads(result.stdout)
@@ -294,3 +294,5 @@ def test_migrate_shows_durations_for_people_and_json_keeps_the_numbers() -> None
             assert re.fullmatch(r"\d{1,3}(\.\d{1,2})? ms|\d(\.\d{1,2})? s", rows["pause"]), rows["pause"]
             assert re.fullmatch(r"\d{1,3}(\.\d{1,2})? (ms|s)|\d+ s", rows["seconds"]), rows["seconds"]
             assert rows["urls"] == ", ".join(s.urls) and rows["resumed_from"] == "-"
+            assert "done: 100 key(s) scanned" in result.stderr  # progress lines, no raw floats in either
+            assert not re.search(r"\d\.\d{4,}", result.stdout + result.stderr), result.output

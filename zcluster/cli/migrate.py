@@ -90,7 +90,7 @@ def migrate(
         if quiet or (now - last[0] < 1.0 and p.phase == "copying"):
             return
         last[0] = now
-        eta = "" if p.eta is None else f", about {p.eta:.0f} s left in the pass"
+        eta = "" if p.eta is None else f", about {human_duration(p.eta)} left in the pass"
         line = f"{p.phase}: {p.scanned} key(s) scanned, {p.copied} copied, {p.deleted} deleted"
         click.echo(settings.redact(line + (f", {p.rate:.0f} keys/s{eta}" if p.rate else "")), err=True)
 
