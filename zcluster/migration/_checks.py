@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
 import redis
+from redis.crc import key_slot
 from redis.exceptions import AuthenticationError, AuthorizationError
 
 from zcluster._keys import ADD, FLOOR, REMOVE
 from zcluster._markers import MARKER
-from zcluster._topology import Shard
-from zcluster._urls import client_from_url, redact, redact_url
+from zcluster._moves import with_credentials
+from zcluster._topology import ClusterTopology, Shard, Topology
+from zcluster._urls import client_from_url, redact, redact_url, with_host
 from zcluster.errors import ConfigError, LayoutMismatchError
 
 
@@ -151,6 +153,23 @@ def check_shared_state(
 
 
 # -- followers on the target -------------------------------------------------------------------------------
+
+
+def follower_targets(dst: Topology, urls: Sequence[str], source_url: str, key: bytes) -> list[tuple[Shard, str, bool]]:
+    """For each target server (``dst``'s masters; ``urls``: the target's public URLs, as the markers name them):
+    its shard, the URL a client following the store connects to it with (the user-info and query of its own
+    first URL, ``source_url``, on the public URL: :func:`zcluster._moves.with_credentials`; a Redis Cluster's
+    nodes with the seed's), and whether the marker's ``key`` is served there."""
+    if isinstance(dst, ClusterTopology):
+        seed = with_credentials(urls[0], source_url)
+        holder = dst.shards[dst.shard_of(key, key_slot(key))]
+        out = []
+        for shard in dst.masters():
+            host, _, port = shard.name.rpartition(":")
+            out.append((shard, with_host(seed, host, int(port)), shard is holder))
+        return out
+    return [(s, with_credentials(u, source_url), True) for s, u in zip(dst.masters(), urls, strict=True)]
+
 
 _PROBE = "return 1"  # a script naming the marker key: checks EVAL and the key's ACL, changes nothing
 

@@ -15,12 +15,17 @@ import redis
 from redis.crc import key_slot
 
 from zcluster._markers import parse
-from zcluster._moves import with_credentials
 from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
-from zcluster._urls import with_host
 from zcluster.config import ClusterConfig
 from zcluster.errors import ConfigError, LayoutMismatchError
-from zcluster.migration._checks import check_followers, check_overlaps, check_shared_state, other_stores, theirs
+from zcluster.migration._checks import (
+    check_followers,
+    check_overlaps,
+    check_shared_state,
+    follower_targets,
+    other_stores,
+    theirs,
+)
 
 log = logging.getLogger("zcluster")
 
@@ -186,25 +191,9 @@ class Marking:
                     f"target {shard.name} already holds keys of the namespaces {self.namespaces} (e.g. {found[0]!r}) "
                     "that no migration put there: another store's? Empty it or choose another server; nothing moved"
                 )
-        check_followers(self._followers(), self.source.urls[0], self.key, self.connection, self._on_reachable)
-
-    def _followers(self) -> list[tuple[Shard, str, bool]]:
-        """Each target server's shard, the URL a client following the store connects to it with (its own
-        user-info and query on the marker's URL: :func:`zcluster._moves.with_credentials`, with the first
-        source URL's), and whether the marker's key is served there."""
         source = self.source.urls[0]
-        if isinstance(self.dst, ClusterTopology):  # nodes are reached with the seed's credentials and query
-            seed = with_credentials(self.urls[0], source)
-            holder = self.dst.shards[self.dst.shard_of(self.key, key_slot(self.key))]
-            out = []
-            for shard in self.dst.masters():
-                host, _, port = shard.name.rpartition(":")
-                out.append((shard, with_host(seed, host, int(port)), shard is holder))
-            return out
-        return [(s, with_credentials(u, source), True) for s, u in zip(self.dst.shards, self.urls, strict=True)]
-
-    def _on_reachable(self, shard: Shard) -> None:
-        self._call(shard, "PING")
+        targets = follower_targets(self.dst, self.urls, source, self.key)
+        check_followers(targets, source, self.key, self.connection, lambda shard: self._call(shard, "PING"))
 
     def _mark_target(self, mig: str, target_id: str) -> None:
         incoming = {"id": mig, "from": self.names(self.src)}
