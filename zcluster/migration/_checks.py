@@ -22,6 +22,7 @@ import redis
 from redis.crc import key_slot
 from redis.exceptions import AuthenticationError, AuthorizationError
 
+from zcluster._encode import positive
 from zcluster._keys import ADD, FLOOR, REMOVE
 from zcluster._markers import MARKER
 from zcluster._moves import with_credentials
@@ -55,15 +56,15 @@ def checked_namespaces(namespaces: object) -> list[str] | None:
 
 def check_parameters(*, rate: object, batch: object, cutover_keys: object, retry_for: object) -> None:
     """:class:`ConfigError` naming the parameter and its value for a bad one (see :class:`Migration`)."""
-    for name, value, least in (("batch", batch, 1), ("cutover_keys", cutover_keys, 0)):
-        if not _number(value) or not isinstance(value, int) or value < least:
-            raise ConfigError(f"{name} must be an int of at least {least}, not {_shown(value)}")
+    positive(batch, "batch")  # the library's one rule for sizes
+    if not _number(cutover_keys) or not isinstance(cutover_keys, int) or cutover_keys < 0:
+        raise ConfigError(f"cutover_keys must be an int, 0 or more, got {_shown(cutover_keys)}")
     if rate is not None and (not _number(rate) or not math.isfinite(rate) or rate <= 0):
         raise ConfigError(
-            f"rate must be a positive number of keys scanned a second (None: no limit), not {_shown(rate)}"
+            f"rate must be a positive number of keys scanned a second (None: no limit), got {_shown(rate)}"
         )
     if not _number(retry_for) or not math.isfinite(retry_for) or retry_for < 0:
-        raise ConfigError(f"retry_for must be a finite number of seconds, 0 or more, not {_shown(retry_for)}")
+        raise ConfigError(f"retry_for must be a finite number of seconds, 0 or more, got {_shown(retry_for)}")
 
 
 def _number(value: object) -> TypeGuard[float]:
