@@ -141,7 +141,7 @@ def check_shared_state(
     if laid_out:
         who.append(f"{len(laid_out)} key(s) laid out as a zcluster store's, of no marked store (e.g. {laid_out[0]!r})")
     raise LayoutMismatchError(
-        f"the source servers also hold {'; '.join(who)}. Its checkpoints and dedup entries may be in the "
+        f"the source servers also hold {'; '.join(who)}. Another store's checkpoints and dedup entries may be in the "
         f"namespaces {shared} this migration would move besides the store's prefix (a state key does not say "
         "which store it is of): moved, they would be gone from where that store reads them, and its consumers "
         "would deliver again. Nothing was moved. If those namespaces hold this store's keys only, say so: "
