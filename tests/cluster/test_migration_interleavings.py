@@ -26,7 +26,6 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -101,9 +100,12 @@ class MigrationRace(RuleBasedStateMachine):
         self.seed += 1
         publish(self.journals, self.traffic, producers=2, messages=40, seed=self.seed)
 
-    @precondition(lambda self: len(self.movers) < 3)
     @rule(point=st.sampled_from(POINTS), take_over=st.booleans())
     def start_mover(self, point: str | None, take_over: bool) -> None:
+        # No precondition on the movers' outcomes: what hypothesis draws must not depend on them (a replay of a
+        # failing sequence then draws the same steps, and reports the failure instead of a flaky strategy).
+        if len(self.movers) >= 3:  # three paused at once at most
+            return
         self.publish()  # more messages for the consumer, published while the store moves
         extra = (*NAMESPACES, *(("--take-over",) if take_over else ()))
         proc = mover(self.source, self.target, self.prefix, *extra, kill_at=point)
@@ -113,9 +115,10 @@ class MigrationRace(RuleBasedStateMachine):
         else:
             self._ended(proc)
 
-    @precondition(lambda self: bool(self.movers))
     @rule(which=st.integers(0, 2), kill=st.booleans())
     def wake_or_kill(self, which: int, kill: bool) -> None:
+        if not self.movers:
+            return
         proc = self.movers.pop(which % len(self.movers))
         proc.send_signal(signal.SIGKILL if kill else signal.SIGCONT)
         self.outcomes.append("killed" if kill else "woken")

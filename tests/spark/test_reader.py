@@ -75,8 +75,8 @@ def test_nothing_matching_and_unknown_options(spark: Any, shards: Any, prefix: s
     assert empty.collect() == []
     assert empty.columns == ["key", "score", "member", "inserted"]
     assert read(spark, where, keys="[]").collect() == []
-    with pytest.raises(Exception, match="does not know option\\(s\\) colour, max_size; known: urls, cluster_url"):
-        read(spark, where, pattern="*", colour="red", max_size="10").collect()
+    with pytest.raises(Exception, match="does not know option\\(s\\) colour; known: urls, cluster_url"):
+        read(spark, where, pattern="*", colour="red").collect()
     with pytest.raises(Exception, match="'keys' or 'pattern', not both"):
         read(spark, where, pattern="*", keys="a").collect()
     with pytest.raises(Exception, match="option limit must be a positive integer, not '0'"):
@@ -114,3 +114,33 @@ def test_a_redis_cluster_by_pattern_and_the_writer_is_the_same_source(
     ).save()
     assert rows(read(spark, {**where, "prefix": prefix + "copy:"})) == members(expected)
     cluster.close()
+
+
+def test_a_store_with_max_size_or_roshi_routing_reads_with_the_options_it_was_written_with(
+    spark: Any, shards: Any, prefix: str
+) -> None:
+    # Issue 37: a store with max_size could not be read (the guard wants max_size=50, the reader did not know
+    # the option). The reader now takes every option of the writer's, from the one parser.
+    where = {"urls": ",".join(shards.urls), "prefix": prefix}
+    rows_in = [(f"k{i}", float(j), f"m{j}") for i in range(20) for j in range(3)]
+    written = spark.createDataFrame(rows_in, "key string, score double, member string")
+    writer = written.write.format("zcluster").mode("append")
+    for name, value in {**where, "max_size": "50"}.items():
+        writer = writer.option(name, value)
+    writer.save()
+    expected = {f"k{i}": [(float(j), f"m{j}") for j in (2, 1, 0)] for i in range(20)}
+    assert rows(read(spark, where, max_size="50")) == expected
+    with pytest.raises(Exception, match="max_size=50"):  # the guard: the store was laid out with it
+        read(spark, where).collect()
+    with pytest.raises(Exception, match="option max_size must be a positive integer, not 'many'"):
+        read(spark, where, max_size="many").collect()
+
+    roshi = {"urls": ",".join(shards.urls), "prefix": prefix + "r:", "routing": "roshi"}
+    with Cluster.from_urls(shards.urls, prefix=prefix + "r:", routing="roshi") as cluster:
+        cluster.insert([KeyScoreMember(f"r{i}", 1.0, "m") for i in range(20)])
+        assert len({cluster.shard_of(f"r{i}") for i in range(20)}) == 2
+    assert rows(read(spark, roshi)) == {f"r{i}": [(1.0, "m")] for i in range(20)}
+    with pytest.raises(Exception, match=r"(?i)routing"):
+        read(spark, {**roshi, "routing": "jump"}).collect()
+    with pytest.raises(Exception, match="unknown routing 'hash'"):
+        read(spark, {**roshi, "routing": "hash"}).collect()

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from zcluster.cli.context import Settings, counts, json_option, pass_settings
-from zcluster.cli.output import emit_json, print_table
+from zcluster.cli.output import emit_json, human_duration, print_table
 from zcluster.config import ClusterConfig
 from zcluster.migration import Migration, Progress
 
@@ -30,6 +30,20 @@ __all__ = ["migrate"]
 )
 @click.option("--rate", type=counts(1), default=None, help="At most this many keys scanned per second.")
 @click.option("--batch", type=counts(1), default=2000, show_default=True, help="Keys per SCAN step and copy.")
+@click.option(
+    "--cutover-keys",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="Cut over once a catch-up round finds at most this many changed keys.",
+)
+@click.option(
+    "--retry-for",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to retry a server that cannot be reached before giving up (run again to resume).",
+)
 @click.option("--keep-others", is_flag=True, help="Leave keys of other namespaces ({...) in place instead of refusing.")
 @click.option(
     "--take-over",
@@ -44,6 +58,11 @@ __all__ = ["migrate"]
     show_default=True,
     help="Seconds without a heartbeat after which this mover's lease may be taken by another run.",
 )
+@click.option(
+    "--own-namespaces",
+    is_flag=True,
+    help="The namespaces besides --prefix hold this store's keys only (other stores share the servers).",
+)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @json_option
 @pass_settings
@@ -54,9 +73,12 @@ def migrate(
     namespaces: tuple[str, ...],
     rate: int | None,
     batch: int,
+    cutover_keys: int,
+    retry_for: float,
     keep_others: bool,
     take_over: bool,
     lease: float,
+    own_namespaces: bool,
     quiet: bool,
 ) -> None:
     """Move the store to another layout while applications keep using it.
@@ -85,7 +107,7 @@ def migrate(
         if quiet or (now - last[0] < 1.0 and p.phase == "copying"):
             return
         last[0] = now
-        eta = "" if p.eta is None else f", about {p.eta:.0f} s left in the pass"
+        eta = "" if p.eta is None else f", about {human_duration(p.eta)} left in the pass"
         line = f"{p.phase}: {p.scanned} key(s) scanned, {p.copied} copied, {p.deleted} deleted"
         click.echo(settings.redact(line + (f", {p.rate:.0f} keys/s{eta}" if p.rate else "")), err=True)
 
@@ -95,14 +117,26 @@ def migrate(
         namespaces=list(namespaces) or None,
         rate=rate,
         batch=batch,
+        cutover_keys=cutover_keys,
+        retry_for=retry_for,
         progress=progress,
         keep_others=keep_others,
         lease=lease,
         take_over=take_over,
+        own_namespaces=own_namespaces,
     ) as migration:
         report = migration.run()
     if settings.json:
         emit_json(dataclasses.asdict(report))
         return
-    rows = [(field.name, str(getattr(report, field.name))) for field in dataclasses.fields(report)]
+    rows = [(field.name, _shown(field.name, getattr(report, field.name))) for field in dataclasses.fields(report)]
     print_table(f"migration {report.migration}", ("", "value"), rows)
+
+
+def _shown(name: str, value: Any) -> str:
+    """A report field for people (``--json`` keeps the full numbers)."""
+    if name in ("pause", "seconds"):
+        return human_duration(value)
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return "-" if value is None else str(value)

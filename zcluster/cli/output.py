@@ -121,6 +121,18 @@ def human_score(score: float) -> str:
     return repr(score)
 
 
+def human_duration(seconds: float) -> str:
+    """A duration for people, 3 significant digits: milliseconds below a second (``25 ms``, ``1.5 ms``; below a
+    microsecond ``0 ms``), seconds below 1000 s (``1.23 s``, ``123 s``), whole seconds above (``4321 s``)."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return f"{seconds} s"
+    ms = f"{seconds * 1000:.3g}" if seconds >= 1e-6 else "0"
+    if float(ms) < 1000:
+        return f"{ms} ms"
+    text = f"{seconds:.3g}"
+    return f"{text} s" if float(text) < 1000 else f"{seconds:.0f} s"
+
+
 def one_line(message: str) -> str:
     """``message`` with every run of whitespace (newlines too) as one space."""
     return " ".join(message.split())

@@ -18,6 +18,14 @@ from zcluster._markers import parse
 from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
 from zcluster.config import ClusterConfig
 from zcluster.errors import ConfigError, LayoutMismatchError, MigrationError
+from zcluster.migration._checks import (
+    check_followers,
+    check_overlaps,
+    check_shared_state,
+    follower_targets,
+    other_stores,
+    theirs,
+)
 from zcluster.migration._fence import Fence, FenceRearmed, is_fence
 
 log = logging.getLogger("zcluster")
@@ -37,6 +45,8 @@ class Marking:
     retry_for: float
     others: list[bytes]
     keep_others: bool
+    own_namespaces: bool
+    connection: dict[str, Any]
     _seen: list[dict[str, Any]]
     source_id: str
     _notify: list[str]
@@ -123,20 +133,28 @@ class Marking:
         log.warning("migration %s: resumed in state %s", move.get("id"), move.get("state"))
 
     def _check_others(self) -> None:
-        """Refuse when the source holds zcluster-looking keys (``{...``) of no namespace (a state store under
-        another namespace would be left behind), unless ``keep_others``."""
+        """Refuse, before anything moves, what lives on the source besides this store and would be harmed
+        (:mod:`zcluster.migration._checks`): a namespace overlapping another store's prefix; zcluster-looking
+        keys (``{...``) of no namespace and no other store (a state store under another namespace would be left
+        behind), unless ``keep_others``; namespaces besides the prefix (state) from servers that also hold
+        another store, unless ``own_namespaces``."""
+        stores = other_stores(self.src.shards, self._call, self.key, self.batch)
+        check_overlaps(stores, self.source.prefix, self.namespaces)
         self.others = []
         for shard in self.src.shards:
             for _ in self._scan(shard):
                 pass
-        if self.others and not self.keep_others:
-            heads = sorted({k.partition(b"}")[0][1:].decode("utf-8", "replace")[:40] for k in self.others[:1000]})
+        strays = [k for k in self.others if not theirs(k, stores)]  # another store's keys stay, as always
+        if strays and not self.keep_others:
+            heads = sorted({k.partition(b"}")[0][1:].decode("utf-8", "replace")[:40] for k in strays[:1000]})
             raise LayoutMismatchError(
-                f"the source holds {len(self.others)} key(s) of no namespace in {self.namespaces} (e.g. "
-                f"{self.others[0]!r}; hash tags starting {heads[:5]}): a state store or dedup under another "
-                "namespace would stay behind. Name every namespace of the store (--namespace, repeatable), or "
-                "keep_others=True (--keep-others) if they belong to something else; nothing was moved"
+                f"the source holds {len(strays)} key(s) of no namespace in {self.namespaces} and of no other store "
+                f"(e.g. {strays[0]!r}; hash tags starting {heads[:5]}): a state store or dedup under another "
+                "namespace would stay behind (its consumers, not finding their checkpoints after the cut-over, "
+                "would deliver again). Name every namespace of the store (--namespace, repeatable), or "
+                "keep_others=True (--keep-others) if they are not this store's; nothing was moved"
             )
+        check_shared_state(stores, strays, self.source.prefix, self.namespaces, self.own_namespaces)
         self.others = []
 
     def _check_target(self) -> None:
@@ -172,6 +190,9 @@ class Marking:
                     f"target {shard.name} already holds keys of the namespaces {self.namespaces} (e.g. {found[0]!r}) "
                     "that no migration put there: another store's? Empty it or choose another server; nothing moved"
                 )
+        source = self.source.urls[0]
+        targets = follower_targets(self.dst, self.urls, source, self.key)
+        check_followers(targets, source, self.key, self.connection, lambda shard: self._call(shard, "PING"))
 
     def _mark_target(self, mig: str, target_id: str) -> None:
         incoming = {"id": mig, "from": self.names(self.src)}

@@ -59,6 +59,7 @@ from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topol
 from zcluster._transport import Transport
 from zcluster.config import ClusterConfig, Where
 from zcluster.errors import ConfigError, LayoutMismatchError, MigrationError
+from zcluster.migration._checks import check_parameters, checked_namespaces
 from zcluster.migration._copier import CHUNK, EVENTS, Copier, Listener, notifying, restore, settings
 from zcluster.migration._fence import Fence
 from zcluster.migration._marking import Marking
@@ -74,19 +75,37 @@ class Migration(Marking):
     """Moves the standalone store at ``source`` to ``target`` (standalone shards routed by ``jump``, or a Redis
     Cluster seed ``redis+cluster://...``) while applications keep using it; see the module for the protocol.
 
-    ``namespaces``: the key prefixes moved besides the store's own (default: ``zcstate:`` and ``zcdedup:``). A
-    source holding keys laid out as zcluster's (``{...``) in no namespace is refused before anything moves
-    (a state store under another namespace would stay behind) unless ``keep_others``: then they stay.
-    ``rate``: at most this many keys scanned per second (None: as fast as the servers go). ``progress`` is
-    called after each batch. ``connection``: redis-py options for every server (credentials come with the
-    URLs; the target's servers must accept the source's credentials: followers reconnect with theirs).
+    ``namespaces``: the key prefixes moved besides the store's own (default: ``zcstate:`` and ``zcdedup:``), a
+    list of non-empty str; one can be narrower than a namespace, e.g. ``zcstate:<app>/`` (one application's
+    checkpoints). A source holding keys laid out as zcluster's (``{...``) in no namespace and of no other
+    store is refused before anything moves (a state store under another namespace would stay behind) unless
+    ``keep_others``: then they stay. The state namespaces do not say which store a key is of: when the source
+    servers also hold another store (its layout marker, or, kept by ``keep_others``, keys laid out as a
+    store's), moving a namespace besides the prefix is refused unless ``own_namespaces`` (the operator states
+    they hold this store's keys only; see the README's "Growing the store" for the ways forward); a namespace
+    that is, or nests in, another store's prefix is always refused. ``rate``: at most this many keys scanned
+    per second (None: as fast as the servers go). ``batch``: keys per SCAN step and copy (1 or more).
+    ``cutover_keys``: the cut-over starts once a catch-up round finds at most this many changed keys (0 or
+    more). ``progress`` is called after each batch. ``connection``: redis-py options for every server
+    (credentials come with the URLs). ``lease``: seconds without a heartbeat after which this mover's lease may
+    be taken by another run; ``take_over``: take the lease from a live holder (see
+    :mod:`zcluster.migration._fence`: one mover at a time, and a mover taken over writes nothing more).
+
+    Followers reconnect to the target with their own credentials (the source URL's user-info, query options
+    and TLS, on the target's public URL): before anything moves, each target server must accept a connection
+    built that way from the first source URL (authenticate, be the database the mover writes to, run a script
+    on the marker's key), else :class:`ConfigError` names it. The check can only use the source URLs the
+    mover is given: give it the URLs (credentials) the applications use.
 
     Needs on each source server: ``CONFIG SET`` (keyspace notifications, restored at the end), ``CLIENT
     KILL``, ``PSUBSCRIBE``, ``DUMP``; on the target: ``RESTORE``. The servers of both layouts must run the
     same Redis (or a newer one on the target: ``RESTORE`` refuses a newer RDB version).
 
-    Errors: a bad layout (shared server at another place, a target server holding another store or keys of
-    the namespaces, another prefix or ``max_size``, a roshi-routed store) raises :class:`ConfigError` or
+    Errors: a bad parameter (``namespaces``, ``rate``, ``batch``, ``cutover_keys``, ``retry_for``: a finite
+    number of seconds, 0 or more) raises :class:`ConfigError` naming it and its value at construction, before
+    any connection. A bad layout (shared server at another place, a target server holding another store or
+    keys of the namespaces, another prefix or ``max_size``, a roshi-routed store, another store's state
+    possibly in the namespaces, a target refusing followers) raises :class:`ConfigError` or
     :class:`LayoutMismatchError` before anything moves. A server that fails mid-way raises its error after
     the mover retried for ``retry_for`` seconds; nothing is lost: run again to resume.
     """
@@ -108,7 +127,10 @@ class Migration(Marking):
         keep_others: bool = False,
         lease: float = 30.0,
         take_over: bool = False,
+        own_namespaces: bool = False,
     ) -> None:
+        namespaces = checked_namespaces(namespaces)
+        check_parameters(rate=rate, batch=batch, cutover_keys=cutover_keys, retry_for=retry_for, lease=lease)
         layout: dict[str, Any] = {k: v for k, v in (("prefix", prefix), ("max_size", max_size)) if v is not None}
         self.source = ClusterConfig.of(source, **layout)
         self.target = ClusterConfig.of(target, **layout)
@@ -148,7 +170,7 @@ class Migration(Marking):
         self._seen: list[dict[str, Any]] = []
         self._notify: list[str] = []
         self.others: list[bytes] = []  # zcluster-looking keys of no namespace seen by the scans
-        self.keep_others = keep_others
+        self.keep_others, self.own_namespaces = keep_others, own_namespaces
 
     # -- the whole run ------------------------------------------------------------------------------------
 

@@ -10,16 +10,27 @@ from zcluster.config import ClusterConfig, StoreConfig
 from zcluster.errors import ConfigError
 from zcluster.farm.config import FarmConfig
 
+STORE_OPTIONS = ("urls", "cluster_url", "replicas", "read", "prefix", "max_size", "routing", "failover_timeout")
+"""The options :func:`config_from_options` reads (lowercase: Spark's options are case-insensitive): every
+option that says where the store is and how it is laid out, so that the layout guard opens it."""
+
 
 def config_from_options(options: dict[str, str]) -> StoreConfig:
-    """Where the store is, from the data source's options: ``urls`` (standalone shards, comma-separated),
-    ``cluster_url`` (a Redis Cluster seed) or ``replicas`` (a farm: a JSON list, one replica each in any
-    form :func:`zcluster.connect` takes, with ``read``, the farm's read strategy); ``prefix``, ``max_size``;
-    with ``cluster_url``, ``failover_timeout`` (seconds a call waits for the Redis Cluster to fail a dead
-    master over, default 20: :meth:`zcluster.Cluster.from_cluster_url`). The writer's and the reader's."""
+    """Where the store is, from the data source's options (:data:`STORE_OPTIONS`): ``urls`` (standalone
+    shards, comma-separated), ``cluster_url`` (a Redis Cluster seed) or ``replicas`` (a farm: a JSON list, one
+    replica each in any form :func:`zcluster.connect` takes, with ``read``, the farm's read strategy);
+    ``prefix``, ``max_size`` (a positive integer), ``routing`` (standalone shards: ``jump``, the default, or
+    ``roshi``); with ``cluster_url``, ``failover_timeout`` (seconds a call waits for the Redis Cluster to fail
+    a dead master over, default 20: :meth:`zcluster.Cluster.from_cluster_url`). The writer's and the reader's:
+    a store is read with the options it is written with. A bad value is a :class:`ConfigError` naming it."""
     extra: dict[str, Any] = {"prefix": options.get("prefix", "zc:")}
     if options.get("max_size"):
-        extra["max_size"] = int(options["max_size"])
+        try:
+            extra["max_size"] = int(options["max_size"])
+        except ValueError:
+            raise ConfigError(f"option max_size must be a positive integer, not {options['max_size']!r}") from None
+    if options.get("routing"):
+        extra["routing"] = options["routing"]  # checked by ClusterConfig
     given = [name for name in ("urls", "cluster_url", "replicas") if options.get(name)]
     if len(given) > 1:
         raise ConfigError(f"give the zcluster data source one of 'urls', 'cluster_url', 'replicas', not {given}")

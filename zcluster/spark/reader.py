@@ -18,11 +18,13 @@ nothing gives no rows.
 
 Options (names are case-insensitive; any other is refused with a :class:`ConfigError` listing these):
 
-* where the store is, as the writer takes them (:func:`zcluster.spark.options.config_from_options`):
-  ``urls`` (comma-separated standalone shard URLs), ``cluster_url`` (a Redis Cluster seed) or ``replicas``
-  (a farm: a JSON list, one replica each, in any form :func:`zcluster.connect` takes) with ``read``, the
-  farm's read strategy (``one``, ``all``, ``first-linger``, ``var``; default ``all``); ``prefix`` (default
-  ``zc:``); with ``cluster_url``, ``failover_timeout`` (seconds a read waits for a dead master's replica to
+* where the store is and how it is laid out, as the writer takes them (one parser,
+  :func:`zcluster.spark.options.config_from_options`): ``urls`` (comma-separated standalone shard URLs),
+  ``cluster_url`` (a Redis Cluster seed) or ``replicas`` (a farm: a JSON list, one replica each, in any form
+  :func:`zcluster.connect` takes) with ``read``, the farm's read strategy (``one``, ``all``, ``first-linger``,
+  ``var``; default ``all``); ``prefix`` (default ``zc:``), ``max_size`` and ``routing`` (``jump`` or
+  ``roshi``), as the store was written (the layout guard refuses a read with another ``max_size`` or
+  routing); with ``cluster_url``, ``failover_timeout`` (seconds a read waits for a dead master's replica to
   take over, default 20);
 * ``keys``: the keys to read, comma-separated or a JSON list of strings; or ``pattern``: a Redis glob over
   the logical keys (:meth:`zcluster.Cluster.keys`' ``match``). Neither: every key. Not both;
@@ -82,14 +84,11 @@ from zcluster.config import StoreConfig
 from zcluster.errors import ConfigError, PartialScanError
 from zcluster.farm import Farm
 from zcluster.farm.config import FarmConfig
-from zcluster.spark.options import config_from_options
+from zcluster.spark.options import STORE_OPTIONS, config_from_options
 from zcluster.spark.rows import KINDS, cluster_rows, farm_rows, spark_schema
 from zcluster.types import Blob, ShardFailure, to_bytes
 
-OPTIONS = (
-    *("urls", "cluster_url", "failover_timeout", "replicas", "read", "prefix"),
-    *("keys", "pattern", "kind", "limit", "tombstones", "batch", "numpartitions"),
-)
+OPTIONS = (*STORE_OPTIONS, *("keys", "pattern", "kind", "limit", "tombstones", "batch", "numpartitions"))
 """Every option the reader takes (lowercase: Spark's options are case-insensitive)."""
 _ALL = 1 << 62  # "every member" as a limit: ZREVRANGE key 0 2**62-1
 

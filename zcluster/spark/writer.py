@@ -3,9 +3,9 @@
 
 Rows need ``key``, ``score`` and ``member`` columns and may have ``op`` (``"insert"``, the default, or
 ``"delete"``). Options: ``urls`` (comma-separated shard URLs) or ``cluster_url`` (a Redis Cluster seed,
-with ``failover_timeout``: :func:`zcluster.spark.options.config_from_options`), ``prefix``, ``max_size``,
-``batch`` (tuples per write call). Every write is a CRDT write, so a retried task or a replayed micro-batch
-rewrites the same tuples harmlessly: the writer is idempotent. Unconfirmed
+with ``failover_timeout``: :func:`zcluster.spark.options.config_from_options`, the reader's parser too),
+``prefix``, ``max_size``, ``routing``, ``batch`` (tuples per write call). Every write is a CRDT write, so a
+retried task or a replayed micro-batch rewrites the same tuples harmlessly: the writer is idempotent. Unconfirmed
 tuples are resent as the sink's are (same buffer, 5 retries with backoff); a shard that keeps failing
 fails the task, which Spark retries up to ``spark.task.maxFailures`` times (4 on a cluster, once in
 ``local[n]``); then the write fails, and a streaming query ends (start it again from its checkpoint: the
