@@ -20,7 +20,14 @@ after the handshake and before the connection carries any command; never per cal
 standalone client reads the markers of every shard and settles the layout id; each later connection (a pool
 growing, a reconnect after a restart) reads its own shard's marker and compares it. A Redis Cluster client
 checks its one marker at its first connection. A marker is created with a create-if-absent script, so that
-concurrent clients agree: the first reachable shard decides the layout id and the others take it from there.
+concurrent clients agree: the decision is made on one shard that does not depend on the order of the list,
+the reachable shard whose name sorts first (:attr:`LayoutGuard.decider`); the others are then marked in name
+order with the id found there. Two clients listing the same shards in two orders (two layouts: the place is
+part of one) thus race on that one shard: the first wins every shard, the other reads the winner's marker
+there and is refused (reordered) before it marks anything. A client whose create on a later shard finds
+another layout's marker (a client of another list sharing some of these shards won it) deletes the markers
+it made (compare-and-delete: only its own values) and is refused, so no store is left half marked by a
+loser.
 
 Cases (each a :class:`LayoutMismatchError` naming the shard, both layouts and the way forward): a shard added
 or removed (the count differs), the list reordered (a shard's place differs), the same server listed twice
@@ -57,7 +64,7 @@ import redis
 from redis.exceptions import AskError, MovedError
 
 from zcluster._keys import KeyLayout
-from zcluster._markers import CREATE, Peer, listing, marker_key, parse, run, when
+from zcluster._markers import CREATE, DROP, Peer, listing, marker_key, parse, run, when
 from zcluster._moves import judge
 from zcluster._topology import ClusterTopology, Topology
 from zcluster.errors import LayoutMismatchError
@@ -100,6 +107,8 @@ class LayoutGuard:
         self.cluster = isinstance(topology, ClusterTopology)
         self.routing = "cluster" if self.cluster else str(getattr(topology, "routing", "jump"))
         self.names = [s.name for s in topology.shards]
+        # The shard every adoption, and every marking again, decides on first: the same for any order of a list.
+        self.decider = min(range(len(self.names)), key=self.names.__getitem__) if self.names else 0
         self.layout_id: str | None = None
         self._candidate: str | None = None  # the id being settled (under the lock): published once all agree
         self._lock = threading.RLock()
@@ -215,12 +224,22 @@ class LayoutGuard:
         for j, target in targets.items():
             self._not_cluster_node(j, target)
             sampled += self._sample(j, target)
-        value = self._marker(uuid.uuid4().hex, reachable[0])
-        first = self._create(reachable[0], targets[reachable[0]], value)
-        self._compare_fields(reachable[0], first)
+        order = sorted(reachable, key=self.names.__getitem__)  # the decision, whatever the list's order
+        value = self._marker(uuid.uuid4().hex, order[0])
+        first = self._create(order[0], targets[order[0]], value)
+        self._compare_fields(order[0], first)  # a loser of another order is refused here, having marked nothing
         self._candidate = layout_id = first["id"]
-        for j in reachable[1:]:
-            self._compare(j, self._create(j, targets[j], self._marker(layout_id, j)))
+        made = [(order[0], value)] if first == json.loads(value) else []
+        try:
+            for j in order[1:]:
+                value = self._marker(layout_id, j)
+                stored = self._create(j, targets[j], value)
+                if stored == json.loads(value):
+                    made.append((j, value))
+                self._compare(j, stored)
+        except LayoutMismatchError:
+            self._drop(targets, made)
+            raise
         what = (
             f"adopted the store {self._prefix()} written before layout markers ({sampled} key(s) sampled, each "
             "on the shard this list routes it to)"
@@ -231,7 +250,7 @@ class LayoutGuard:
             logging.WARNING if sampled else logging.INFO,
             "layout guard: %s: layout %s, routing %s, %d shard(s) [%s], max_size=%s%s",
             what,
-            self.layout_id,
+            self._current(),
             self.routing,
             len(self.names),
             ", ".join(self.names),
@@ -239,16 +258,32 @@ class LayoutGuard:
             "" if len(reachable) == len(shards) else f" ({len(shards) - len(reachable)} unreachable: marked later)",
         )
 
+    def _drop(self, targets: dict[int, Any], made: list[tuple[int, str]]) -> None:
+        """Delete the markers this adoption made (each only while it still holds this client's value): it lost
+        a shard to another layout, and a store half marked by a loser would be opened by no list."""
+        for j, value in made:
+            try:
+                run(targets[j], "EVAL", DROP, 1, self.key, value)
+            except (redis.RedisError, OSError) as exc:
+                log.warning(
+                    "layout guard: %s kept a marker of the store %s that this client made and then lost the adoption "
+                    "(%s): `zcluster markers` shows it, `zcluster markers reset` removes it",
+                    self.names[j],
+                    self._prefix(),
+                    exc,
+                )
+
     def _remark(self, j: int, target: Any) -> None:
         """Shard ``j`` lost its marker (restarted empty, or flushed) while its peers keep the layout: mark it
         again with the layout id, after checking that the keys it holds belong there."""
         layout_id = self._current()
         self._not_cluster_node(j, target)
         sampled = self._sample(j, target)
-        if j != 0:  # through the deciding shard, as an adoption goes: concurrent clients end on one id
-            first = self._on_peer(0, lambda peer: self._create(0, peer, self._marker(layout_id, 0)))
+        d = self.decider
+        if j != d:  # through the deciding shard, as an adoption goes: concurrent clients end on one id
+            first = self._on_peer(d, lambda peer: self._create(d, peer, self._marker(layout_id, d)))
             if first is not None and first["id"] != layout_id:
-                self._compare(0, first)  # follows it when it is this very layout marked again by another client
+                self._compare(d, first)  # follows it when it is this very layout marked again by another client
                 layout_id = self._current()
         self._compare(j, self._create(j, target, self._marker(layout_id, j)))
         log.warning(
@@ -349,9 +384,12 @@ class LayoutGuard:
 
     def _marked_again(self, j: int, stored: dict[str, Any]) -> bool:
         """Whether shard ``j``'s marker, of another id but this very layout (fields compared already), is the
-        deciding shard's too: every shard lost its marker (flushed or restarted empty together) and another
-        client marked the store again first. This client then follows that id (logged) and returns True."""
-        first = stored if j == 0 or self.cluster else self._on_peer(0, lambda peer: self._get(0, peer))
+        deciding shard's too. Either migrations moved the store away and back onto these very shards (the
+        marker's ``from`` names the last one) while this client made no call, or every shard lost its marker
+        (flushed or restarted empty together, or reset) and another client marked the store again first. This
+        client then follows that id (logged, saying which) and returns True."""
+        d = self.decider
+        first = stored if j == d or self.cluster else self._on_peer(d, lambda peer: self._get(d, peer))
         if first is None or first["id"] != stored["id"]:
             return False
         with self._lock:
@@ -360,9 +398,23 @@ class LayoutGuard:
                 self._candidate = stored["id"]
             else:
                 self.layout_id = stored["id"]
+        origin = stored.get("from")
+        if isinstance(origin, dict):  # nothing was lost: the data came back with the layout
+            log.info(
+                "layout guard: the store %s came back onto these shards: migration %s moved it here from %s as "
+                "layout %s; this client held layout %s, an earlier layout of the same shards, routing and "
+                "max_size: it follows it",
+                self._prefix(),
+                origin.get("migration"),
+                listing(origin),
+                stored["id"],
+                before,
+            )
+            return True
         log.warning(
-            "layout guard: the store %s was marked again as layout %s by another client (every shard had lost its "
-            "marker); this client held layout %s with the same shards, routing and max_size: it follows it",
+            "layout guard: the store %s was marked again as layout %s by another client (no shard held its marker "
+            "any more: flushed, restarted empty, or reset by an operator); this client held layout %s with the "
+            "same shards, routing and max_size: it follows it",
             self._prefix(),
             stored["id"],
             before,

@@ -19,6 +19,9 @@ CREATE = (
     "local v = redis.call('GET', KEYS[1]) if v then return v end redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
 )
 
+# Compare-and-delete: a marker is deleted only while it holds the value given (the guard's rollback of its own).
+DROP = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
 
 def marker_key(layout: KeyLayout) -> bytes:
     """The Redis key of ``layout``'s marker: ``{<prefix>}layout``."""
