@@ -394,6 +394,8 @@ class LayoutGuard:
             return False
         with self._lock:
             before = self._current()
+            if before == stored["id"]:
+                return True  # another connection of this client followed it already (and said so)
             if self._candidate is not None:
                 self._candidate = stored["id"]
             else:

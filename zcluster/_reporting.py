@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from zcluster._moves import StoreMoved
 from zcluster.errors import PartialReadError
 from zcluster.instrumentation import Instrumentation, OpEvent
 from zcluster.types import ReadResult
@@ -15,7 +16,8 @@ from zcluster.types import ReadResult
 
 class Reporting:
     """Mixin: ``_report`` sends the event of a call to ``self.instrumentation``; ``_reporting`` reports a call
-    that raised inside its ``with`` block (the normal end reports itself); ``_finish`` reports a read and
+    that raised inside its ``with`` block (the normal end reports itself; a call a migration's cut-over cut off
+    is not reported: it runs again on the store's new layout, which reports it); ``_finish`` reports a read and
     raises :class:`PartialReadError` for a strict one with errors."""
 
     instrumentation: Instrumentation
@@ -36,6 +38,8 @@ class Reporting:
     def _reporting(self, op: str, started: float) -> Iterator[None]:
         try:
             yield
+        except StoreMoved:
+            raise  # not the call's outcome: it runs again where the store moved, and reports that (one event)
         except BaseException as exc:
             self._report(op, 0, started, error=exc)
             raise
