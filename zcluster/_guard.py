@@ -20,14 +20,10 @@ after the handshake and before the connection carries any command; never per cal
 standalone client reads the markers of every shard and settles the layout id; each later connection (a pool
 growing, a reconnect after a restart) reads its own shard's marker and compares it. A Redis Cluster client
 checks its one marker at its first connection. A marker is created with a create-if-absent script, so that
-concurrent clients agree: the decision is made on one shard that does not depend on the order of the list,
-the reachable shard whose name sorts first (:attr:`LayoutGuard.decider`); the others are then marked in name
-order with the id found there. Two clients listing the same shards in two orders (two layouts: the place is
-part of one) thus race on that one shard: the first wins every shard, the other reads the winner's marker
-there and is refused (reordered) before it marks anything. A client whose create on a later shard finds
-another layout's marker (a client of another list sharing some of these shards won it) deletes the markers
-it made (compare-and-delete: only its own values) and is refused, so no store is left half marked by a
-loser.
+concurrent clients agree: it is decided on the reachable shard whose name sorts first, whatever the list's
+order, then the others are marked in name order. Two orders of one list (two layouts) race on that one shard:
+the loser reads the winner's marker there and is refused (reordered) having marked nothing. A loser on a
+later shard (to a list sharing some shards) deletes the markers it made (compare-and-delete) and is refused.
 
 Cases (each a :class:`LayoutMismatchError` naming the shard, both layouts and the way forward): a shard added
 or removed (the count differs), the list reordered (a shard's place differs), the same server listed twice
@@ -37,9 +33,9 @@ at construction (:class:`zcluster.ConfigError`, by :class:`zcluster._topology.St
 
 Unmarked stores (written before this guard, or new) are adopted on first use with one log line. Adopting must
 not itself be the silent loss (a 2-shard store opened first with 3 shards listed): before adopting, up to
-:data:`SAMPLE` keys of the prefix are sampled on each listed shard (SCAN MATCH, at most :data:`SCAN_STEPS`
-steps of :data:`SCAN_COUNT`) and each must be one the new list routes to the shard holding it; any misplaced
-key refuses adoption. What the sample cannot see: the keys of a shard that is not listed (a 3-shard store
+:data:`~zcluster._markers.SAMPLE` keys of the prefix are sampled on each listed shard (SCAN MATCH, bounded:
+:func:`zcluster._markers.sample`) and each must be one the new list routes to the shard holding it; any
+misplaced key refuses adoption. What the sample cannot see: the keys of a shard that is not listed (a 3-shard store
 opened with its first 2 shards: with jump routing the 2 listed shards' keys stay in place, so the third's
 keys would be lost unseen), keys past the sample on a large shard when only a few are misplaced, and a store
 with no keys yet. A shard that restarts empty (its marker gone) among marked peers is marked again with the
@@ -64,19 +60,12 @@ import redis
 from redis.exceptions import AskError, MovedError
 
 from zcluster._keys import KeyLayout
-from zcluster._markers import CREATE, DROP, Peer, listing, marker_key, parse, run, when
+from zcluster._markers import CREATE, DROP, Peer, listing, marker_key, not_cluster_node, parse, run, sample, when
 from zcluster._moves import judge
 from zcluster._topology import ClusterTopology, Topology
 from zcluster.errors import LayoutMismatchError
 
 log = logging.getLogger("zcluster")
-
-SAMPLE = 256
-"""Keys of the prefix sampled per shard before an unmarked store is adopted."""
-SCAN_COUNT = 1000
-SCAN_STEPS = 8
-"""SCAN steps (``COUNT`` :data:`SCAN_COUNT`) at most per shard while sampling: adoption stays cheap on a
-shard holding many other keys."""
 
 
 def install(topology: Topology, layout: KeyLayout, max_size: int | None, follow: bool = False) -> LayoutGuard:
@@ -107,8 +96,7 @@ class LayoutGuard:
         self.cluster = isinstance(topology, ClusterTopology)
         self.routing = "cluster" if self.cluster else str(getattr(topology, "routing", "jump"))
         self.names = [s.name for s in topology.shards]
-        # The shard every adoption, and every marking again, decides on first: the same for any order of a list.
-        self.decider = min(range(len(self.names)), key=self.names.__getitem__) if self.names else 0
+        self.decider = min(range(len(self.names)), key=self.names.__getitem__) if self.names else 0  # any order
         self.layout_id: str | None = None
         self._candidate: str | None = None  # the id being settled (under the lock): published once all agree
         self._lock = threading.RLock()
@@ -259,19 +247,13 @@ class LayoutGuard:
         )
 
     def _drop(self, targets: dict[int, Any], made: list[tuple[int, str]]) -> None:
-        """Delete the markers this adoption made (each only while it still holds this client's value): it lost
-        a shard to another layout, and a store half marked by a loser would be opened by no list."""
+        """Delete the markers this adoption made (each only while it holds this client's value): it lost."""
         for j, value in made:
             try:
                 run(targets[j], "EVAL", DROP, 1, self.key, value)
             except (redis.RedisError, OSError) as exc:
-                log.warning(
-                    "layout guard: %s kept a marker of the store %s that this client made and then lost the adoption "
-                    "(%s): `zcluster markers` shows it, `zcluster markers reset` removes it",
-                    self.names[j],
-                    self._prefix(),
-                    exc,
-                )
+                what = "kept a marker of the store %s this client made, then lost (%s): see `zcluster markers`"
+                log.warning("layout guard: %s " + what, self.names[j], self._prefix(), exc)
 
     def _remark(self, j: int, target: Any) -> None:
         """Shard ``j`` lost its marker (restarted empty, or flushed) while its peers keep the layout: mark it
@@ -298,39 +280,10 @@ class LayoutGuard:
 
     def _sample(self, j: int, target: Any) -> int:
         """How many keys of the prefix were sampled on shard ``j``; raises if one is not routed to ``j``."""
-        pattern = self.layout.scan_pattern(None, include_removed=True)
-        cursor, seen, misplaced = 0, 0, []
-        for _ in range(SCAN_STEPS):
-            reply = run(target, "SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
-            cursor = int(reply[0])
-            for raw in reply[1]:
-                split = self.layout.logical(raw)
-                if split is None or seen >= SAMPLE:
-                    continue
-                seen += 1
-                owner = self.topology.shard_of(split[0], self.layout.slot(split[0]))
-                if owner != j:
-                    misplaced.append((split[0], owner))
-            if cursor == 0 or seen >= SAMPLE:
-                break
-        if misplaced:
-            key, owner = misplaced[0]
-            raise LayoutMismatchError(
-                f"{self._store()} has no layout marker (written before this release) and cannot be adopted with "
-                f"this list of {len(self.names)} shard(s) [{', '.join(self.names)}]: {len(misplaced)} of {seen} "
-                f"key(s) sampled on {self.names[j]} are routed elsewhere by it (e.g. {key!r} goes to "
-                f"{self.names[owner]}), so it is not the list the store was written with (a shard added, removed "
-                "or reordered, or another routing). Open it with the list and routing it was written with; nothing "
-                "was marked"
-            )
-        return seen
+        return sample(self.layout, self.topology.shard_of, self.names, j, target, self._store())
 
     def _not_cluster_node(self, j: int, target: Any) -> None:
-        if b"cluster_enabled:1" in run(target, "INFO", "cluster"):
-            raise LayoutMismatchError(
-                f"{self.names[j]} is a node of a Redis Cluster, listed as a standalone shard: open the store with "
-                "a redis+cluster:// seed URL (Cluster.from_cluster_url); nothing was marked"
-            )
+        not_cluster_node(self.names[j], target)
 
     # -- a Redis Cluster ------------------------------------------------------------------------------------
 
@@ -384,10 +337,8 @@ class LayoutGuard:
 
     def _marked_again(self, j: int, stored: dict[str, Any]) -> bool:
         """Whether shard ``j``'s marker, of another id but this very layout (fields compared already), is the
-        deciding shard's too. Either migrations moved the store away and back onto these very shards (the
-        marker's ``from`` names the last one) while this client made no call, or every shard lost its marker
-        (flushed or restarted empty together, or reset) and another client marked the store again first. This
-        client then follows that id (logged, saying which) and returns True."""
+        deciding shard's too: migrations moved the store away and back (``from`` names the last), or every
+        shard lost its marker and another client marked it again. Then this client follows it (logged)."""
         d = self.decider
         first = stored if j == d or self.cluster else self._on_peer(d, lambda peer: self._get(d, peer))
         if first is None or first["id"] != stored["id"]:

@@ -51,6 +51,8 @@ class StoreMoved(ZClusterError):
     shard; the Cluster's call wrapper catches it, follows, and runs the call again.
     """
 
+    runs_again = True  # not a call's outcome: no event reports it (zcluster._reporting)
+
     def __init__(self, to: dict[str, Any], source: str) -> None:
         super().__init__(f"the store moved to {describe(to)}")
         self.to = to

@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from zcluster._moves import StoreMoved
 from zcluster.errors import PartialReadError
 from zcluster.instrumentation import Instrumentation, OpEvent
 from zcluster.types import ReadResult
@@ -38,10 +37,9 @@ class Reporting:
     def _reporting(self, op: str, started: float) -> Iterator[None]:
         try:
             yield
-        except StoreMoved:
-            raise  # not the call's outcome: it runs again where the store moved, and reports that (one event)
         except BaseException as exc:
-            self._report(op, 0, started, error=exc)
+            if not getattr(exc, "runs_again", False):  # StoreMoved: the call runs again where the store moved
+                self._report(op, 0, started, error=exc)
             raise
 
     def _finish(
