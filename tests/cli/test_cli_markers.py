@@ -154,3 +154,11 @@ def test_a_migration_under_way_is_shown_and_refuses_a_reset(
     assert "moved the store to" in refused.stderr and marker_of(a, pre)["move"]["state"] == "done"
     info = fails(at([a, b], pre, "info", "--no-scan"), code=2)  # LayoutMovedError: the list is wrong now
     assert "done (the store moved)" in info.stdout and "no longer lives on" in info.stderr
+    # a retired server used again: its marker goes with --retired, once its stale copies are deleted
+    stale = fails(at([a, b], pre, "markers", "reset", "--retired", "--yes"))
+    assert "still holds keys of the prefix" in stale.stderr and marker_of(a, pre) is not None
+    for url in (a, b):
+        with redis.Redis.from_url(url) as r:
+            r.delete(*[k for k in r.scan_iter(match=f"{{{pre}*", count=1000) if not k.endswith(b"}layout")])
+    assert len(doc(at([a, b], pre, "markers", "reset", "--retired", "--yes"))["deleted"]) == 2
+    assert marker_of(a, pre) is None and marker_of(b, pre) is None

@@ -231,6 +231,27 @@ def _cell(marker: dict[str, Any] | None, listed: int) -> tuple[str, ...]:
     )
 
 
+def _stale(settings: Settings, seen: list[Seen]) -> list[str]:
+    """Why the retired shards among ``seen`` (a marker in state done) cannot lose their marker: each one that
+    still holds a key of the prefix (a stale copy, which the old list would read as the store)."""
+    pattern = KeyLayout(settings.prefix).scan_pattern(None, include_removed=True)
+    topology = _topology(settings)
+    try:
+        out = []
+        for shard, s in zip(topology.shards, seen, strict=True):
+            move = (s.marker or {}).get("move")
+            done = isinstance(move, dict) and move.get("state") == "done"
+            if done and next(shard.client.scan_iter(match=pattern, count=1000), None) is not None:
+                mig = move.get("id") if isinstance(move, dict) else None
+                out.append(
+                    f"{s.shard} was retired by migration {mig} and still holds keys of the prefix (stale "
+                    "copies): delete them first"
+                )
+        return out
+    finally:
+        topology.close()
+
+
 @click.group(invoke_without_command=True)
 @json_option
 @pass_settings
@@ -277,9 +298,15 @@ def markers(ctx: click.Context, settings: Settings) -> None:
 
 @markers.command()
 @click.option("--yes", is_flag=True, help="Delete them; without it, only say what would be deleted.")
+@click.option(
+    "--retired",
+    is_flag=True,
+    help="Also delete the markers of shards a finished migration retired (move done), once they hold no key of "
+    "the prefix: to use such a server again.",
+)
 @json_option
 @pass_settings
-def reset(settings: Settings, yes: bool) -> None:
+def reset(settings: Settings, yes: bool, retired: bool) -> None:
     """Delete the store's layout markers on the listed shards, so that the next client to open the store
     adopts it again with its own list, after the layout guard's sample of the keys on each shard.
 
@@ -287,8 +314,10 @@ def reset(settings: Settings, yes: bool) -> None:
     it has one) is one zcluster reads; no marker shows a migration under way (move copying or cutting, or
     incoming: resume it with the command `zcluster markers` prints) or one that moved the store away (move
     done: those markers are what refuses the old list; reset would let it be opened and written again,
-    beside the store's new home). Each marker is deleted only while it still holds what was read (a marker
-    changed meanwhile is left, and named).
+    beside the store's new home). With --retired, a marker in state done is deleted too, but only on a shard
+    that holds no key of the prefix any more (delete those stale copies first: a retired server keeps them),
+    so that the server can be used again (e.g. as a migration's target). Each marker is deleted only while
+    it still holds what was read (a marker changed meanwhile is left, and named).
 
     Not checked: that the list is the one the store was written with (the next client's sample of up to
     256 keys a shard refuses a list that misplaces them, but cannot see a shard left out, nor keys past its
@@ -299,10 +328,13 @@ def reset(settings: Settings, yes: bool) -> None:
     seen = read_markers(settings)
     problems = [f"{s.shard}: {s.error}" for s in seen if s.error]
     migration = migration_of(settings, seen)
-    if migration is not None:
+    if migration is not None and migration["state"] == "done" and retired:
+        problems += _stale(settings, seen)
+    elif migration is not None:
         what = (
             f"migration {migration['id']} moved the store to [{', '.join(migration['to'])}]: these markers refuse "
-            "the old list; open the store there"
+            "the old list; open the store there (--retired deletes them once their shards hold no key of the "
+            "prefix)"
             if migration["state"] == "done"
             else f"migration {migration['id']} is under way (state {migration['state']}): resume it with "
             f"{migration['resume']}"
