@@ -6,12 +6,14 @@ migration cuts over under it. Real servers and real migrations throughout."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from zcluster import Cluster, LayoutMismatchError, LayoutMovedError
 from zcluster._moves import StoreMoved
@@ -68,6 +70,17 @@ def test_a_shard_retired_by_a_move_to_other_shards_opened_with_another_list_says
         with pytest.raises(LayoutMovedError) as e, Cluster.from_urls(urls, prefix=pre) as old:
             old.select(KEYS[:1])
         assert e.value.to == [c, d], urls
+
+
+def test_the_log_of_a_new_store_names_its_layout_id(four: LocalShards, caplog: pytest.LogCaptureFixture) -> None:
+    a, b = four.urls[:2]
+    pre = f"msg{next(_names)}:"
+    with caplog.at_level(logging.INFO, logger="zcluster"), Cluster.from_urls([a, b], prefix=pre) as c:
+        c.insert([("k", 1.0, "m")])
+    with redis.Redis.from_url(a) as r:
+        layout_id = json.loads(r.get(f"{{{pre}}}layout"))["id"]
+    said = [r.getMessage() for r in caplog.records if "marked the new store" in r.getMessage()]
+    assert len(said) == 1 and f"layout {layout_id}," in said[0], said  # it said "layout None"
 
 
 # Every public call of a long-lived client, run once the cut-over is done and before the mover's clean-up:
