@@ -87,14 +87,16 @@ class Turns:
             self.cond.notify_all()
 
 
-def scheduled(monkeypatch: pytest.MonkeyPatch, turns: Turns, labels: dict[tuple[str, ...], str]) -> None:
-    """Make every guard of a labelled list wait for its turn before each marker creation, and every such
-    guard enter its adoption (all markers read: none) before any of them creates one."""
+def scheduled(monkeypatch: pytest.MonkeyPatch, turns: Turns, clients: int) -> dict[int, str]:
+    """Make every labelled guard (the returned map: ``id(guard)`` to its client's label, filled by
+    :func:`first_uses`) wait for its turn before each marker creation, and all ``clients`` enter their
+    adoption (all markers read: none) before any of them creates one."""
     create, adopt = LayoutGuard._create, LayoutGuard._adopt
-    entered = threading.Barrier(len(labels), timeout=WAIT)
+    entered = threading.Barrier(clients, timeout=WAIT)
+    labels: dict[int, str] = {}
 
     def scheduled_create(self: LayoutGuard, j: int, target: Any, value: str) -> dict[str, Any]:
-        who = labels.get(tuple(self.names))
+        who = labels.get(id(self))
         if who is None:
             return create(self, j, target, value)
         turns.begin(who)
@@ -104,15 +106,18 @@ def scheduled(monkeypatch: pytest.MonkeyPatch, turns: Turns, labels: dict[tuple[
             turns.end(who)
 
     def synchronized_adopt(self: LayoutGuard, targets: dict[int, Any]) -> None:
-        if tuple(self.names) in labels:
+        if id(self) in labels:
             entered.wait()  # every client saw an empty store: the race the issue names
         adopt(self, targets)
 
     monkeypatch.setattr(LayoutGuard, "_create", scheduled_create)
     monkeypatch.setattr(LayoutGuard, "_adopt", synchronized_adopt)
+    return labels
 
 
-def first_uses(lists: dict[str, list[str]], prefix: str, turns: Turns | None = None) -> dict[str, BaseException | None]:
+def first_uses(
+    lists: dict[str, list[str]], prefix: str, turns: Turns | None = None, labels: dict[int, str] | None = None
+) -> dict[str, BaseException | None]:
     """Each list's first call, in its own thread, released together; what each raised (None: it worked)."""
     out: dict[str, BaseException | None] = {}
     barrier = threading.Barrier(len(lists), timeout=WAIT)
@@ -120,6 +125,8 @@ def first_uses(lists: dict[str, list[str]], prefix: str, turns: Turns | None = N
     def first_use(who: str, urls: list[str]) -> None:
         try:
             with Cluster.from_urls(urls, prefix=prefix) as c:
+                if labels is not None:
+                    labels[id(c._transport.guard)] = who
                 barrier.wait()
                 c.insert([(f"k{i}", 1.0, "m") for i in range(20)])
             out[who] = None
@@ -150,8 +157,7 @@ def test_two_orders_racing_on_an_empty_store_leave_exactly_one_layout_on_every_s
     pre = f"once{next(_names)}:"
     lists = {"ab": [a, b], "ba": [b, a]}
     turns = Turns(schedule)
-    scheduled(monkeypatch, turns, {tuple(u.rpartition("/")[2] for u in v): k for k, v in lists.items()})
-    got = first_uses(lists, pre, turns)
+    got = first_uses(lists, pre, turns, scheduled(monkeypatch, turns, len(lists)))
     monkeypatch.undo()
     winners = [who for who, exc in got.items() if exc is None]
     assert len(winners) == 1, got
@@ -173,13 +179,35 @@ def test_a_loser_of_another_list_removes_the_markers_it_made(
     pre = f"once{next(_names)}:"
     lists = {"first": [s0, s1], "second": [s1, s2]}
     turns = Turns(["first", "second", "first", "second"])
-    scheduled(monkeypatch, turns, {tuple(u.rpartition("/")[2] for u in v): k for k, v in lists.items()})
-    got = first_uses(lists, pre, turns)
+    got = first_uses(lists, pre, turns, scheduled(monkeypatch, turns, len(lists)))
     monkeypatch.undo()
     assert got["second"] is None and isinstance(got["first"], LayoutMismatchError), got
     assert turns.ran[:3] == ["first", "second", "first"]  # the interleaving the test is about did run
     assert markers([s0], pre) == [None]
     assert opens([s1, s2], pre) is None
+
+
+def test_three_clients_of_two_orders_agree_in_every_interleaving(
+    three: LocalShards, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # x and z list [A, B], y lists [B, A]: in each of the 90 interleavings of their marker creations either x
+    # and z both work (one layout, one id) and y is refused, or y works and both others are refused.
+    a, b = three.urls[:2]
+    lists = {"x": [a, b], "y": [b, a], "z": [a, b]}
+    outcomes = set()
+    for schedule in interleavings("x", "y", "z"):
+        pre = f"once{next(_names)}:"
+        turns = Turns(schedule)
+        got = first_uses(lists, pre, turns, scheduled(monkeypatch, turns, len(lists)))
+        monkeypatch.undo()
+        worked = "".join(sorted(who for who, exc in got.items() if exc is None))
+        assert worked in ("xz", "y"), (schedule, got)
+        assert all(isinstance(exc, LayoutMismatchError) for exc in got.values() if exc is not None), got
+        found = markers([a, b], pre)
+        assert all(m is not None for m in found) and len({m["id"] for m in found if m is not None}) == 1
+        assert [m["index"] for m in found if m is not None] == ([0, 1] if worked == "xz" else [1, 0])
+        outcomes.add(worked)
+    assert outcomes == {"xz", "y"}  # both orders won some interleaving: the schedules did drive the race
 
 
 @pytest.mark.parametrize("rounds", [20])
