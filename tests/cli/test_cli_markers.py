@@ -141,6 +141,7 @@ def test_a_migration_under_way_is_shown_and_refuses_a_reset(
             assert text in info, text
         target = doc(at([c, d], pre, "markers"))["migration"]  # the target's shards: incoming
         assert target["state"] == "incoming" and target["role"] == "target" and target["lease"]["lease"] == "L1"
+        assert target["resume"] == resume  # the source's list, read from the target's incoming marker
         for urls in ([a, b], [c, d]):
             refused = fails(at(urls, pre, "markers", "reset", "--yes"))
             assert "under way" in refused.stderr and "nothing deleted" in refused.stderr

@@ -102,19 +102,17 @@ def read_lease(url: str, prefix: str) -> dict[str, Any] | None:
     return lease
 
 
-def _created_on(url: str, prefix: str, layout_id: Any) -> list[float]:
-    """When the marker of layout ``layout_id`` on the shard at ``url`` was made (a target's: when its
-    migration began); empty when it cannot be read or is another one."""
+def _marker_at(url: str, prefix: str) -> dict[str, Any] | None:
+    """The store's marker on the shard at ``url`` (another list's: a migration's other side); None when it
+    has none or cannot be read."""
     client = StandaloneTopology([url]).shards[0].client
     try:
         raw: Any = client.get(marker_key(KeyLayout(prefix)))
-        marker = None if raw is None else parse(url, raw)
+        return None if raw is None else parse(url, raw)
     except (redis.RedisError, OSError, ZClusterError):
-        return []
+        return None
     finally:
         client.close()
-    created = marker.get("created") if marker is not None and marker.get("id") == layout_id else None
-    return [float(created)] if isinstance(created, int | float) else []
 
 
 def migration_of(settings: Settings, seen: list[Seen]) -> dict[str, Any] | None:
@@ -144,11 +142,18 @@ def migration_of(settings: Settings, seen: list[Seen]) -> dict[str, Any] | None:
         state, mig, role = "incoming", str(origin.get("id")), "target"
         urls = [str(u) for u in incoming[0].get("urls", [])]
         source = [f"redis://{name}" for name in origin.get("from", [])]
-        namespaces, target_id, to = [], incoming[0].get("id"), {}
+        target_id = incoming[0].get("id")
+        theirs = _marker_at(with_credentials(source[0], settings.urls[0]), settings.prefix) if source else None
+        move = theirs.get("move") if theirs is not None else None  # the source's: its namespaces, its target
+        move = move if isinstance(move, dict) and move.get("id") == mig else {}
+        namespaces = [str(n) for n in move.get("namespaces", [])]
+        to = move.get("to") if isinstance(move.get("to"), dict) else {}
     since = None
     target_created = [float(m["created"]) for m in markers if m.get("id") == target_id and m.get("created")]
     if not target_created and state in UNDER_WAY and urls and to.get("routing") != "cluster":
-        target_created = _created_on(with_credentials(urls[0], settings.urls[0]), settings.prefix, target_id)
+        theirs = _marker_at(with_credentials(urls[0], settings.urls[0]), settings.prefix)
+        created = theirs.get("created") if theirs is not None and theirs.get("id") == target_id else None
+        target_created = [float(created)] if isinstance(created, int | float) else []
     lease = None
     if source:
         try:
@@ -165,7 +170,9 @@ def migration_of(settings: Settings, seen: list[Seen]) -> dict[str, Any] | None:
         if settings.max_size is not None:
             args += ["--max-size", str(settings.max_size)]
         args.append("migrate")
-        args += [a for ns in namespaces for a in ("--namespace", ns)]
+        # the same namespaces as the run it resumes: --prefix's own is implied, and none given means the defaults
+        extra = [ns for ns in namespaces if ns != settings.prefix] or namespaces[:1]
+        args += [a for ns in extra for a in ("--namespace", ns)]
         cluster = to.get("routing") == "cluster"
         args += ["--to-cluster", urls[0]] if cluster and urls else [a for u in urls for a in ("--to", u)]
         resume = " ".join(shlex.quote(a) for a in args)
