@@ -163,3 +163,20 @@ def test_a_migration_under_way_is_shown_and_refuses_a_reset(
             r.delete(*[k for k in r.scan_iter(match=f"{{{pre}*", count=1000) if not k.endswith(b"}layout")])
     assert len(doc(at([a, b], pre, "markers", "reset", "--retired", "--yes"))["deleted"]) == 2
     assert marker_of(a, pre) is None and marker_of(b, pre) is None
+
+
+def test_no_password_appears_in_markers_or_their_reset() -> None:
+    with LocalShards(2, extra=["--requirepass", "s3cret-pw"]) as s:
+        urls = [f"redis://:s3cret-pw@127.0.0.1:{server.port}" for server in s.servers]
+        pre = f"mk{next(_names)}:"
+        with Cluster.from_urls(urls, prefix=pre) as c:
+            c.insert([("k", 1.0, "m")])
+        outputs = [
+            ok(at(urls, pre, "markers")).output,
+            ok(at(urls, pre, "markers", "--json")).output,
+            ok(at(urls, pre, "markers", "reset")).output,
+        ]
+        wrong = fails(at([urls[0], urls[1].replace("s3cret-pw", "wr0ng-pw")], pre, "markers"))
+        assert "(unreadable)" in wrong.stdout and "AuthenticationError" in wrong.stderr
+        outputs += [wrong.output, wrong.stderr]
+        assert all("s3cret-pw" not in text and "wr0ng-pw" not in text for text in outputs), outputs
