@@ -20,7 +20,10 @@ after the handshake and before the connection carries any command; never per cal
 standalone client reads the markers of every shard and settles the layout id; each later connection (a pool
 growing, a reconnect after a restart) reads its own shard's marker and compares it. A Redis Cluster client
 checks its one marker at its first connection. A marker is created with a create-if-absent script, so that
-concurrent clients agree: the first reachable shard decides the layout id and the others take it from there.
+concurrent clients agree: it is decided on the reachable shard whose name sorts first, whatever the list's
+order, then the others are marked in name order. Two orders of one list (two layouts) race on that one shard:
+the loser reads the winner's marker there and is refused (reordered) having marked nothing. A loser on a
+later shard (to a list sharing some shards) deletes the markers it made (compare-and-delete) and is refused.
 
 Cases (each a :class:`LayoutMismatchError` naming the shard, both layouts and the way forward): a shard added
 or removed (the count differs), the list reordered (a shard's place differs), the same server listed twice
@@ -30,9 +33,9 @@ at construction (:class:`zcluster.ConfigError`, by :class:`zcluster._topology.St
 
 Unmarked stores (written before this guard, or new) are adopted on first use with one log line. Adopting must
 not itself be the silent loss (a 2-shard store opened first with 3 shards listed): before adopting, up to
-:data:`SAMPLE` keys of the prefix are sampled on each listed shard (SCAN MATCH, at most :data:`SCAN_STEPS`
-steps of :data:`SCAN_COUNT`) and each must be one the new list routes to the shard holding it; any misplaced
-key refuses adoption. What the sample cannot see: the keys of a shard that is not listed (a 3-shard store
+:data:`~zcluster._markers.SAMPLE` keys of the prefix are sampled on each listed shard (SCAN MATCH, bounded:
+:func:`zcluster._markers.sample`) and each must be one the new list routes to the shard holding it; any
+misplaced key refuses adoption. What the sample cannot see: the keys of a shard that is not listed (a 3-shard store
 opened with its first 2 shards: with jump routing the 2 listed shards' keys stay in place, so the third's
 keys would be lost unseen), keys past the sample on a large shard when only a few are misplaced, and a store
 with no keys yet. A shard that restarts empty (its marker gone) among marked peers is marked again with the
@@ -57,19 +60,12 @@ import redis
 from redis.exceptions import AskError, MovedError
 
 from zcluster._keys import KeyLayout
-from zcluster._markers import CREATE, Peer, listing, marker_key, parse, run, when
+from zcluster._markers import CREATE, DROP, Peer, listing, marker_key, not_cluster_node, parse, run, sample, when
 from zcluster._moves import judge
 from zcluster._topology import ClusterTopology, Topology
 from zcluster.errors import LayoutMismatchError
 
 log = logging.getLogger("zcluster")
-
-SAMPLE = 256
-"""Keys of the prefix sampled per shard before an unmarked store is adopted."""
-SCAN_COUNT = 1000
-SCAN_STEPS = 8
-"""SCAN steps (``COUNT`` :data:`SCAN_COUNT`) at most per shard while sampling: adoption stays cheap on a
-shard holding many other keys."""
 
 
 def install(topology: Topology, layout: KeyLayout, max_size: int | None, follow: bool = False) -> LayoutGuard:
@@ -100,6 +96,7 @@ class LayoutGuard:
         self.cluster = isinstance(topology, ClusterTopology)
         self.routing = "cluster" if self.cluster else str(getattr(topology, "routing", "jump"))
         self.names = [s.name for s in topology.shards]
+        self.decider = min(range(len(self.names)), key=self.names.__getitem__) if self.names else 0  # any order
         self.layout_id: str | None = None
         self._candidate: str | None = None  # the id being settled (under the lock): published once all agree
         self._lock = threading.RLock()
@@ -215,12 +212,22 @@ class LayoutGuard:
         for j, target in targets.items():
             self._not_cluster_node(j, target)
             sampled += self._sample(j, target)
-        value = self._marker(uuid.uuid4().hex, reachable[0])
-        first = self._create(reachable[0], targets[reachable[0]], value)
-        self._compare_fields(reachable[0], first)
+        order = sorted(reachable, key=self.names.__getitem__)  # the decision, whatever the list's order
+        value = self._marker(uuid.uuid4().hex, order[0])
+        first = self._create(order[0], targets[order[0]], value)
+        self._compare_fields(order[0], first)  # a loser of another order is refused here, having marked nothing
         self._candidate = layout_id = first["id"]
-        for j in reachable[1:]:
-            self._compare(j, self._create(j, targets[j], self._marker(layout_id, j)))
+        made = [(order[0], value)] if first == json.loads(value) else []
+        try:
+            for j in order[1:]:
+                value = self._marker(layout_id, j)
+                stored = self._create(j, targets[j], value)
+                if stored == json.loads(value):
+                    made.append((j, value))
+                self._compare(j, stored)
+        except LayoutMismatchError:
+            self._drop(targets, made)
+            raise
         what = (
             f"adopted the store {self._prefix()} written before layout markers ({sampled} key(s) sampled, each "
             "on the shard this list routes it to)"
@@ -231,7 +238,7 @@ class LayoutGuard:
             logging.WARNING if sampled else logging.INFO,
             "layout guard: %s: layout %s, routing %s, %d shard(s) [%s], max_size=%s%s",
             what,
-            self.layout_id,
+            self._current(),
             self.routing,
             len(self.names),
             ", ".join(self.names),
@@ -239,16 +246,26 @@ class LayoutGuard:
             "" if len(reachable) == len(shards) else f" ({len(shards) - len(reachable)} unreachable: marked later)",
         )
 
+    def _drop(self, targets: dict[int, Any], made: list[tuple[int, str]]) -> None:
+        """Delete the markers this adoption made (each only while it holds this client's value): it lost."""
+        for j, value in made:
+            try:
+                run(targets[j], "EVAL", DROP, 1, self.key, value)
+            except (redis.RedisError, OSError) as exc:
+                what = "kept a marker of the store %s this client made, then lost (%s): see `zcluster markers`"
+                log.warning("layout guard: %s " + what, self.names[j], self._prefix(), exc)
+
     def _remark(self, j: int, target: Any) -> None:
         """Shard ``j`` lost its marker (restarted empty, or flushed) while its peers keep the layout: mark it
         again with the layout id, after checking that the keys it holds belong there."""
         layout_id = self._current()
         self._not_cluster_node(j, target)
         sampled = self._sample(j, target)
-        if j != 0:  # through the deciding shard, as an adoption goes: concurrent clients end on one id
-            first = self._on_peer(0, lambda peer: self._create(0, peer, self._marker(layout_id, 0)))
+        d = self.decider
+        if j != d:  # through the deciding shard, as an adoption goes: concurrent clients end on one id
+            first = self._on_peer(d, lambda peer: self._create(d, peer, self._marker(layout_id, d)))
             if first is not None and first["id"] != layout_id:
-                self._compare(0, first)  # follows it when it is this very layout marked again by another client
+                self._compare(d, first)  # follows it when it is this very layout marked again by another client
                 layout_id = self._current()
         self._compare(j, self._create(j, target, self._marker(layout_id, j)))
         log.warning(
@@ -263,39 +280,10 @@ class LayoutGuard:
 
     def _sample(self, j: int, target: Any) -> int:
         """How many keys of the prefix were sampled on shard ``j``; raises if one is not routed to ``j``."""
-        pattern = self.layout.scan_pattern(None, include_removed=True)
-        cursor, seen, misplaced = 0, 0, []
-        for _ in range(SCAN_STEPS):
-            reply = run(target, "SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
-            cursor = int(reply[0])
-            for raw in reply[1]:
-                split = self.layout.logical(raw)
-                if split is None or seen >= SAMPLE:
-                    continue
-                seen += 1
-                owner = self.topology.shard_of(split[0], self.layout.slot(split[0]))
-                if owner != j:
-                    misplaced.append((split[0], owner))
-            if cursor == 0 or seen >= SAMPLE:
-                break
-        if misplaced:
-            key, owner = misplaced[0]
-            raise LayoutMismatchError(
-                f"{self._store()} has no layout marker (written before this release) and cannot be adopted with "
-                f"this list of {len(self.names)} shard(s) [{', '.join(self.names)}]: {len(misplaced)} of {seen} "
-                f"key(s) sampled on {self.names[j]} are routed elsewhere by it (e.g. {key!r} goes to "
-                f"{self.names[owner]}), so it is not the list the store was written with (a shard added, removed "
-                "or reordered, or another routing). Open it with the list and routing it was written with; nothing "
-                "was marked"
-            )
-        return seen
+        return sample(self.layout, self.topology.shard_of, self.names, j, target, self._store())
 
     def _not_cluster_node(self, j: int, target: Any) -> None:
-        if b"cluster_enabled:1" in run(target, "INFO", "cluster"):
-            raise LayoutMismatchError(
-                f"{self.names[j]} is a node of a Redis Cluster, listed as a standalone shard: open the store with "
-                "a redis+cluster:// seed URL (Cluster.from_cluster_url); nothing was marked"
-            )
+        not_cluster_node(self.names[j], target)
 
     # -- a Redis Cluster ------------------------------------------------------------------------------------
 
@@ -349,20 +337,37 @@ class LayoutGuard:
 
     def _marked_again(self, j: int, stored: dict[str, Any]) -> bool:
         """Whether shard ``j``'s marker, of another id but this very layout (fields compared already), is the
-        deciding shard's too: every shard lost its marker (flushed or restarted empty together) and another
-        client marked the store again first. This client then follows that id (logged) and returns True."""
-        first = stored if j == 0 or self.cluster else self._on_peer(0, lambda peer: self._get(0, peer))
+        deciding shard's too: migrations moved the store away and back (``from`` names the last), or every
+        shard lost its marker and another client marked it again. Then this client follows it (logged)."""
+        d = self.decider
+        first = stored if j == d or self.cluster else self._on_peer(d, lambda peer: self._get(d, peer))
         if first is None or first["id"] != stored["id"]:
             return False
         with self._lock:
             before = self._current()
+            if before == stored["id"]:
+                return True  # another connection of this client followed it already (and said so)
             if self._candidate is not None:
                 self._candidate = stored["id"]
             else:
                 self.layout_id = stored["id"]
+        origin = stored.get("from")
+        if isinstance(origin, dict):  # nothing was lost: the data came back with the layout
+            log.info(
+                "layout guard: the store %s came back onto these shards: migration %s moved it here from %s as "
+                "layout %s; this client held layout %s, an earlier layout of the same shards, routing and "
+                "max_size: it follows it",
+                self._prefix(),
+                origin.get("migration"),
+                listing(origin),
+                stored["id"],
+                before,
+            )
+            return True
         log.warning(
-            "layout guard: the store %s was marked again as layout %s by another client (every shard had lost its "
-            "marker); this client held layout %s with the same shards, routing and max_size: it follows it",
+            "layout guard: the store %s was marked again as layout %s by another client (no shard held its marker "
+            "any more: flushed, restarted empty, or reset by an operator); this client held layout %s with the "
+            "same shards, routing and max_size: it follows it",
             self._prefix(),
             stored["id"],
             before,

@@ -51,6 +51,8 @@ class StoreMoved(ZClusterError):
     shard; the Cluster's call wrapper catches it, follows, and runs the call again.
     """
 
+    runs_again = True  # not a call's outcome: no event reports it (zcluster._reporting)
+
     def __init__(self, to: dict[str, Any], source: str) -> None:
         super().__init__(f"the store moved to {describe(to)}")
         self.to = to
@@ -94,7 +96,8 @@ def judge(
     source's marker until the last writes of the cut-over).
 
     Raises :class:`StoreMoved` (``settled``: a long-lived client follows) or :class:`LayoutMovedError` (a new
-    client is refused) when this list's layout was retired; :class:`LayoutMismatchError` when ``names`` is the
+    client is refused) when this list's layout was retired, or ``stored`` is the marker of a shard a finished
+    migration retired (whatever the list); :class:`LayoutMismatchError` when ``names`` is the
     target of a migration still copying (use the source until its cut-over), or a cut-over lasted over
     :data:`CUTOVER_WAIT` seconds.
     """
@@ -120,6 +123,10 @@ def judge(
             if move.get("state") == "done":
                 moved(move["to"], names, settled, stored)
             return stored
+        if isinstance(move, dict) and move.get("state") == "done":
+            # A shard a migration retired (of the source only), listed in another list than the source's (e.g.
+            # alone): the store moved, whatever else the list gets wrong.
+            moved(move["to"], names, settled, stored)
         origin = stored.get("from")
         if isinstance(origin, dict) and list(origin.get("shards", ())) == names and stored.get("shards") != names:
             to = {"routing": stored.get("routing"), "urls": stored.get("urls", []), "id": stored.get("id")}

@@ -15,7 +15,8 @@ from zcluster.types import ReadResult
 
 class Reporting:
     """Mixin: ``_report`` sends the event of a call to ``self.instrumentation``; ``_reporting`` reports a call
-    that raised inside its ``with`` block (the normal end reports itself); ``_finish`` reports a read and
+    that raised inside its ``with`` block (the normal end reports itself; a call a migration's cut-over cut off
+    is not reported: it runs again on the store's new layout, which reports it); ``_finish`` reports a read and
     raises :class:`PartialReadError` for a strict one with errors."""
 
     instrumentation: Instrumentation
@@ -37,7 +38,8 @@ class Reporting:
         try:
             yield
         except BaseException as exc:
-            self._report(op, 0, started, error=exc)
+            if not getattr(exc, "runs_again", False):  # StoreMoved: the call runs again where the store moved
+                self._report(op, 0, started, error=exc)
             raise
 
     def _finish(

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 from redis.exceptions import NoScriptError, ResponseError
 
 from zcluster._encode import DELETE, INSERT, Encoder
+from zcluster._moves import StoreMoved
 from zcluster._pipelines import SharedCommands
 from zcluster._scripts import Script
 from zcluster._topology import Shard, StandaloneTopology
@@ -147,6 +148,8 @@ class WritePlan:
                 else:
                     outcome = self.transport.fanout(again.commands, self.writer)
                     self._collect(again, outcome, applied, failures, can_resend=False, refused=refused)
+        except StoreMoved:
+            raise  # not the call's outcome: it is sent again where the store moved, and reported there
         except BaseException as exc:
             self.report(name, n, started, error=exc)
             raise

@@ -1,4 +1,4 @@
-"""``zcluster``: the operator command (keys, select, score, insert, delete, info; walk and diff for farms);
+"""``zcluster``: the operator command (keys, select, score, insert, delete, info, markers; walk and diff for farms);
 the ``cli`` extra.
 
 Connection, from flags or the environment (flags win; the environment is read only when no connection
@@ -20,7 +20,9 @@ missed a confirmed write is a warning), reads merge the replicas' answers and re
 for some keys) need a farm of two or more replicas (:mod:`zcluster.cli.replicas`). ``consumers`` shows the
 exactly-once applications' progress and lag and skips lost ranges (:mod:`zcluster.cli.consumers`; the journal
 store from ``--journals URL`` or ``ZCLUSTER_JOURNALS``). ``migrate --to URL...`` (or ``--to-cluster URL``) moves
-the standalone store of ``--url`` online to another layout, resumable (:mod:`zcluster.cli.migrate`).
+the standalone store of ``--url`` online to another layout, resumable (:mod:`zcluster.cli.migrate`). ``markers``
+shows each listed shard's layout marker of the store and the migration they describe; ``markers reset``
+deletes them, refused while a migration is under way (:mod:`zcluster.cli.markers`).
 
 URLs are parsed by :class:`zcluster.ClusterConfig`, the library's one parser. They may carry credentials
 (``redis://user:password@host:port``); prefer the environment over flags for them (process lists show
@@ -38,7 +40,7 @@ Modules: :mod:`~zcluster.cli.app` (the click group, error handling, :func:`main`
 :mod:`~zcluster.cli.context` (the settings every command gets, the Cluster or Farm they open),
 :mod:`~zcluster.cli.reads` (keys, select, score), :mod:`~zcluster.cli.writes` (insert, delete, tuple files),
 :mod:`~zcluster.cli.replicas` (walk, diff), :mod:`~zcluster.cli.consumers` (consumers),
-:mod:`~zcluster.cli.migrate` (migrate),
+:mod:`~zcluster.cli.migrate` (migrate), :mod:`~zcluster.cli.markers` (markers, markers reset),
 :mod:`~zcluster.cli.info` and :mod:`~zcluster.cli.output`
 (encodings, scores, tables). click and rich are the ``cli`` extra: this package imports neither until
 :func:`main` runs, which says how to install them when they are missing.

@@ -14,6 +14,7 @@ from zcluster.cli.aggregates import counters, fences, top
 from zcluster.cli.consumers import consumers
 from zcluster.cli.context import EXPECTED, Settings, counts
 from zcluster.cli.info import info
+from zcluster.cli.markers import markers
 from zcluster.cli.migrate import migrate
 from zcluster.cli.reads import keys, score, select
 from zcluster.cli.replicas import diff, walk
@@ -115,7 +116,10 @@ def cli(
     ctx.call_on_close(settings.close)
 
 
-for _command in (keys, select, score, top, counters, fences, insert, delete, info, walk, diff, consumers, migrate):
+for _command in (
+    *(keys, select, score, top, counters, fences, insert, delete, info),
+    *(walk, diff, consumers, migrate, markers),
+):
     cli.add_command(_command)
 
 

@@ -1,6 +1,8 @@
 """The ``info`` subcommand: per shard figures from :meth:`zcluster.Cluster.stats` (of every replica of a farm,
 its shards named ``replica/host:port``), and a warning per Redis Cluster master holding slots open for a
-migration (exit 0: a reshard under way holds them too)."""
+migration (exit 0: a reshard under way holds them too). On standalone shards, first the migration their
+layout markers describe, if any (:func:`zcluster.cli.markers.migration_of`): its state, id, target, since
+when, its mover's lease and the command that resumes it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import dataclasses
 import click
 
 from zcluster.cli.context import Settings, fail_if, json_option, pass_settings
+from zcluster.cli.markers import migration_lines, migration_of, read_markers
 from zcluster.cli.output import emit_json, human, print_table
 
 __all__ = ["info"]
@@ -23,7 +26,16 @@ def info(settings: Settings, no_scan: bool) -> None:
     on a Redis Cluster, the slots each master holds open for a migration (a warning names them).
 
     On a farm, the shards of every replica, named replica/host:port.
+
+    On standalone shards (--url), first the migration their layout markers describe, if any: its state
+    (copying, cutting, done, or incoming on a target's shards), id, target, since when, the mover's lease
+    (holder, since, seconds since its last heartbeat) and the command that resumes it (`markers` shows
+    every marker). A store a finished migration moved away is then refused (exit 1), naming its new home.
     """
+    standalone = bool(settings.urls) and not settings.cluster_url and not settings.replicas
+    migration = migration_of(settings, read_markers(settings)) if standalone else None
+    if migration is not None and not settings.json:
+        print_table("migration", ("", "value"), migration_lines(migration))
     store = settings.store()
     found = store.stats(scan=not no_scan)  # a farm names its shards replica/host:port
     stats = [s if s.error is None else dataclasses.replace(s, error=settings.redact(s.error)) for s in found]
@@ -32,6 +44,7 @@ def info(settings: Settings, no_scan: bool) -> None:
             {
                 "prefix": store.prefix.decode("utf-8", "backslashreplace"),
                 "shards": [dataclasses.asdict(s) for s in stats],
+                "migration": migration,
             }
         )
     else:

@@ -17,9 +17,10 @@ from fractions import Fraction
 from typing import Any
 
 from zcluster import _writes
+from zcluster._following import MAX_MOVES
 from zcluster._moves import StoreMoved
 from zcluster.cluster import Cluster
-from zcluster.errors import ConfigError, ReplicaLate, ShardError
+from zcluster.errors import ConfigError, LayoutMismatchError, ReplicaLate, ShardError
 from zcluster.farm._merge import named
 from zcluster.types import ReadResult, ShardFailure, WriteResult
 
@@ -126,16 +127,25 @@ def prepare(clusters: Sequence[Cluster], ops: _writes.Ops) -> list[tuple[Cluster
 def send(
     name: str, ops: _writes.Ops, n: int, started: float, work: list[tuple[Cluster, _writes.WritePlan, Any]], i: int
 ) -> WriteResult:
-    """Replica ``i``'s part of a farm write; a replica that could not even route the tuples failed them all,
-    and so did one whose store a migration moved under the write (it follows for the next one)."""
+    """Replica ``i``'s part of a farm write; a replica that could not even route the tuples failed them all.
+    A replica whose store a migration moved under the write follows it and is sent the write again, whole,
+    where the store lives now (writes are idempotent), as a Cluster's own call is (:mod:`zcluster._following`);
+    after :data:`~zcluster._following.MAX_MOVES` moves in one write its tuples fail with a
+    :class:`LayoutMismatchError` (never the internal ``StoreMoved``)."""
     cluster, plan, prepared = work[i]
-    if isinstance(prepared, ShardError):
-        return WriteResult([False] * n, [ShardFailure("routing", prepared, tuple(range(n)))])
-    try:
-        return plan.send(name, ops, prepared, n, started)
-    except StoreMoved as moved:
-        cluster._live()._follow(moved)
-        return whole_failure(moved, n)
+    for _ in range(MAX_MOVES):
+        if isinstance(prepared, ShardError):
+            return WriteResult([False] * n, [ShardFailure("routing", prepared, tuple(range(n)))])
+        try:
+            return plan.send(name, ops, prepared, n, started)
+        except StoreMoved as moved:
+            cluster._live()._follow(moved)
+        plan = _writes.plan_of(cluster)
+        try:
+            prepared = plan.prepare(ops)
+        except ShardError as exc:
+            prepared = exc
+    return whole_failure(LayoutMismatchError(f"the store moved {MAX_MOVES} times during one write"), n)
 
 
 def whole_failure(error: BaseException, n: int) -> WriteResult:
