@@ -27,6 +27,10 @@ The protocol (the markers' side is :mod:`zcluster._moves`):
 5. **Clean up.** The keys that moved away from a server of both layouts are deleted there; the servers only
    of the source keep their data, under a marker that refuses every client and names the target.
 
+One mover at a time (:mod:`zcluster.migration._fence`): :meth:`Migration.run` takes the migration's lease before
+anything else and raises a fence on every server it will write to; each of its writes (copies, deletes, marker
+writes) is a script that checks the fence on the server receiving it, so a mover taken over writes nothing more.
+
 Exactly once: until the cut-over every write goes to the source only; at the cut-over no client writes and
 every key changed since its copy is copied again, so the target holds every key exactly as the source did
 (records, totals with their fences, checkpoints with producer states, dedup entries).
