@@ -72,6 +72,8 @@ SLOW: dict[str, str] = {
     "tests/cluster/test_migration_resume.py::test_the_mover_killed_after_each_marker_write_or_in_its_clean_up_resumes_and_loses_nothing": (  # noqa: E501
         "a kill sweep"
     ),
+    "tests/cluster/test_migration_interleavings.py": "movers paused, killed and taken over under load",
+    "tests/cluster/test_migration_fence.py": "movers paused and taken over",
     # Chain fault runs: the shard holding the state SIGKILLed between and inside transactions.
     "tests/state/test_chains.py::test_the_shard_holding_the_state_sigkilled_between_and_inside_transactions": (
         "SIGKILLs of the state's shard"

@@ -27,7 +27,8 @@ is true::
     ├── ReplicaLate                  (TimeoutError) a farm call returned without this replica
     ├── ReplicaBusy                  (TimeoutError) a replica not called: its late calls pile up
     ├── MigrationError               zcluster.migration: a step of a migration failed; run it again to resume
-    │   └── MigrationFencedError     another mover holds the migration's lease, or took it from this one
+    │   ├── MigrationFencedError     another mover holds the migration's lease, or took it from this one
+    │   └── FenceRearmed             zcluster.migration._fence, internal: a fence lost, raised again; never raised
     ├── StoreMoved                   zcluster._moves, internal: a call cut off by a migration; run again, never raised
     ├── MessageError                 zcluster.message.errors: the message layer's root
     │   ├── FramingError             bytes [begin, end) did not decode into a frame

@@ -44,7 +44,7 @@ from redis.crc import key_slot
 from zcluster._keys import SLOTS
 from zcluster._scripts import fence_script
 from zcluster._topology import ClusterTopology, Shard, Topology
-from zcluster.errors import MigrationFencedError
+from zcluster.errors import MigrationError, MigrationFencedError
 
 log = logging.getLogger("zcluster")
 
@@ -54,7 +54,7 @@ HEAD = b"{zcfence:"
 Command = tuple[Any, ...]
 
 
-class FenceRearmed(Exception):
+class FenceRearmed(MigrationError):
     """Internal: a server had lost its fence (restarted empty) while this mover still holds the lease; its fence
     was raised again, and the write it refused must be sent again (the mover's retry loop does)."""
 

@@ -15,6 +15,7 @@ import redis
 from redis.crc import key_slot
 
 from zcluster._markers import parse
+from zcluster._pipelines import streamed
 from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
 from zcluster.config import ClusterConfig
 from zcluster.errors import ConfigError, LayoutMismatchError, MigrationError
@@ -26,6 +27,7 @@ from zcluster.migration._checks import (
     other_stores,
     theirs,
 )
+from zcluster.migration._copier import CHUNK
 from zcluster.migration._fence import Fence, FenceRearmed, is_fence
 
 log = logging.getLogger("zcluster")
@@ -278,6 +280,33 @@ class Marking:
             yield ours
             if cursor == 0:
                 break
+
+    def _delete(self, shard: Shard, topology: Topology, keys: list[bytes]) -> None:
+        """Delete ``keys`` on ``shard`` of ``topology``, fenced, streamed in chunks of one key a command (a Redis
+        Cluster node refuses a multi-key command across slots)."""
+        fence = self.fence
+        if isinstance(topology, ClusterTopology):
+            commands = [fence.command("del", fence.key_for(topology, key), key) for key in keys]
+        else:  # one fence for the whole server: many keys a command
+            guard = fence.key_for(topology, b"")
+            commands = [fence.command("del", guard, *keys[lo : lo + 100]) for lo in range(0, len(keys), 100)]
+        for lo in range(0, len(commands), CHUNK):
+            chunk = commands[lo : lo + CHUNK]
+            for command, reply in zip(chunk, self._retrying(functools.partial(fence.run, shard, chunk)), strict=True):
+                if isinstance(reply, redis.ResponseError):
+                    raise MigrationError(f"migration: {shard.name} refused to delete {command[4]!r}: {reply}")
+
+    def _each(self, shard: Shard, command: str, keys: list[bytes]) -> list[Any]:
+        """``command key`` for each of ``keys`` on ``shard``, streamed in chunks (one key a command: a Redis
+        Cluster node refuses a multi-key command across slots), retried while the server cannot be reached;
+        the replies. An error reply raises :class:`MigrationError`."""
+        commands = [(command, key) for key in keys]
+        chunks = [commands[lo : lo + CHUNK] for lo in range(0, len(commands), CHUNK)]
+        replies: list[Any] = self._retrying(lambda: streamed(shard.client, chunks)) if chunks else []
+        for key, reply in zip(keys, replies, strict=True):
+            if isinstance(reply, BaseException):
+                raise MigrationError(f"migration: {shard.name} refused {command} of {key!r}: {reply}")
+        return replies
 
     def _on(self, shard: Shard) -> Callable[..., Any]:
         return functools.partial(self._call, shard)

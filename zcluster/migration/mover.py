@@ -57,12 +57,11 @@ import redis
 from zcluster._keys import KeyLayout
 from zcluster._markers import marker_key
 from zcluster._moves import public_url
-from zcluster._pipelines import streamed
 from zcluster._scripts import fence_script
 from zcluster._topology import ClusterTopology, Shard, StandaloneTopology, Topology
 from zcluster._transport import Transport
 from zcluster.config import ClusterConfig, Where
-from zcluster.errors import ConfigError, LayoutMismatchError, MigrationError
+from zcluster.errors import ConfigError, LayoutMismatchError
 from zcluster.migration._checks import check_parameters, checked_namespaces
 from zcluster.migration._copier import CHUNK, EVENTS, Copier, Listener, notifying, restore, settings
 from zcluster.migration._fence import Fence
@@ -184,15 +183,23 @@ class Migration(Marking):
         Raises :class:`zcluster.MigrationFencedError` before doing anything while another mover holds the
         migration's lease, and as soon as this mover finds its lease taken over (see
         :mod:`zcluster.migration._fence`)."""
+        started = time.monotonic()
+        self._source_markers()  # the checks first, reads only: a refused run leaves nothing, not even a lease
+        checked, _ = self._under_way()
+        if checked is not None:
+            self._check_resume(checked)
+        else:
+            self._check_target()
         self.fence.acquire(self.take_over)
         self.fence.start()
         try:
-            return self._run()
+            return self._run(started, checked is None)
         finally:
             self.fence.release()
 
-    def _run(self) -> MigrationReport:
-        started = time.monotonic()
+    def _run(self, started: float, checked: bool) -> MigrationReport:
+        """The run under the lease: the markers read again (another mover may have moved them before this one
+        took the lease); ``checked``: the target was checked for a new migration."""
         raw = self._source_markers()
         move, finishing = self._under_way()
         resumed = None
@@ -201,7 +208,8 @@ class Migration(Marking):
             self._check_resume(move)
             mig, target_id = str(move["id"]), str(move["to"]["id"])
         else:
-            self._check_target()
+            if not checked:  # the migration ended between the checks and the lease: a new one is checked anew
+                self._check_target()
             mig, target_id = uuid.uuid4().hex, uuid.uuid4().hex
         known = move.get("notify") if isinstance(move, dict) else None
         self._notify = list(known) if isinstance(known, list) else [settings(self._on(s)) for s in self.src.shards]
@@ -361,33 +369,6 @@ class Migration(Marking):
                 self._delete(shard, self.dst, gone)
                 removed += len(gone)
         return removed
-
-    def _delete(self, shard: Shard, topology: Topology, keys: list[bytes]) -> None:
-        """Delete ``keys`` on ``shard`` of ``topology``, fenced, streamed in chunks of one key a command (a Redis
-        Cluster node refuses a multi-key command across slots)."""
-        fence = self.fence
-        if isinstance(topology, ClusterTopology):
-            commands = [fence.command("del", fence.key_for(topology, key), key) for key in keys]
-        else:  # one fence for the whole server: many keys a command
-            guard = fence.key_for(topology, b"")
-            commands = [fence.command("del", guard, *keys[lo : lo + 100]) for lo in range(0, len(keys), 100)]
-        for lo in range(0, len(commands), CHUNK):
-            chunk = commands[lo : lo + CHUNK]
-            for command, reply in zip(chunk, self._retrying(functools.partial(fence.run, shard, chunk)), strict=True):
-                if isinstance(reply, redis.ResponseError):
-                    raise MigrationError(f"migration: {shard.name} refused to delete {command[4]!r}: {reply}")
-
-    def _each(self, shard: Shard, command: str, keys: list[bytes]) -> list[Any]:
-        """``command key`` for each of ``keys`` on ``shard``, streamed in chunks (one key a command: a Redis
-        Cluster node refuses a multi-key command across slots), retried while the server cannot be reached;
-        the replies. An error reply raises :class:`MigrationError`."""
-        commands = [(command, key) for key in keys]
-        chunks = [commands[lo : lo + CHUNK] for lo in range(0, len(commands), CHUNK)]
-        replies: list[Any] = self._retrying(lambda: streamed(shard.client, chunks)) if chunks else []
-        for key, reply in zip(keys, replies, strict=True):
-            if isinstance(reply, BaseException):
-                raise MigrationError(f"migration: {shard.name} refused {command} of {key!r}: {reply}")
-        return replies
 
     # -- the cut-over -------------------------------------------------------------------------------------
 
