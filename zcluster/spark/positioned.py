@@ -61,6 +61,7 @@ from zcluster.journal.urls import open_store
 from zcluster.spark.observe import TASK_SCHEMA, add_rows, task_batch
 from zcluster.spark.shipping import ship_by_value
 from zcluster.state.batch import BatchStats, WriteBuffer
+from zcluster.state.ledger import Ledger
 from zcluster.state.store import StateStore
 from zcluster.state.txn import Publishing, check_store, partition_checkpoint
 from zcluster.types import Store
@@ -80,6 +81,7 @@ class _Job:
     topic: str | None
     flush: int
     retries: int
+    out_of_order: str = "fail"
     publish: str | None = field(default=None, repr=False)  # a URL, maybe with a password: not in a traceback
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -101,10 +103,18 @@ class _Job:
         try:
             for (topic, part), rows in sorted(parts.items(), key=lambda p: (p[0][0], str(p[0][1]))):
                 rows.sort(key=lambda r: r[self.offset])
+                ledger = Ledger(StateStore(store, self.app), topic, part, self.out_of_order, prefix=store.prefix)
+                plan = ledger.plan(sorted({int(r[self.offset]) for r in rows}))
+                if len(plan.apply) < len(rows):
+                    keep = set(plan.apply)
+                    stats.frames += len(rows) - len(keep)
+                    stats.seen += len(rows) - len(keep)  # replays: applied before, skipped
+                    rows = [r for r in rows if int(r[self.offset]) in keep]
                 if publishing is None:
-                    self._apply(store, f"{topic}/{part}", rows, stats)
+                    self._apply(store, f"{topic}/{part}", rows, stats, plan.position)
                 else:
-                    self._transaction(store, publishing, topic, part, rows, stats)
+                    self._transaction(store, publishing, topic, part, rows, stats, plan.position)
+                ledger.finish(plan)
         finally:
             if publishing is not None:
                 close_store(publishing.writer)
@@ -116,10 +126,13 @@ class _Job:
         name: str,
         rows: list[dict[str, Any]],
         stats: BatchStats,
+        position: Callable[[int], int],
         publish: Callable[[list[Any], str, int, dict[str, Any]], list[Any]] | None = None,
     ) -> None:
-        """Map and write ``rows`` of partition ``name`` (in offset order); ``publish``: what takes the mapped
-        writes' :class:`zcluster.Publish` items (``Publishing.published`` on the transaction's claim)."""
+        """Map and write ``rows`` of partition ``name`` (in offset order), a row's increments fenced at
+        (``position(offset)``, offset, index) (:meth:`zcluster.state.ledger.Plan.position`); ``publish``: what
+        takes the mapped writes' :class:`zcluster.Publish` items (``Publishing.published`` on the transaction's
+        claim)."""
         writes = WriteBuffer(store, self.flush, self.retries, stats, source=f"{self.app}/{name}")
         for row in rows:
             offset = int(row[self.offset])
@@ -128,11 +141,18 @@ class _Job:
             mapped = self._map(name, offset, row)
             if publish is not None:
                 mapped = publish(mapped, name, offset, row)
-            writes.add(mapped, name, offset, offset)
+            writes.add(mapped, name, offset, position(offset))
         writes.flush()
 
     def _transaction(
-        self, store: Store, publishing: Publishing, topic: str, part: Any, rows: list[dict[str, Any]], stats: BatchStats
+        self,
+        store: Store,
+        publishing: Publishing,
+        topic: str,
+        part: Any,
+        rows: list[dict[str, Any]],
+        stats: BatchStats,
+        position: Callable[[int], int],
     ) -> None:
         """One consumer transaction over a partition's rows of the batch (see :class:`PositionedSink`): claim
         the partition's checkpoint (appending its ACK intents again), skip the rows it passed, publish the
@@ -151,7 +171,7 @@ class _Job:
             def publish(writes: list[Any], name: str, offset: int, row: dict[str, Any]) -> list[Any]:
                 return publishing.published(claim, writes, "partition", name, offset, row)
 
-            self._apply(store, name, fresh, stats, publish)
+            self._apply(store, name, fresh, stats, position, publish)
             through = max(done, int(fresh[-1][self.offset]) + 1) if fresh else done
             stats.published += publishing.commit(state, journal, claim, through, [], "")
 
@@ -220,13 +240,21 @@ class PositionedSink:
         retries: int = 5,
         prefix: str | None = None,
         publish: str | None = None,
+        out_of_order: str = "fail",
     ) -> None:
         if not query_name or "/" in query_name:
             raise ConfigError(f"query_name must be non-empty and without '/', got {query_name!r}")
+        if out_of_order not in ("fail", "apply"):
+            raise ConfigError(f"out_of_order must be 'fail' or 'apply', got {out_of_order!r}")
+        if out_of_order == "apply" and publish is not None:
+            raise ConfigError(
+                "out_of_order='apply' with publish= is not supported: a partition's publishing checkpoint is one "
+                "offset, so late rows below it would be skipped"
+            )
         config = store_config(cluster, prefix=prefix)
         if publish is not None:  # here, not first in every task: a farm cannot hold its fenced checkpoints
             check_store(config.shared(), query_name)
-        self.job = _Job(config, query_name, mapper, partition, offset, topic, flush, retries, publish)
+        self.job = _Job(config, query_name, mapper, partition, offset, topic, flush, retries, out_of_order, publish)
         self.history: list[BatchStats] = []
         self.shipped = ship_by_value(mapper, None, owner="PositionedSink")
 
