@@ -5,9 +5,28 @@ There are no Gazette UUIDs to sequence: every row is a message, in offset order 
 (source ``<query_name>/<topic>/<partition>``, the row's offset, its index among the row's increments), so a
 retried task, a replayed micro-batch or a new checkpoint directory reading the same offsets again changes
 nothing. Producer duplicates (the same event at two offsets) count twice: they are the producer's business
-(Kafka's idempotent producer). Offsets of one partition must be distinct and grow from one batch to the next
-(they do in Kafka; a re-created topic starts again at 0: use a new ``query_name``); a batch's rows may come
-in any order.
+(Kafka's idempotent producer). Offsets of one partition must be distinct (a re-created topic starts again at
+0: use a new ``query_name``); a batch's rows may come in any order.
+
+Offsets out of order across batches: a fence keeps one position, so it cannot tell a replay (rows applied
+before: a batch run again, a new checkpoint directory) from rows a source hands late (lower offsets than a
+batch already applied: Spark's file source takes files by modification time, and files sharing one come in
+listing order). A ledger per (query, prefix, topic, partition) (:mod:`zcluster.state.ledger`: the high-water
+offset and the holes below it) tells them apart. ``out_of_order="fail"`` (the default) fails the batch with a
+:class:`zcluster.ConfigError` naming the partition, the late offsets and the fence, before any of that
+partition's rows of the batch is written (other partitions' rows of the batch may have been, each once; the
+batch run again writes them no more). ``out_of_order="apply"`` applies late rows exactly once: from the first
+application holding late rows, a partition's increments are fenced at positions numbered per application
+(``2**52 +`` its number: above every offset position) and replays are skipped (counted in ``seen``), so a late
+row's increments land above the fence. Limits: the ledger keeps the newest 1,024 holes (a source's real gaps,
+Kafka's transaction markers, are holes that never fill): a row further back is taken for a replay; an
+application whose task died before its done mark must be finished by the same rows (the same batch, as Spark
+runs it again from the same checkpoint) before any other (else :class:`zcluster.ConfigError`: other rows first
+could let a fence pass its unfinished ones); a query name used before the ledger existed starts one with its
+next batch, so a new checkpoint directory re-reading older offsets is refused as late by default (and counted
+again with ``"apply"``: give it a new ``query_name``). ``"fail"`` is the default because ``"apply"`` gives up
+those offset positions for good, and a source that promises order (Kafka) should say so loudly when it breaks
+it; ``"apply"`` is not available with ``publish`` (the partition's checkpoint is one offset).
 
 A fence keeps one position per (key, source): a partition's increments must reach it in offset order, so the
 sink brings each (topic, partition)'s rows of a batch into one task (a shuffle) whatever the source's cut.
@@ -198,8 +217,9 @@ class PositionedSink:
     ``partition``, ``offset``; other sources rename theirs or pass these). ``flush``: writes per batch sent;
     ``retries``: resends of unconfirmed writes. ``history`` holds a :class:`BatchStats` per batch:
     ``increments`` sent, of which ``fenced`` were found at or below their fence (applied before: a replayed
-    batch) and the rest ``applied``; with ``publish``, ``published`` (messages published and checkpointed)
-    and ``seen`` (rows skipped: below their partition's checkpoint).
+    batch) and the rest ``applied``; ``seen``: rows skipped as applied before (with ``publish``, below their
+    partition's checkpoint; with numbered positions, replays); with ``publish``, ``published`` (messages
+    published and checkpointed).
 
     ``publish``: a journal store URL (``file:///dir``, ``redis://host:port?prefix=p``; see
     :func:`zcluster.journal.urls.open_store`) the mapper's :class:`zcluster.Publish` messages go to, exactly
@@ -207,8 +227,8 @@ class PositionedSink:
     (see the module for where it begins and ends, and why retries, speculative tasks, replayed batches and new
     checkpoint directories publish nothing twice). Read-committed readers of the target journals see each
     message once, when its transaction's checkpoint is saved and its ACK appended (per journal, as in Gazette).
-    The checkpoint also skips rows it passed, so offsets must grow from batch to batch as documented above (a
-    re-created topic needs a new ``query_name``, or its rows below the old offsets are skipped). Without
+    The checkpoint also skips rows it passed: rows a source hands late fail the batch (``out_of_order="apply"``
+    is refused with ``publish``), and a re-created topic needs a new ``query_name``. Without
     ``publish``, a mapper returning a ``Publish`` fails the batch with a :class:`zcluster.MapperError` naming
     the partition and offset.
 
@@ -218,13 +238,20 @@ class PositionedSink:
     into ``spark.sql.shuffle.partitions`` tasks (fewer where adaptive execution coalesces them; Spark's
     default 200 leaves most empty for a few partitions: set it near the executors' cores), and a partition's
     rows are applied by one task; a mapper writing only 2P-set writes (idempotent, no fences) pays it too, as
-    the sink cannot know that before the mapper runs.
+    the sink cannot know that before the mapper runs. The ledger costs five round trips per partition per batch.
+
+    ``out_of_order``: ``"fail"`` (default) or ``"apply"``: what rows below a partition's fence that were never
+    applied do (see the module). Guarantee with ``"fail"``: such a row is never dropped silently (within the
+    ledger's newest 1,024 holes); with ``"apply"``: it counts exactly once.
 
     Errors: a mapper failure or a refused write is a :class:`zcluster.MapperError` naming the partition and
     offset; shard failures are retried, then fail the batch; a :class:`zcluster.FencedError` fails a task
-    attempt that a newer one fenced. A failed batch ends the query (Spark does not
-    run a failed ``foreachBatch`` again by itself; see :class:`zcluster.spark.ZClusterSink`): start it again
-    from its checkpoint, and Spark runs the batch again; its increments count once (the fences).
+    attempt that a newer one fenced; a :class:`zcluster.ConfigError` names rows a source handed late under
+    ``out_of_order="fail"``, an unfinished application of the partition that this batch does not finish, or
+    two batches of one partition claimed at once (two queries under one ``query_name``). A failed batch ends
+    the query (Spark does not run a failed ``foreachBatch`` again by itself; see
+    :class:`zcluster.spark.ZClusterSink`): start it again from its checkpoint, and Spark runs the batch again;
+    its increments count once (the fences).
     """
 
     def __init__(

@@ -24,8 +24,8 @@ offsets: applying other rows first could move a fence past rows of the unfinishe
 
 Records: a sorted set ``<app>/ledger/<prefix>|<topic>/<partition>`` in the :class:`zcluster.state.StateStore`'s view,
 scored by application number; the claim and done mark of the last two applications (older ones forgotten, the
-key's floor refusing a zombie's late claim). Each claim holds the holes: with ``max_holes`` 4096 a record is at
-most about 100 KB, whatever the partition's age.
+key's floor refusing a zombie's late claim). Each claim holds the holes: with ``max_holes`` 1024 a claim is at
+most about 40 KB, whatever the partition's age (a source without gaps keeps none).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from zcluster.types import KeyScoreMember
 
 __all__ = ["MAX_HOLES", "NUMBERED", "Ledger", "LedgerState", "Plan", "classify"]
 
-MAX_HOLES = 4096
+MAX_HOLES = 1024
 """Holes a partition's ledger keeps by default (a hole: a range of offsets below the highest applied, never
 applied)."""
 
