@@ -6,7 +6,8 @@ increments, as :class:`zcluster.spark.PositionedSink` sends them. The Spark test
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -111,4 +112,61 @@ def test_the_ledger_stays_bounded_over_many_gapped_batches(cluster: Cluster) -> 
     records = ledger_records(cluster)
     claims = [r for r in records if r.startswith("claim|")]
     assert len(records) <= 4 and all(r.count(",") <= 2 * 16 for r in claims)
+    assert total(cluster) == 300
+
+
+def test_two_attempts_of_one_application_share_its_claim(cluster: Cluster) -> None:
+    """A speculative copy (or a retry) planning the same rows while the first attempt runs: the same claim, the
+    same positions; whatever each sends, every increment counts once."""
+    apply(cluster, range(100), "apply")
+    apply(cluster, range(200, 300), "apply")
+    late = [*range(100, 200), *range(300, 400)]
+    state = StateStore(cluster, app(cluster))
+    first = Ledger(state, "t", 0, "apply", prefix=cluster.prefix).plan(late)
+    second = Ledger(state, "t", 0, "apply", prefix=cluster.prefix).plan(late)
+    assert first == second and first.state.numbered
+    for plan, part in ((first, slice(0, 150)), (second, slice(None))):
+        items = [((plan.position(o), o), Count("clicks", f"u{o % 7}", 1)) for o in plan.apply[part]]
+        cluster.increment(f"{app(cluster)}/t/0", items)
+    for plan in (first, second):
+        Ledger(state, "t", 0, "apply", prefix=cluster.prefix).finish(plan)
+    assert total(cluster) == 400
+
+
+class Raced(Ledger):
+    """A ledger whose first read is followed at once by ``rival``'s whole plan (another batch of the partition
+    claiming the same application number in between)."""
+
+    def __init__(self, rival: Callable[[], object], *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.rival: Callable[[], object] | None = rival
+
+    def _records(self) -> Any:
+        records = super()._records()
+        if self.rival is not None:
+            rival, self.rival = self.rival, None
+            rival()
+        return records
+
+
+def test_a_rival_claim_of_the_same_number_is_refused_and_withdrawn(cluster: Cluster) -> None:
+    apply(cluster, range(100))
+    state = StateStore(cluster, app(cluster))
+    plans = []
+    racer = Raced(
+        lambda: plans.append(Ledger(state, "t", 0, "fail", prefix=cluster.prefix).plan(range(100, 200))),
+        state,
+        "t",
+        0,
+        "fail",
+        prefix=cluster.prefix,
+    )
+    with pytest.raises(ConfigError, match=r"partition t/0: another application .* claimed number 2"):
+        racer.plan(range(100, 300))
+    claim = plans[0].claim
+    assert claim is not None and [r for r in ledger_records(cluster) if r.startswith("claim|2|")] == [claim.member]
+    items = [((plans[0].position(o), o), Count("clicks", f"u{o % 7}", 1)) for o in plans[0].apply]
+    cluster.increment(f"{app(cluster)}/t/0", items)
+    Ledger(state, "t", 0, "fail", prefix=cluster.prefix).finish(plans[0])
+    assert apply(cluster, range(100, 300)) == 100  # the refused batch again: the rival's rows are replays
     assert total(cluster) == 300

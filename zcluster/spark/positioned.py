@@ -124,11 +124,12 @@ class _Job:
                 rows.sort(key=lambda r: r[self.offset])
                 ledger = Ledger(StateStore(store, self.app), topic, part, self.out_of_order, prefix=store.prefix)
                 plan = ledger.plan(sorted({int(r[self.offset]) for r in rows}))
-                if len(plan.apply) < len(rows):
+                if plan.state.numbered and plan.replays:  # replays: applied before, skipped
                     keep = set(plan.apply)
-                    stats.frames += len(rows) - len(keep)
-                    stats.seen += len(rows) - len(keep)  # replays: applied before, skipped
-                    rows = [r for r in rows if int(r[self.offset]) in keep]
+                    applied = [r for r in rows if int(r[self.offset]) in keep]
+                    stats.frames += len(rows) - len(applied)
+                    stats.seen += len(rows) - len(applied)
+                    rows = applied
                 if publishing is None:
                     self._apply(store, f"{topic}/{part}", rows, stats, plan.position)
                 else:

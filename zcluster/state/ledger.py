@@ -32,15 +32,18 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from zcluster.errors import ConfigError
+from zcluster.errors import ConfigError, PartialWriteError
 from zcluster.state.store import StateStore
 from zcluster.types import KeyScoreMember
 
 __all__ = ["MAX_HOLES", "NUMBERED", "Ledger", "LedgerState", "Plan", "classify"]
+
+log = logging.getLogger("zcluster.state")
 
 MAX_HOLES = 1024
 """Holes a partition's ledger keeps by default (a hole: a range of offsets below the highest applied, never
@@ -50,7 +53,7 @@ NUMBERED = 2**52
 """The first component of a numbered application's positions is ``NUMBERED`` + its number: above every
 position of an offset-fenced application (the offset itself, below 2**52), below 2**53."""
 
-_RECORDS = 64  # a ledger key holds at most 4 records; a few zombies' claims more
+_RECORDS = 1000  # a ledger key holds 4 records (a few more after a failed forget): all of them, newest first
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,10 @@ class Ledger:
         seq = plan.state.seq
         self.store.insert([KeyScoreMember(self.key, float(seq), f"done|{seq}")])
         if seq > 1:
-            self.store.forget([self.key], float(seq - 2))
+            try:
+                self.store.forget([self.key], float(seq - 2))
+            except PartialWriteError as exc:  # harmless: the newest records rank first; the next finish forgets
+                log.warning("ledger %s: forgetting older records failed: %s", self.key, exc)
 
     def _rivals(self, seq: int) -> ConfigError:
         return ConfigError(
