@@ -22,10 +22,11 @@ classifies its rows against the ledger before the claim, and goes on only if tha
 positions, which the fences de-duplicate. Anything else raises :class:`zcluster.ConfigError` naming the
 offsets: applying other rows first could move a fence past rows of the unfinished application.
 
-Records: a sorted set ``<app>/ledger/<prefix>|<topic>/<partition>`` in the :class:`zcluster.state.StateStore`'s view,
-scored by application number; the claim and done mark of the last two applications (older ones forgotten, the
-key's floor refusing a zombie's late claim). Each claim holds the holes: with ``max_holes`` 1024 a claim is at
-most about 40 KB, whatever the partition's age (a source without gaps keeps none).
+Records: a sorted set ``<app>/ledger/<prefix>|<topic>/<partition>`` in the
+:class:`zcluster.state.StateStore`'s view, scored by application number; the claim and done mark of the last
+two applications (older ones forgotten, the key's floor refusing a zombie's late claim). Each claim holds the
+holes: with ``max_holes`` 1024 a claim is at most about 40 KB, whatever the partition's age (a source without
+gaps keeps none).
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ class Ledger:
         claims: dict[int, list[tuple[LedgerState, str, str]]] = {}
         done: set[int] = set()
         for r in self.store.select([self.key], limit=_RECORDS)[self.key]:
-            member = str(r.member)
+            member = r.member if isinstance(r.member, str) else bytes(r.member).decode()  # a view without decode
             parts = member.split("|")
             seq = int(parts[1])
             if parts[0] == "done":
