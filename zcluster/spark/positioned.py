@@ -5,9 +5,28 @@ There are no Gazette UUIDs to sequence: every row is a message, in offset order 
 (source ``<query_name>/<topic>/<partition>``, the row's offset, its index among the row's increments), so a
 retried task, a replayed micro-batch or a new checkpoint directory reading the same offsets again changes
 nothing. Producer duplicates (the same event at two offsets) count twice: they are the producer's business
-(Kafka's idempotent producer). Offsets of one partition must be distinct and grow from one batch to the next
-(they do in Kafka; a re-created topic starts again at 0: use a new ``query_name``); a batch's rows may come
-in any order.
+(Kafka's idempotent producer). Offsets of one partition must be distinct (a re-created topic starts again at
+0: use a new ``query_name``); a batch's rows may come in any order.
+
+Offsets out of order across batches: a fence keeps one position, so it cannot tell a replay (rows applied
+before: a batch run again, a new checkpoint directory) from rows a source hands late (lower offsets than a
+batch already applied: Spark's file source takes files by modification time, and files sharing one come in
+listing order). A ledger per (query, prefix, topic, partition) (:mod:`zcluster.state.ledger`: the high-water
+offset and the holes below it) tells them apart. ``out_of_order="fail"`` (the default) fails the batch with a
+:class:`zcluster.ConfigError` naming the partition, the late offsets and the fence, before any of that
+partition's rows of the batch is written (other partitions' rows of the batch may have been, each once; the
+batch run again writes them no more). ``out_of_order="apply"`` applies late rows exactly once: from the first
+application holding late rows, a partition's increments are fenced at positions numbered per application
+(``2**52 +`` its number: above every offset position) and replays are skipped (counted in ``seen``), so a late
+row's increments land above the fence. Limits: the ledger keeps the newest 1,024 holes (a source's real gaps,
+Kafka's transaction markers, are holes that never fill): a row further back is taken for a replay; an
+application whose task died before its done mark must be finished by the same rows (the same batch, as Spark
+runs it again from the same checkpoint) before any other (else :class:`zcluster.ConfigError`: other rows first
+could let a fence pass its unfinished ones); a query name used before the ledger existed starts one with its
+next batch, so a new checkpoint directory re-reading older offsets is refused as late by default (and counted
+again with ``"apply"``: give it a new ``query_name``). ``"fail"`` is the default because ``"apply"`` gives up
+those offset positions for good, and a source that promises order (Kafka) should say so loudly when it breaks
+it; ``"apply"`` is not available with ``publish`` (the partition's checkpoint is one offset).
 
 A fence keeps one position per (key, source): a partition's increments must reach it in offset order, so the
 sink brings each (topic, partition)'s rows of a batch into one task (a shuffle) whatever the source's cut.
@@ -61,6 +80,7 @@ from zcluster.journal.urls import open_store
 from zcluster.spark.observe import TASK_SCHEMA, add_rows, task_batch
 from zcluster.spark.shipping import ship_by_value
 from zcluster.state.batch import BatchStats, WriteBuffer
+from zcluster.state.ledger import Ledger
 from zcluster.state.store import StateStore
 from zcluster.state.txn import Publishing, check_store, partition_checkpoint
 from zcluster.types import Store
@@ -80,6 +100,7 @@ class _Job:
     topic: str | None
     flush: int
     retries: int
+    out_of_order: str = "fail"
     publish: str | None = field(default=None, repr=False)  # a URL, maybe with a password: not in a traceback
 
     def run(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -101,10 +122,19 @@ class _Job:
         try:
             for (topic, part), rows in sorted(parts.items(), key=lambda p: (p[0][0], str(p[0][1]))):
                 rows.sort(key=lambda r: r[self.offset])
+                ledger = Ledger(StateStore(store, self.app), topic, part, self.out_of_order, prefix=store.prefix)
+                plan = ledger.plan(sorted({int(r[self.offset]) for r in rows}))
+                if plan.state.numbered and plan.replays:  # replays: applied before, skipped
+                    keep = set(plan.apply)
+                    applied = [r for r in rows if int(r[self.offset]) in keep]
+                    stats.frames += len(rows) - len(applied)
+                    stats.seen += len(rows) - len(applied)
+                    rows = applied
                 if publishing is None:
-                    self._apply(store, f"{topic}/{part}", rows, stats)
+                    self._apply(store, f"{topic}/{part}", rows, stats, plan.position)
                 else:
-                    self._transaction(store, publishing, topic, part, rows, stats)
+                    self._transaction(store, publishing, topic, part, rows, stats, plan.position)
+                ledger.finish(plan)
         finally:
             if publishing is not None:
                 close_store(publishing.writer)
@@ -116,10 +146,13 @@ class _Job:
         name: str,
         rows: list[dict[str, Any]],
         stats: BatchStats,
+        position: Callable[[int], int],
         publish: Callable[[list[Any], str, int, dict[str, Any]], list[Any]] | None = None,
     ) -> None:
-        """Map and write ``rows`` of partition ``name`` (in offset order); ``publish``: what takes the mapped
-        writes' :class:`zcluster.Publish` items (``Publishing.published`` on the transaction's claim)."""
+        """Map and write ``rows`` of partition ``name`` (in offset order), a row's increments fenced at
+        (``position(offset)``, offset, index) (:meth:`zcluster.state.ledger.Plan.position`); ``publish``: what
+        takes the mapped writes' :class:`zcluster.Publish` items (``Publishing.published`` on the transaction's
+        claim)."""
         writes = WriteBuffer(store, self.flush, self.retries, stats, source=f"{self.app}/{name}")
         for row in rows:
             offset = int(row[self.offset])
@@ -128,11 +161,18 @@ class _Job:
             mapped = self._map(name, offset, row)
             if publish is not None:
                 mapped = publish(mapped, name, offset, row)
-            writes.add(mapped, name, offset, offset)
+            writes.add(mapped, name, offset, position(offset))
         writes.flush()
 
     def _transaction(
-        self, store: Store, publishing: Publishing, topic: str, part: Any, rows: list[dict[str, Any]], stats: BatchStats
+        self,
+        store: Store,
+        publishing: Publishing,
+        topic: str,
+        part: Any,
+        rows: list[dict[str, Any]],
+        stats: BatchStats,
+        position: Callable[[int], int],
     ) -> None:
         """One consumer transaction over a partition's rows of the batch (see :class:`PositionedSink`): claim
         the partition's checkpoint (appending its ACK intents again), skip the rows it passed, publish the
@@ -151,7 +191,7 @@ class _Job:
             def publish(writes: list[Any], name: str, offset: int, row: dict[str, Any]) -> list[Any]:
                 return publishing.published(claim, writes, "partition", name, offset, row)
 
-            self._apply(store, name, fresh, stats, publish)
+            self._apply(store, name, fresh, stats, position, publish)
             through = max(done, int(fresh[-1][self.offset]) + 1) if fresh else done
             stats.published += publishing.commit(state, journal, claim, through, [], "")
 
@@ -178,8 +218,9 @@ class PositionedSink:
     ``partition``, ``offset``; other sources rename theirs or pass these). ``flush``: writes per batch sent;
     ``retries``: resends of unconfirmed writes. ``history`` holds a :class:`BatchStats` per batch:
     ``increments`` sent, of which ``fenced`` were found at or below their fence (applied before: a replayed
-    batch) and the rest ``applied``; with ``publish``, ``published`` (messages published and checkpointed)
-    and ``seen`` (rows skipped: below their partition's checkpoint).
+    batch) and the rest ``applied``; ``seen``: rows skipped as applied before (with ``publish``, below their
+    partition's checkpoint; with numbered positions, replays); with ``publish``, ``published`` (messages
+    published and checkpointed).
 
     ``publish``: a journal store URL (``file:///dir``, ``redis://host:port?prefix=p``; see
     :func:`zcluster.journal.urls.open_store`) the mapper's :class:`zcluster.Publish` messages go to, exactly
@@ -187,8 +228,8 @@ class PositionedSink:
     (see the module for where it begins and ends, and why retries, speculative tasks, replayed batches and new
     checkpoint directories publish nothing twice). Read-committed readers of the target journals see each
     message once, when its transaction's checkpoint is saved and its ACK appended (per journal, as in Gazette).
-    The checkpoint also skips rows it passed, so offsets must grow from batch to batch as documented above (a
-    re-created topic needs a new ``query_name``, or its rows below the old offsets are skipped). Without
+    The checkpoint also skips rows it passed: rows a source hands late fail the batch (``out_of_order="apply"``
+    is refused with ``publish``), and a re-created topic needs a new ``query_name``. Without
     ``publish``, a mapper returning a ``Publish`` fails the batch with a :class:`zcluster.MapperError` naming
     the partition and offset.
 
@@ -198,13 +239,20 @@ class PositionedSink:
     into ``spark.sql.shuffle.partitions`` tasks (fewer where adaptive execution coalesces them; Spark's
     default 200 leaves most empty for a few partitions: set it near the executors' cores), and a partition's
     rows are applied by one task; a mapper writing only 2P-set writes (idempotent, no fences) pays it too, as
-    the sink cannot know that before the mapper runs.
+    the sink cannot know that before the mapper runs. The ledger costs five round trips per partition per batch.
+
+    ``out_of_order``: ``"fail"`` (default) or ``"apply"``: what rows below a partition's fence that were never
+    applied do (see the module). Guarantee with ``"fail"``: such a row is never dropped silently (within the
+    ledger's newest 1,024 holes); with ``"apply"``: it counts exactly once.
 
     Errors: a mapper failure or a refused write is a :class:`zcluster.MapperError` naming the partition and
     offset; shard failures are retried, then fail the batch; a :class:`zcluster.FencedError` fails a task
-    attempt that a newer one fenced. A failed batch ends the query (Spark does not
-    run a failed ``foreachBatch`` again by itself; see :class:`zcluster.spark.ZClusterSink`): start it again
-    from its checkpoint, and Spark runs the batch again; its increments count once (the fences).
+    attempt that a newer one fenced; a :class:`zcluster.ConfigError` names rows a source handed late under
+    ``out_of_order="fail"``, an unfinished application of the partition that this batch does not finish, or
+    two batches of one partition claimed at once (two queries under one ``query_name``). A failed batch ends
+    the query (Spark does not run a failed ``foreachBatch`` again by itself; see
+    :class:`zcluster.spark.ZClusterSink`): start it again from its checkpoint, and Spark runs the batch again;
+    its increments count once (the fences).
     """
 
     def __init__(
@@ -220,13 +268,21 @@ class PositionedSink:
         retries: int = 5,
         prefix: str | None = None,
         publish: str | None = None,
+        out_of_order: str = "fail",
     ) -> None:
         if not query_name or "/" in query_name:
             raise ConfigError(f"query_name must be non-empty and without '/', got {query_name!r}")
+        if out_of_order not in ("fail", "apply"):
+            raise ConfigError(f"out_of_order must be 'fail' or 'apply', got {out_of_order!r}")
+        if out_of_order == "apply" and publish is not None:
+            raise ConfigError(
+                "out_of_order='apply' with publish= is not supported: a partition's publishing checkpoint is one "
+                "offset, so late rows below it would be skipped"
+            )
         config = store_config(cluster, prefix=prefix)
         if publish is not None:  # here, not first in every task: a farm cannot hold its fenced checkpoints
             check_store(config.shared(), query_name)
-        self.job = _Job(config, query_name, mapper, partition, offset, topic, flush, retries, publish)
+        self.job = _Job(config, query_name, mapper, partition, offset, topic, flush, retries, out_of_order, publish)
         self.history: list[BatchStats] = []
         self.shipped = ship_by_value(mapper, None, owner="PositionedSink")
 
