@@ -249,6 +249,11 @@ class Cluster(Inspection, Aggregates):
 
         link(self, build, moved)
 
+    def _known_shards(self) -> tuple[str, ...]:
+        # The topology's list (standalone shards; Redis Cluster nodes addressed so far): cheap, unlike
+        # masters(), which walks the slot map.
+        return tuple(s.name for s in self._transport.topology.shards)
+
     @property
     def prefix(self) -> bytes:
         """The namespace prefix of every Redis key of this cluster."""
