@@ -250,9 +250,7 @@ class Cluster(Inspection, Aggregates):
         link(self, build, moved)
 
     def _known_shards(self) -> tuple[str, ...]:
-        # The topology's list (standalone shards; Redis Cluster nodes addressed so far): cheap, unlike
-        # masters(), which walks the slot map.
-        return tuple(s.name for s in self._transport.topology.shards)
+        return tuple(s.name for s in self._transport.topology.shards)  # not masters(): it walks the slot map
 
     @property
     def prefix(self) -> bytes:
