@@ -32,6 +32,11 @@ class OpEvent:
 
 Instrumentation = Callable[[OpEvent], None]
 
+CALL_ERRORS = ("ConfigError", "InvalidTupleError")
+"""The error classes a call raises before anything is sent (:mod:`zcluster.errors`): the metrics adapters
+(:mod:`zcluster.metrics`, :mod:`zcluster.otel`) export their call-error series at 0 for every operation
+called, so that the first one is seen; another class gets its series at its first occurrence."""
+
 
 def nop(event: OpEvent) -> None:
     """The default instrumentation: records nothing."""

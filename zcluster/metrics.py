@@ -14,15 +14,10 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from zcluster.instrumentation import OpEvent
+from zcluster.instrumentation import CALL_ERRORS, OpEvent
 from zcluster.state.batch import APPLIER_COUNTS
 
 log = logging.getLogger("zcluster.metrics")
-
-CALL_ERRORS = ("ConfigError", "InvalidTupleError")
-"""The ``error`` labels of ``zcluster_call_errors_total`` exported at 0 for every operation called: the
-classes a call raises before anything is sent (:mod:`zcluster.errors`). Another class gets its series at
-its first occurrence."""
 
 
 class PrometheusInstrumentation:
@@ -36,7 +31,7 @@ class PrometheusInstrumentation:
     The error series exist before the first error, at 0, so a dashboard panel is not empty and ``increase()``
     sees the first one: from an operation's first call on, ``zcluster_shard_errors_total`` for every shard
     the cluster knows (:attr:`OpEvent.known_shards`) and ``zcluster_call_errors_total`` for the errors a call
-    raises before anything is sent (:data:`CALL_ERRORS`).
+    raises before anything is sent (:data:`zcluster.instrumentation.CALL_ERRORS`).
     """
 
     def __init__(self, registry: Any = None, namespace: str = "zcluster") -> None:
