@@ -31,7 +31,12 @@ class Reporting:
         error: BaseException | None = None,
     ) -> None:
         seconds = time.perf_counter() - started if started else 0.0
-        self.instrumentation(OpEvent(op, records, seconds, applied, tuple(sorted(set(shards))), error))
+        failed = tuple(sorted(set(shards)))
+        self.instrumentation(OpEvent(op, records, seconds, applied, failed, error, self._known_shards()))
+
+    def _known_shards(self) -> tuple[str, ...]:
+        """The servers this caller knows (``OpEvent.known_shards``); none unless the class says."""
+        return ()
 
     @contextlib.contextmanager
     def _reporting(self, op: str, started: float) -> Iterator[None]:

@@ -249,6 +249,9 @@ class Cluster(Inspection, Aggregates):
 
         link(self, build, moved)
 
+    def _known_shards(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self._transport.topology.shards)  # not masters(): it walks the slot map
+
     @property
     def prefix(self) -> bytes:
         """The namespace prefix of every Redis key of this cluster."""

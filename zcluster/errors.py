@@ -4,7 +4,8 @@ Errors that also have a natural built-in meaning keep it as a second base (a bad
 ``ValueError``, a missing journal also a ``LookupError``), so ``except ValueError`` keeps working. Every
 class is defined here and exported from :mod:`zcluster`, except the message layer's, which has its own
 sub-root, :class:`MessageError`, in :mod:`zcluster.message.errors` (exported from :mod:`zcluster.message`),
-so that the message layer stays free of everything Redis-specific. The channels' errors
+so that the message layer stays free of everything Redis-specific. Why this module is long: it is the whole
+tree, and each class's docstring says what the error means for the data and what to do. The channels' errors
 (:class:`UndecodableMessageError`, :class:`UnknownKindError`, :class:`NoHandlerError`) are also re-exported,
 as the same classes, from :mod:`zcluster.channels`. A test walks every module and checks that this drawing
 is true::
@@ -23,6 +24,7 @@ is true::
     ├── DurabilityError              replicas or the AOF did not confirm a shard's writes by the deadline
     ├── InconsistentDataError        the server holds what the 2P-set layout forbids (a foreign write)
     ├── KeyKindError                 (TypeError) a read of one kind of key met a key of another; ``key`` names it
+    ├── NotUtf8Error                 (ValueError) a read giving strings (Spark's) met a key or member not UTF-8
     ├── WriteRefusedError            (ValueError) a write to a key of another kind, or an overflowing total
     ├── ReplicaLate                  (TimeoutError) a farm call returned without this replica
     ├── ReplicaBusy                  (TimeoutError) a replica not called: its late calls pile up
@@ -266,6 +268,21 @@ class KeyKindError(ZClusterError, TypeError):
     def __init__(self, key: object, found: str, wanted: str, where: str) -> None:
         self.key, self.found, self.wanted, self.where = key, found, wanted, where
         super().__init__(f"key {_short(key)} on {where} is {found}, not {wanted}")
+
+
+class NotUtf8Error(ZClusterError, ValueError):
+    """A read that gives keys and members as strings (``spark.read.format("zcluster")``: Spark string
+    columns) met bytes that are not UTF-8: ``key`` (bytes) on the server ``where``, and ``member``, the
+    member or counter field at fault (None: the key itself is not UTF-8). The read stops there; read such
+    keys with :class:`zcluster.Cluster` (``decode=False`` gives bytes)."""
+
+    def __init__(self, key: bytes, member: bytes | None, where: str) -> None:
+        self.key, self.member, self.where = key, member, where
+        what = f"key {_short(key)}" if member is None else f"member {_short(member)} of key {_short(key)}"
+        super().__init__(
+            f"{what} on {where} is not UTF-8: this read gives keys and members as strings; read it with "
+            "zcluster.Cluster (decode=False gives bytes)"
+        )
 
 
 class WriteRefusedError(ZClusterError, ValueError):

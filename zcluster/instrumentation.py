@@ -16,7 +16,10 @@ from dataclasses import dataclass
 class OpEvent:
     """``op`` handled ``records`` tuples or keys in ``seconds``; ``applied`` counts writes that took effect;
     ``failed_shards`` names shards that failed; ``error`` is what the call raised before any shard
-    answered (invalid input, a bug), or None."""
+    answered (invalid input, a bug), or None. ``known_shards`` names every server the caller knew when the
+    call ended (a Cluster's standalone shards, or the Redis Cluster nodes it has addressed), failed or not,
+    so that a metrics adapter can export its per-shard error series at 0 before the first error (empty
+    where the caller does not say: a farm's repair events)."""
 
     op: str
     records: int
@@ -24,9 +27,15 @@ class OpEvent:
     applied: int = 0
     failed_shards: tuple[str, ...] = ()
     error: BaseException | None = None
+    known_shards: tuple[str, ...] = ()
 
 
 Instrumentation = Callable[[OpEvent], None]
+
+CALL_ERRORS = ("ConfigError", "InvalidTupleError")
+"""The error classes a call raises before anything is sent (:mod:`zcluster.errors`): the metrics adapters
+(:mod:`zcluster.metrics`, :mod:`zcluster.otel`) export their call-error series at 0 for every operation
+called, so that the first one is seen; another class gets its series at its first occurrence."""
 
 
 def nop(event: OpEvent) -> None:

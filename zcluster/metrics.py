@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from zcluster.instrumentation import OpEvent
+from zcluster.instrumentation import CALL_ERRORS, OpEvent
 from zcluster.state.batch import APPLIER_COUNTS
 
 log = logging.getLogger("zcluster.metrics")
@@ -27,6 +27,11 @@ class PrometheusInstrumentation:
     ``zcluster_shard_errors_total`` (labels ``op``, and ``shard`` for errors), ``zcluster_call_errors_total``
     (calls that raised before any shard answered; labels ``op`` and ``error``, the exception's class) and
     ``zcluster_call_seconds`` (histogram, label ``op``).
+
+    The error series exist before the first error, at 0, so a dashboard panel is not empty and ``increase()``
+    sees the first one: from an operation's first call on, ``zcluster_shard_errors_total`` for every shard
+    the cluster knows (:attr:`OpEvent.known_shards`) and ``zcluster_call_errors_total`` for the errors a call
+    raises before anything is sent (:data:`zcluster.instrumentation.CALL_ERRORS`).
     """
 
     def __init__(self, registry: Any = None, namespace: str = "zcluster") -> None:
@@ -41,6 +46,10 @@ class PrometheusInstrumentation:
         self.seconds = Histogram(f"{namespace}_call_seconds", "Call duration", ["op"], registry=reg)
 
     def __call__(self, event: OpEvent) -> None:
+        for shard in event.known_shards:
+            self.errors.labels(event.op, shard)  # the series, at 0 until an error
+        for error in CALL_ERRORS:
+            self.failed.labels(event.op, error)
         self.calls.labels(event.op).inc()
         self.records.labels(event.op).inc(event.records)
         if event.applied:
@@ -126,9 +135,10 @@ class ProgressCollector:
     ``open_transactions``, ``lost_ranges_ahead``, ``lost_skipped_ranges``, ``lost_skipped_bytes`` and
     ``stopped`` (1: the application cannot go on there, see :attr:`JournalProgress.error`). A shard that
     fails does not fail the scrape: it is logged and reported as ``zcluster_consumer_shard_failed{shard}`` =
-    1, and the journals it holds checkpoints of are missing. An application whose progress cannot be read at
-    all (its journal store missing, a bug) is logged with its error and reported as
-    ``zcluster_consumer_progress_failed{app}`` = 1; the other applications are reported as usual.
+    1 (every other shard of the cluster at 0), and the journals it holds checkpoints of are missing. An
+    application whose progress cannot be read at all (its journal store missing, a bug) is logged with its
+    error and reported as ``zcluster_consumer_progress_failed{app}`` = 1; the other applications are
+    reported as usual.
     """
 
     def __init__(
@@ -198,7 +208,9 @@ class ProgressCollector:
                 out["lost_skipped_ranges"].add_metric(labels, len(p.skipped))
                 out["lost_skipped_bytes"].add_metric(labels, sum(s.end - s.begin for s in p.skipped))
                 out["stopped"].add_metric(labels, p.error is not None)
-        for shard, error in sorted({f.shard: f.error for f in failures}.items()):
+        failed = {f.shard: f.error for f in failures}
+        for shard, error in sorted(failed.items()):
             log.warning("progress: shard %s failed: %s: %s", shard, type(error).__name__, error)
-            out["shard_failed"].add_metric([shard], 1)
+        for shard in sorted({*self.cluster.shards, *failed}):  # every shard, at 0 unless it failed
+            out["shard_failed"].add_metric([shard], shard in failed)
         yield from out.values()

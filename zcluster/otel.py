@@ -5,7 +5,9 @@ one is made, never by ``import zcluster``), the counterparts of :mod:`zcluster.m
   :class:`zcluster.Cluster` or a Farm: per call, metrics ``zcluster.calls``, ``zcluster.records``,
   ``zcluster.applied`` (counters), ``zcluster.call.duration`` (histogram, seconds),
   ``zcluster.shard_errors`` (counter, one per failed shard) and ``zcluster.call_errors`` (calls that raised
-  before any shard answered), and one span ``zcluster.<op>`` per call.
+  before any shard answered), and one span ``zcluster.<op>`` per call. The error counters have their points
+  at 0 before the first error, as the Prometheus adapter's series (every shard the cluster knows, and
+  :data:`zcluster.instrumentation.CALL_ERRORS`, from an operation's first call on).
 * :class:`OTelApplierMetrics`, the applier's ``metrics=`` hook (a :class:`zcluster.state.Consumer`'s polls, a
   :class:`zcluster.spark.ZClusterSink`'s micro-batches): per batch, counters ``zcluster.applier.batches``,
   ``zcluster.applier.<count>`` (frames, delivered, duplicates, rollbacks, replays, malformed, lost_skipped,
@@ -26,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from zcluster.instrumentation import OpEvent
+from zcluster.instrumentation import CALL_ERRORS, OpEvent
 from zcluster.state.batch import APPLIER_COUNTS
 
 __all__ = ["OTelApplierMetrics", "OTelInstrumentation"]
@@ -75,6 +77,10 @@ class OTelInstrumentation:
         self.records.add(event.records, attrs)
         if event.applied:
             self.applied.add(event.applied, attrs)
+        for shard in event.known_shards:  # the error series from the op's first call on, at 0 until an error
+            self.shard_errors.add(0, {**attrs, "shard": shard})
+        for error in CALL_ERRORS:
+            self.call_errors.add(0, {**attrs, "error": error})
         for shard in event.failed_shards:
             self.shard_errors.add(1, {**attrs, "shard": shard})
         if event.error is not None:

@@ -179,3 +179,24 @@ def test_a_dead_shard_is_named_after_the_others_answers(tmp_path: Path) -> None:
             apps.cluster.close()
             apps.store.close()
             shutil.rmtree(tmp_path / "journals", ignore_errors=True)
+
+
+def test_a_failed_health_check_names_each_journal_and_why(apps: Apps) -> None:
+    """Issue 39, item 6: a journal 114 bytes behind with --max-lag 10 exited 3 while its row said "ok"."""
+    apps.grow()
+    lag = apps.store.end("a") - apps.ranges[-1].end
+    journals = f"file://{apps.root}"
+    shown = fails(apps(apps.app, "--journals", journals, "--max-lag", "10"), code=3)
+    assert f"Error: journal a lags {lag} bytes, over --max-lag 10" in shown.stderr
+    assert "journal b" not in shown.stderr  # caught up: not named
+    (row,) = [r for r in rows(shown) if r and r[0] == "a"]
+    assert " ".join(row).endswith(f"over --max-lag ({lag} > 10)") and "ok" not in row
+    (row_b,) = [r for r in rows(shown) if r and r[0] == "b"]
+    assert row_b[-1] == "ok"
+    as_json = fails(apps(apps.app, "--journals", journals, "--max-lag", "10", "--json"), code=3)
+    assert f"journal a lags {lag} bytes, over --max-lag 10" in as_json.stderr
+    listing = fails(apps("--journals", journals, "--max-lag", "10"), code=3)
+    assert f"Error: application {apps.app}, journal a lags {lag} bytes, over --max-lag 10" in listing.stderr
+    # Under the bound: exit 0, status ok, nothing on stderr.
+    passing = ok(apps(apps.app, "--journals", journals, "--max-lag", str(lag)))
+    assert passing.stderr == "" and next(r for r in rows(passing) if r and r[0] == "a")[-1] == "ok"

@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry
 
-from zcluster import Cluster, KeyMember, KeyScoreMember
+from zcluster import Cluster, Insert, KeyMember, KeyScoreMember
+from zcluster.farm import Farm
 from zcluster.metrics import PrometheusInstrumentation
 from zcluster.testing import LocalShards, free_port
 
@@ -78,3 +79,34 @@ def test_failed_shard_increments_the_error_counter(shards: LocalShards, prefix: 
         c.score([KeyMember(t.key, "m") for t in tuples], strict=False)
         assert metrics.value("zcluster_shard_errors_total", op="score", shard=dead) == 1
         assert metrics.value("zcluster_shard_errors_total", op="insert", shard=shards.servers[0].url[8:]) == 0
+
+
+def test_the_error_series_exist_at_zero_before_the_first_error(shards: LocalShards, prefix: str) -> None:
+    """Issue 39, item 7: the error series appeared only with the first error (an empty panel; increase()
+    blind to that first error)."""
+    registry = CollectorRegistry()
+    hook = PrometheusInstrumentation(registry)
+    with Cluster.from_urls(shards.urls, prefix=prefix, instrumentation=hook) as cluster:
+        assert (
+            registry.get_sample_value("zcluster_shard_errors_total", {"op": "insert", "shard": cluster.shards[0]})
+            is None
+        )
+        cluster.insert([KeyScoreMember("k", 1.0, "m")])  # one shard addressed, no error
+        cluster.select(["k"])
+        assert len(cluster.shards) == len(shards.urls) > 1
+        for op in ("insert", "select"):
+            for shard in cluster.shards:  # every shard, not only those the call reached
+                assert registry.get_sample_value("zcluster_shard_errors_total", {"op": op, "shard": shard}) == 0
+            for error in ("ConfigError", "InvalidTupleError"):
+                assert registry.get_sample_value("zcluster_call_errors_total", {"op": op, "error": error}) == 0
+
+
+def test_a_farms_error_series_exist_at_zero_for_every_replicas_shards(shards: LocalShards, prefix: str) -> None:
+    registry = CollectorRegistry()
+    hook = PrometheusInstrumentation(registry)
+    replicas = [Cluster.from_urls([u], prefix=prefix) for u in shards.urls]
+    with Farm(replicas, instrumentation=hook) as farm:
+        farm.apply([Insert("k", 1.0, "m")])
+        assert len(farm.shards) == len(shards.urls)
+        for shard in farm.shards:  # replica/host:port
+            assert registry.get_sample_value("zcluster_shard_errors_total", {"op": "farm.apply", "shard": shard}) == 0

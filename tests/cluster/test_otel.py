@@ -74,6 +74,12 @@ def test_calls_become_metrics_and_spans_with_op_shard_prefix_and_error(shards: L
             broken.insert([KeyScoreMember("", 1.0, "m")])
 
     points = otel.points()
+    # Issue 39, item 7: the error points exist before any error, at 0: every shard, the errors raised before
+    # anything is sent, for each op called (the select saw no error at all).
+    for shard in (u.rpartition("/")[2] for u in shards.urls):
+        assert points[key("zcluster.shard_errors", prefix=prefix, op="select", shard=shard)] == 0
+    for error in ("ConfigError", "InvalidTupleError"):
+        assert points[key("zcluster.call_errors", prefix=prefix, op="select", error=error)] == 0
     assert points[key("zcluster.calls", prefix=prefix, op="insert")] == 3
     assert points[key("zcluster.records", prefix=prefix, op="insert")] == 5 + 20 + 1
     assert points[key("zcluster.applied", prefix=prefix, op="insert")] == 5 + result.applied_count

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from zcluster.journal import AsyncPublisher, FileJournals
 from zcluster.message import (
     EmptyPartitionsError,
     InMemoryJournals,
     JournalSpec,
+    JsonMessage,
     LabelSelector,
     SelectorError,
     fnv1a32,
@@ -145,3 +149,27 @@ def test_partitions_from_lister() -> None:
     assert len(partitions_from(journals, "topic=pageviews, source=mobile", refresh_interval=0)()) == 3
     with pytest.raises(SelectorError):
         partitions_from(journals, "topic==x")
+
+
+@pytest.mark.parametrize("returned", ["events/0", "ab", ("events/0",), None])
+def test_a_mapping_returning_no_journal_and_content_type_pair_is_a_type_error_naming_it(
+    tmp_path: Any, returned: Any
+) -> None:
+    """Issue 39, item 12: a custom mapping returning a bare journal name failed with a raw "too many values to
+    unpack" (and a two-character name was taken apart as a journal and a content type)."""
+
+    def my_mapping(msg: Any) -> Any:
+        return returned
+
+    with FileJournals(tmp_path) as store:
+        store.create(JournalSpec("events/0", NDJSON))
+        with AsyncPublisher(store) as pub:
+            for publish in (pub.publish_committed, pub.publish_uncommitted):
+                with pytest.raises(
+                    TypeError,
+                    match=r"mapping .*my_mapping returned .*: a mapping returns a \(journal, content_type\) pair",
+                ):
+                    publish(my_mapping, JsonMessage({"a": 1}))
+            pub.publish_committed(lambda m: ("events/0", NDJSON["content-type"]), JsonMessage({"a": 2}))
+            pub.barrier()
+        assert store.end("events/0") > 0  # the publisher goes on: nothing of the refused messages appended before

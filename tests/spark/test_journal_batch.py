@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from zcluster import Cluster
 from zcluster.errors import ConfigError
 from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD
 from zcluster.journal.files import FileJournals
+from zcluster.journal.urls import open_store
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.errors import OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, CONTENT_TYPE_PROTO_FIXED
@@ -24,6 +26,7 @@ from zcluster.spark import batch_source
 from zcluster.spark.batch_source import JournalBatchReader, JournalDataSource, read_committed
 from zcluster.spark.source import MESSAGES_SCHEMA, JournalRange
 from zcluster.state import Consumer
+from zcluster.testing import LocalShards
 from zcluster.testing.traffic import Traffic, create_journals, publish
 
 NAMES = [f"timelines/part-{i}" for i in range(2)]
@@ -178,3 +181,24 @@ def test_a_lost_range_fails_the_read_naming_it_unless_told_to_skip(tmp_path: Pat
 def _uuid(i: int) -> str:
     """An OUTSIDE_TXN UUID of one producer, clock ``i``: a message committed by itself."""
     return format_uuid(build_uuid(b"\x01\x02\x03\x04\x05\x06", i << 4, Flags.OUTSIDE_TXN))
+
+
+def test_an_unknown_journal_of_a_password_store_is_named_without_the_password(spark: Any) -> None:
+    """Issue 39, item 8: the error naming the journal store quoted its URL whole, password included."""
+    secret = "pw-s3cret-39"
+    with LocalShards(1, extra=["--requirepass", secret]) as secured:
+        url = f"redis://:{secret}@127.0.0.1:{secured.servers[0].port}?prefix=pwj{next(_apps)}:"
+        store = open_store(url)
+        try:
+            store.create(JournalSpec("j", {"content-type": CONTENT_TYPE_NDJSON}))
+        finally:
+            store.close()
+        options = {"journals": url, "rows": "messages", "endingOffsets": '{"nope": 0}'}
+        with pytest.raises(ConfigError) as direct:
+            JournalBatchReader(options).partitions()
+        df = spark.read.format("zcluster-journal").options(**options).load()
+        with pytest.raises(Exception, match="names journals that are not in redis://\\*\\*\\*@") as through_spark:
+            df.collect()
+    for raised in (direct.value, through_spark.value):
+        text = "".join(traceback.format_exception(raised))
+        assert "nope" in text and secret not in text, text

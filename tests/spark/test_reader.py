@@ -79,7 +79,7 @@ def test_nothing_matching_and_unknown_options(spark: Any, shards: Any, prefix: s
         read(spark, where, pattern="*", colour="red").collect()
     with pytest.raises(Exception, match="'keys' or 'pattern', not both"):
         read(spark, where, pattern="*", keys="a").collect()
-    with pytest.raises(Exception, match="option limit must be a positive integer, not '0'"):
+    with pytest.raises(Exception, match="option limit must be an integer from 1 to 4611686018427387904, not '0'"):
         read(spark, where, limit="0").collect()
 
 

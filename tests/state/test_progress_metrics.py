@@ -106,4 +106,14 @@ def test_a_dead_shard_is_reported_not_raised(shards: LocalShards) -> None:
     with Cluster.from_urls([shards.urls[0], f"redis://{dead}"], prefix=f"pm{uuid.uuid4().hex[:8]}:") as cluster:
         registry.register(ProgressCollector(cluster))
         assert registry.get_sample_value("zcluster_consumer_shard_failed", {"shard": dead}) == 1
-        assert registry.get_sample_value("zcluster_consumer_shard_failed", {"shard": shards.urls[0][8:]}) is None
+        # Issue 39, item 7: the shard that answered is exported too, at 0 (it was absent until it failed).
+        assert registry.get_sample_value("zcluster_consumer_shard_failed", {"shard": shards.urls[0][8:]}) == 0
+
+
+def test_every_shard_is_exported_at_zero_when_none_failed(shards: LocalShards) -> None:
+    registry = CollectorRegistry()
+    with Cluster.from_urls(shards.urls, prefix=f"pm{uuid.uuid4().hex[:8]}:") as cluster:
+        registry.register(ProgressCollector(cluster))
+        assert len(cluster.shards) > 1
+        for shard in cluster.shards:
+            assert registry.get_sample_value("zcluster_consumer_shard_failed", {"shard": shard}) == 0

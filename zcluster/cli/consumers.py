@@ -20,8 +20,10 @@ lag is read as the consumer's next poll reads it, so damage not yet recovered is
 consumer meets (:func:`zcluster.state.progress`). ``--max-lag BYTES`` makes the command a health check: exit 3
 when a journal lags by more than that or cannot go on (a lost range, damage, a journal created again, a
 checkpoint past its end or one that does not parse), and when there is nothing to check (an application
-with no checkpoint: a typo, or a consumer that never saved one; no application at all). A shard that fails
-is named after what the others answered, with exit 1 (also when the health check failed).
+with no checkpoint: a typo, or a consumer that never saved one; no application at all). Each journal that
+fails the check is named on stderr with why (one ``Error:`` line each: its lag over ``--max-lag``, or what
+stops it), and a lag over it shows in the status column as ``over --max-lag (LAG > BYTES)``. A shard that
+fails is named after what the others answered, with exit 1 (also when the health check failed).
 """
 
 from __future__ import annotations
@@ -145,18 +147,32 @@ def consumers(
             close_store(store)
 
 
-def _unhealthy(found: list[JournalProgress], max_lag: int | None) -> bool:
-    return max_lag is not None and any(p.error is not None or (p.lag_bytes or 0) > max_lag for p in found)
+def _over(p: JournalProgress, max_lag: int | None) -> bool:
+    return max_lag is not None and p.error is None and (p.lag_bytes or 0) > max_lag
 
 
-def _finish(settings: Settings, failures: list[ShardFailure], unhealthy: str | None) -> None:
+def _unhealthy(found: list[JournalProgress], max_lag: int | None, app: str | None = None) -> list[str]:
+    """Why the health check fails, one line per journal that fails it (empty: it passes, or no check)."""
+    if max_lag is None:
+        return []
+    where = "" if app is None else f"application {app}, "
+    lines = [f"{where}journal {p.journal} cannot go on: {p.error}" for p in found if p.error is not None]
+    lines += [
+        f"{where}journal {p.journal} lags {p.lag_bytes} bytes, over --max-lag {max_lag}"
+        for p in found
+        if _over(p, max_lag)
+    ]
+    return lines
+
+
+def _finish(settings: Settings, failures: list[ShardFailure], unhealthy: list[str] | None) -> None:
     """Exit 1 naming the failed shards (what the others answered is printed), else 3 with ``unhealthy``'s
-    line when the health check failed."""
+    lines (why the health check failed) when it is not None; those lines are printed in both cases."""
+    for line in unhealthy or ():
+        settings.error(line)
     seen = {(f.shard, str(f.error)) for f in failures}
     fail_if(settings, (f"shard {s}: {e}; what it holds is not shown" for s, e in sorted(seen)))
     if unhealthy is not None:
-        if unhealthy:
-            settings.error(unhealthy)
         raise click.exceptions.Exit(3)
 
 
@@ -164,7 +180,7 @@ def _list(settings: Settings, store: Any, namespace: str, max_lag: int | None) -
     cluster = settings.store()
     rows: list[tuple[object, ...]] = []
     docs: list[dict[str, Any]] = []
-    unhealthy = False
+    unhealthy: list[str] = []
     now = time.time()
     failures: list[ShardFailure] = []
     apps = checkpoints(cluster, namespace, failures=failures)  # one SCAN for every application
@@ -177,7 +193,7 @@ def _list(settings: Settings, store: Any, namespace: str, max_lag: int | None) -
         lag = sum(p.lag_bytes or 0 for p in found) if store is not None else None
         moved = max((p.last_moved for p in found if p.last_moved is not None), default=None)
         problems = sum(1 for p in found if p.error is not None)
-        unhealthy = unhealthy or _unhealthy(found, max_lag)
+        unhealthy += _unhealthy(found, max_lag, app)
         rows.append((app, len(found), "-" if lag is None else lag, _ago(moved, now), problems))
         docs.append({"app": app, "journals": len(found), "lag_bytes": lag, "last_moved": moved, "problems": problems})
     if settings.json:
@@ -185,8 +201,9 @@ def _list(settings: Settings, store: Any, namespace: str, max_lag: int | None) -
     else:
         print_table(None, ("application", "journals", "lag (bytes)", "last moved", "problems"), rows)
     if max_lag is not None and not apps and not failures:
-        _finish(settings, failures, f"no application holds checkpoints under namespace {namespace!r}: nothing to check")
-    _finish(settings, failures, "" if unhealthy else None)
+        nothing = f"no application holds checkpoints under namespace {namespace!r}: nothing to check"
+        _finish(settings, failures, [nothing])
+    _finish(settings, failures, unhealthy or None)
 
 
 def _show(
@@ -207,17 +224,25 @@ def _show(
     if settings.json:
         emit_json({"app": app, "journals": [_doc(p) for p in found]})
     else:
-        _print(app, found, count_frames, failures)
-    unhealthy = "" if _unhealthy(found, max_lag) else None
+        _print(app, found, count_frames, failures, max_lag)
+    unhealthy = _unhealthy(found, max_lag) or None
     if max_lag is not None and not failures and not any(p.checkpointed for p in found):
-        unhealthy = (
+        unhealthy = [
             f"application {app} holds no checkpoint under namespace {namespace!r}: nothing to check (a typo, "
             "or a consumer that never saved one)"
-        )
+        ]
     _finish(settings, failures, unhealthy)
 
 
-def _print(app: str, found: list[JournalProgress], count_frames: bool, failures: list[ShardFailure]) -> None:
+def _status(p: JournalProgress, max_lag: int | None) -> str:
+    if p.error is not None:
+        return p.error
+    return f"over --max-lag ({p.lag_bytes} > {max_lag})" if _over(p, max_lag) else "ok"
+
+
+def _print(
+    app: str, found: list[JournalProgress], count_frames: bool, failures: list[ShardFailure], max_lag: int | None
+) -> None:
     now = time.time()
     columns = ["journal", "offset", "end", "lag (bytes)", *(["lag (frames)"] if count_frames else [])]
     columns += ["producers", "open txns", "last moved", "status"]
@@ -227,7 +252,7 @@ def _print(app: str, found: list[JournalProgress], count_frames: bool, failures:
         row.append("-" if p.lag_bytes is None else p.lag_bytes)
         if count_frames:
             row.append("-" if p.lag_frames is None else p.lag_frames)
-        row += [p.producers, p.open_transactions, _ago(p.last_moved, now), p.error or "ok"]
+        row += [p.producers, p.open_transactions, _ago(p.last_moved, now), _status(p, max_lag)]
         rows.append(row)
     print_table(f"application {app}", columns, rows)
     if not found and not failures:

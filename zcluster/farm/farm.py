@@ -162,6 +162,10 @@ class Farm(FarmAggregates):
         """Every replica's masters, named ``replica/host:port``."""
         return [_merge.shard_name(n, s) for n, c in zip(self.names, self.clusters, strict=True) for s in c.shards]
 
+    def _known_shards(self) -> tuple[str, ...]:
+        clusters = zip(self.names, self.clusters, strict=True)
+        return tuple(_merge.shard_name(n, s) for n, c in clusters for s in c._known_shards())
+
     @property
     def repairs(self) -> RepairCounts:
         """Repairs requested, done, failed and dropped so far (by this farm and its views)."""

@@ -61,11 +61,16 @@ def validate(msg: Message) -> None:
 def route(mapping: MappingFunc, msg: Message) -> tuple[str, Framing]:
     """Validate ``msg`` (if it has ``validate()``), map it to a journal, and find that journal's framing.
 
-    Raises whatever ``msg.validate()`` raises (before any mapping), EmptyPartitionsError from the mapping
-    and UnknownContentTypeError for a journal whose content type has no framing.
+    Raises whatever ``msg.validate()`` raises (before any mapping), EmptyPartitionsError from the mapping,
+    TypeError naming a mapping that returned anything but ``(journal, content_type)`` (a bare journal
+    name, say), and UnknownContentTypeError for a journal whose content type has no framing.
     """
     validate(msg)
-    journal, content_type = mapping(msg)
+    routed = mapping(msg)
+    if not (isinstance(routed, tuple | list) and len(routed) == 2):
+        name = getattr(mapping, "__qualname__", repr(mapping))
+        raise TypeError(f"mapping {name} returned {routed!r}: a mapping returns a (journal, content_type) pair")
+    journal, content_type = routed
     return journal, framing_for(content_type)
 
 

@@ -49,6 +49,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from zcluster._urls import redact_url
 from zcluster.errors import ConfigError
 from zcluster.journal.frames import RawFrame, lost_error, read_frames, read_range_frames
 from zcluster.journal.store import close_store
@@ -209,7 +210,7 @@ class JournalBatchReader(DataSourceReader):
                 missing = sorted(set(offsets) - set(types))
                 if missing:
                     raise ConfigError(
-                        f"zcluster-journal option {option} names journals that are not in {self.url} "
+                        f"zcluster-journal option {option} names journals that are not in {redact_url(self.url)} "
                         f"(selector {self.selector!r}): {', '.join(missing)}"
                     )
             ranges: list[InputPartition] = []

@@ -36,7 +36,12 @@ Options (names are case-insensitive; any other is refused with a :class:`ConfigE
 * ``batch``: keys per read call (default 1000; a Redis Cluster's scan takes ``batch // 16`` slots a step);
 * ``numPartitions``: with ``keys``, how many partitions the list is cut into (default: one per shard); on
   a Redis Cluster without ``keys``, how many slot ranges the 16384 slots are cut into (default: one per
-  master, its slots when the read was planned).
+  master, its slots when the read was planned). At most :data:`MAX_PARTITIONS` (1024): each partition is
+  a Spark task, and thousands of small tasks cost more than they spread.
+
+``limit``, ``batch`` and ``numPartitions`` are integers from 1 (``limit`` and ``batch`` up to 2**62); any
+other value (``"²"``, ``99999999999999999999999``, ``0``) fails the planning with a :class:`ConfigError`
+naming the option and the value.
 
 Partitions:
 
@@ -62,8 +67,11 @@ What a read is, and is not:
   scan, :class:`PartialReadError` from its keys' reads), after Spark's task retries; so does a Redis
   Cluster slot that kept moving during its read (:data:`zcluster._slots.MAX_HOPS`).
 * A pattern matching nothing, or an empty key list, gives an empty DataFrame with the schema.
-* Members and keys must be UTF-8 (they become Spark strings): another byte string fails the read (Arrow's
-  ``Invalid UTF8 payload``).
+* Members and keys must be UTF-8 (they become Spark strings): another byte string fails the read with
+  :class:`zcluster.NotUtf8Error` naming the key, the member and the server.
+* A store that a migration moved to another layout is followed: a key list's reads go on against the new
+  layout; a scan (its positions meaningless there) fails with :class:`zcluster.LayoutMismatchError`
+  saying so (Spark's task retry scans again), never with an internal error.
 """
 
 from __future__ import annotations
@@ -76,6 +84,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from zcluster._following import following, scanning
 from zcluster._keys import SLOTS
 from zcluster._slots import slot_keys
 from zcluster._topology import ClusterTopology
@@ -91,6 +100,10 @@ from zcluster.types import Blob, ShardFailure, to_bytes
 OPTIONS = (*STORE_OPTIONS, *("keys", "pattern", "kind", "limit", "tombstones", "batch", "numpartitions"))
 """Every option the reader takes (lowercase: Spark's options are case-insensitive)."""
 _ALL = 1 << 62  # "every member" as a limit: ZREVRANGE key 0 2**62-1
+MAX_PARTITIONS = 1024
+"""The most ``numPartitions`` a read takes: each partition is a Spark task with its own connections and
+start-up, so more tasks than this cost more than they spread (16,384 one-slot tasks of a Redis Cluster read
+took 493 s where 3 took 4.6 s)."""
 
 
 def read_schema(options: dict[str, str]) -> str:
@@ -135,7 +148,7 @@ class ReadOptions:
             limit=_count(options, "limit", _ALL),
             tombstones=tombstones,
             batch=_count(options, "batch", 1000),
-            partitions=_count(options, "numpartitions", 0) or None,
+            partitions=_count(options, "numpartitions", 0, MAX_PARTITIONS) or None,
         )
 
 
@@ -160,13 +173,17 @@ def _keys(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-def _count(options: dict[str, str], name: str, default: int) -> int:
+def _count(options: dict[str, str], name: str, default: int, most: int = _ALL) -> int:
+    """A positive integer option of at most ``most``, in ASCII digits (``str.isdigit`` takes ``"²"``, which
+    ``int`` refuses); checked in the driver, so a bad value fails the planning, not the tasks."""
     text = options.get(name)
     if text is None:
         return default
-    if not text.strip().isdigit() or int(text) <= 0:
-        raise ConfigError(f"option {name} must be a positive integer, not {text!r}")
-    return int(text)
+    digits = text.strip()
+    # 19 digits bound int()'s work (and its refusal of over 4300 digits) before the range check.
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19 and 0 < int(digits) <= most):
+        raise ConfigError(f"option {name} must be an integer from 1 to {most}, not {text!r}")
+    return int(digits)
 
 
 def _flag(options: dict[str, str], name: str) -> bool:
@@ -241,8 +258,7 @@ class TupleReader(DataSourceReader):
         elif isinstance(store, Farm):
             batches = store.keys(o.batch, match=o.pattern)
         elif isinstance(partition, SlotScan):
-            pattern = store._layout.scan_pattern(_match(o.pattern), o.tombstones)
-            batches = slot_keys(store._transport, store._layout, partition.slots, pattern, max(1, o.batch // 16))
+            batches = _slot_scan(store, partition.slots, o)
         else:
             assert isinstance(partition, ShardScan)
             batches = _scan(store, partition.name, o.pattern, o.tombstones, o.batch)
@@ -251,7 +267,19 @@ class TupleReader(DataSourceReader):
                 if isinstance(store, Farm):
                     yield farm_rows(store, keys_batch, o.kind, o.limit)
                 else:
-                    yield cluster_rows(store, keys_batch, o.kind, o.limit, o.tombstones)
+                    yield _cluster_rows(store, keys_batch, o.kind, o.limit, o.tombstones)
+
+
+# The rows and slot scans read through the store's private parts (its transport), under the Cluster's own
+# call wrappers: a store whose migration cut over is followed (rows read again on its new layout; a scan
+# raises LayoutMismatchError saying so), never an internal StoreMoved.
+_cluster_rows = following(cluster_rows)
+
+
+@scanning
+def _slot_scan(cluster: Cluster, slots: list[int], o: ReadOptions) -> Iterator[list[bytes]]:
+    pattern = cluster._layout.scan_pattern(_match(o.pattern), o.tombstones)
+    return slot_keys(cluster._transport, cluster._layout, slots, pattern, max(1, o.batch // 16))
 
 
 def _match(pattern: str | None) -> bytes | None:

@@ -27,7 +27,7 @@ import pyarrow as pa
 from zcluster._aggregate_keys import KIND_NAMES, counters_of, whole_keys_of
 from zcluster._transport import read
 from zcluster.cluster import Cluster
-from zcluster.errors import KeyKindError, PartialReadError
+from zcluster.errors import KeyKindError, NotUtf8Error, PartialReadError
 from zcluster.farm import Farm
 from zcluster.types import ShardFailure
 
@@ -79,17 +79,38 @@ class Columns:
         self.columns[0] += [key] * len(pairs)
         self._pairs += pairs
 
-    def batch(self) -> pa.RecordBatch:
+    def batch(self, where: Callable[[Any], str]) -> pa.RecordBatch:
+        """The Arrow batch; a key or member that is not UTF-8 raises :class:`NotUtf8Error` naming it and
+        its server, ``where(key)``."""
         rows = self._pairs
         if rows:  # one pass per column over the batch (zip(*rows) is ten times slower: one iterator a row)
             self.columns[1:3] = [[r[1] for r in rows], [r[0] for r in rows]]
             if len(self.columns) == 4:
                 self.columns[3] = [r[2] for r in rows]
-        arrays = [
-            pa.array(col, pa.binary()).cast(pa.string()) if f.type == pa.string() else pa.array(col, f.type)
-            for col, f in zip(self.columns, self.schema, strict=True)
-        ]
+        try:
+            arrays = [
+                pa.array(col, pa.binary()).cast(pa.string()) if f.type == pa.string() else pa.array(col, f.type)
+                for col, f in zip(self.columns, self.schema, strict=True)
+            ]
+        except pa.ArrowInvalid:
+            self._not_utf8(where)
+            raise  # not a UTF-8 failure
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _not_utf8(self, where: Callable[[Any], str]) -> None:
+        """Raise :class:`NotUtf8Error` for the first key or member of the batch that is not UTF-8 (Arrow's
+        own error names neither), if there is one."""
+        keys = self.columns[0]
+        for i, column in enumerate(self.columns):
+            if self.schema[i].type != pa.string():
+                continue
+            for row, value in enumerate(column):
+                if isinstance(value, bytes):
+                    try:
+                        value.decode()
+                    except UnicodeDecodeError:
+                        key = keys[row]
+                        raise NotUtf8Error(key, None if i == 0 else value, where(key)) from None
 
 
 def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombstones: bool) -> pa.RecordBatch:
@@ -133,7 +154,7 @@ def cluster_rows(cluster: Cluster, keys: list[Any], kind: str, limit: int, tombs
             out.pairs(key, _pairs(replies[1]))
         else:
             _aggregate(out, key, "totals", _pairs(replies[1]))
-    return out.batch()
+    return out.batch(cluster.shard_of)
 
 
 def _pairs(reply: list[Any]) -> list[Any]:
@@ -177,7 +198,7 @@ def _dumped(cluster: Cluster, keys: list[Any], limit: int) -> pa.RecordBatch:
         elif state.kind == "c":
             counts = sorted(((int(flat[j + 1]), flat[j]) for j in range(0, len(flat), 2)), reverse=True)[:limit]
             _aggregate(out, key, "counts", [(f, c) for c, f in counts])
-    return out.batch()
+    return out.batch(cluster.shard_of)
 
 
 def _raise(cluster: Cluster, kind: str, errors: dict[Any, ShardFailure], results: dict[Any, Any]) -> None:
@@ -210,4 +231,4 @@ def farm_rows(farm: Farm, keys: list[Any], kind: str, limit: int) -> pa.RecordBa
         for key, fields in farm.counters(keys).items():
             counts = sorted(((c, f) for f, c in fields.items()), reverse=True)[:limit]
             _aggregate(out, key, "counts", [(f, c) for c, f in counts])
-    return out.batch()
+    return out.batch(lambda _: "the farm")
