@@ -132,6 +132,37 @@ def test_offsets_bound_the_read_and_consecutive_reads_hold_each_message_once(spa
     assert raw > len(everything)
 
 
+@pytest.mark.spark
+def test_offsets_inside_frames_lose_nothing_and_give_no_fragment(spark: Any, traffic: Any) -> None:
+    """Issue 39 item 3: ``endingOffsets`` inside a committing frame gave an error row and the next range
+    lost that frame's messages; ``rows=frames`` from inside a frame gave its tail as a good row."""
+    url, _, ends = traffic
+    name = NAMES[0]
+    everything = [r for r in _committed(url, ends) if r[0] == name]
+    txn = next(r for r in everything if r[3] != r[1])  # a message committed by a later ACK frame
+    cut = txn[3] + 3  # inside that ACK frame
+
+    def read(option: str) -> Any:  # a DataFrameReader keeps its options: a fresh one per read
+        reader = spark.read.format("zcluster-journal").options(journals=url, rows="messages")
+        return reader.option(option, json.dumps({name: cut})).load().where(f"journal = '{name}'")
+
+    first, second = read("endingOffsets"), read("startingOffsets")
+    rows = sorted(tuple(r) for r in first.collect()) + sorted(tuple(r) for r in second.collect())
+    assert all(r[8] is None for r in rows)
+    assert sorted(rows) == sorted(everything)  # each message once: the straddling ACK's in the first range
+    assert txn in sorted(tuple(r) for r in first.collect())
+    frames = (
+        spark.read.format("zcluster-journal")
+        .options(journals=url, rows="frames", startingOffsets=json.dumps({name: cut}))
+        .load()
+        .where(f"journal = '{name}'")
+        .orderBy("begin")
+        .collect()
+    )
+    assert frames[0].begin > cut and all(f.error is None for f in frames)
+    assert frames[0].data.startswith(b"{")  # a whole frame, not the ACK's tail
+
+
 def test_bad_options_and_unknown_journals_are_clear_errors(spark: Any, traffic: Any, tmp_path: Path) -> None:
     url, _, _ = traffic
     ok = {"journals": url, "rows": "messages"}

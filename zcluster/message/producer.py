@@ -80,9 +80,10 @@ class Producer:
 
     `clock`: a caller's Clock, only ticked (the caller keeps it updated); without one, an internal Clock
     raised to wall time by :meth:`update_clock`. `producer`: a 6-byte producer id (ValueError otherwise);
-    without one, a random id. A rollback retires the id (a random one follows; see the module docstring). Safe for concurrent use; a transaction (``stamp_uncommitted`` and the
-    intents that close it) has one writer. Message methods (``set_uuid``, ``new_acknowledgement``) are
-    called under the producer's lock: they must not call back into it.
+    without one, a random id. A rollback retires the id (a random one follows; see the module docstring).
+    Safe for concurrent use; a transaction (``stamp_uncommitted`` and the intents that close it) has one
+    writer. Message methods (``set_uuid``, ``new_acknowledgement``) are called under the producer's lock:
+    they must not call back into it.
     """
 
     def __init__(self, clock: Clock | None = None, producer: bytes | None = None) -> None:
