@@ -306,16 +306,18 @@ class StateStore:
         must report exactly that range as lost (:meth:`zcluster.journal.FileJournals.lost_ranges`), and the
         checkpoint must lie at its begin (everything before it applied) or inside it. Anything else raises
         :class:`zcluster.ConfigError` and changes nothing. Producer states are kept as they are. Recorded
-        in :meth:`audit` with ``reason`` (before the checkpoint moves; a publishing application's after its
-        fenced save); returns the new checkpoint.
+        in :meth:`audit` with ``reason`` *before* the checkpoint can move: the checkpoint never moves past the
+        range without its audit entry (an audit write that fails moves nothing). Returns the new checkpoint.
 
         A publishing application's checkpoint (``v4``) is moved fenced, as :meth:`restart_journal` says (a running
         applier fenced; the last saved transaction's intents appended to ``publish`` first, or kept in the new
         checkpoint without it). The checks run again on the checkpoint claimed: if an applier moved it in between,
-        :class:`zcluster.ConfigError` says so, and the claim stays (an unchanged copy of the checkpoint). A
-        :class:`zcluster.FencedError` (an applier claimed before the save) or a failing append moves nothing and
-        audits nothing. If the audit entry cannot be written after the save, a :class:`zcluster.ShardError` says
-        the skip happened but is not audited.
+        :class:`zcluster.ConfigError` says so, and the claim stays (an unchanged copy of the checkpoint). The audit
+        entry is written last before the fenced save. When that save is fenced (:class:`zcluster.FencedError`:
+        an applier claimed meanwhile), the entry stays if the save landed (the applier's claim may have adopted
+        it: the checkpoint then moved) or the checkpoint is past the range, and is withdrawn otherwise (the save
+        was refused: nothing moved). A failing check or append comes before the entry: nothing moved, nothing
+        audited.
         """
         _check_offsets(journal, begin=begin, end=end)
         held, journal_id = _check_skip(self, journals, journal, begin, end)
@@ -330,24 +332,46 @@ class StateStore:
                     )
                 return cp._replace(offset=end, journal_id=journal_id)
 
-            claimed, moved = TxnStore(self).take_over(journal, past, publish)
-            # Audited only now: a claim between take_over's claim and its save (FencedError) or a failing append
-            # leaves the checkpoint where it was, and the audit must not say it was skipped.
-            try:
-                self.record_skip(
+            txns = TxnStore(self)
+            written: list[tuple[KeyScoreMember, TxnCheckpoint]] = []
+
+            def audit(claimed: TxnCheckpoint, ranked: TxnCheckpoint) -> None:
+                # Before the save can land: a claim racing the save may adopt it (the checkpoint moves even
+                # though the save raises FencedError), and no move may go without its entry.
+                entry = self.record_skip(
                     journal, begin, end, claimed.offset, reason, by="operator", base=claimed.base, journal_id=journal_id
                 )
-            except ShardError as exc:
-                raise ShardError(
-                    f"application {self.app}, journal {journal}: lost range {begin}..{end} was skipped (the "
-                    f"checkpoint moved from offset {claimed.offset} to {end}) but the skip is not audited: writing "
-                    f"its audit entry failed: {exc}",
-                    exc.failures,
-                ) from exc
+                written.append((entry, ranked))
+
+            try:
+                _, moved = txns.take_over(journal, past, publish, before_save=audit)
+            except Exception:
+                if written:
+                    self._withdraw_skip(txns, journal, end, *written[0])
+                raise
             return JournalCheckpoint(moved.offset, moved.states, moved.journal_id, moved.base)
         self.record_skip(journal, begin, end, held.offset, reason, by="operator", base=held.base, journal_id=journal_id)
         self.save_journal(journal, end, held.states, journal_id=journal_id, base=held.base)
         return JournalCheckpoint(end, held.states, journal_id, held.base)
+
+    def _withdraw_skip(
+        self, txns: TxnStore, journal: str, end: int, entry: KeyScoreMember, ranked: TxnCheckpoint
+    ) -> None:
+        """After a failed fenced save of a skip to ``end``: withdraw its audit ``entry`` unless the save may
+        have taken effect (its record is held, adoptable until the fencing claim's last read; or the checkpoint
+        is at or past ``end``). Any doubt (the check or the withdrawal fails) keeps the entry."""
+        try:
+            if txns.holds(journal, ranked) or txns.load(journal).offset >= end:
+                log.warning(
+                    "application %s, journal %s: the skip's save was fenced after it landed; a claim may have "
+                    "adopted it (the checkpoint then moved past the lost range): its audit entry is kept",
+                    self.app,
+                    journal,
+                )
+                return
+            self.cluster.delete([entry])
+        except ShardError as exc:
+            log.warning("application %s, journal %s: the skip's audit entry is kept: %s", self.app, journal, exc)
 
     def _publishing(self, journal: str) -> bool:
         """Whether ``journal``'s checkpoint is a publishing application's (``v4``: :mod:`zcluster.state.txn`)."""
@@ -365,10 +389,11 @@ class StateStore:
         by: str,
         base: int = 0,
         journal_id: str = "",
-    ) -> None:
+    ) -> KeyScoreMember:
         """Record in :meth:`audit` that the lost range [begin, end) of ``journal`` was skipped from checkpoint
         offset ``offset`` (``by``: ``operator``, or ``applier`` for ``fail_on_data_loss=False``; ``base`` and
-        ``journal_id``: the checkpoint's). Recording the same skip again (a retried batch) keeps one entry."""
+        ``journal_id``: the checkpoint's). Recording the same skip again (a retried batch) keeps one entry.
+        Returns the entry as written (deleting it withdraws it)."""
         details: dict[str, object] = {
             "begin": begin,
             "end": end,
@@ -378,7 +403,7 @@ class StateStore:
             "reason": reason,
             "by": by,
         }
-        self._record("skip", journal, details, timed=False)
+        return self._record("skip", journal, details, timed=False)
 
     def audit(self) -> list[dict[str, object]]:
         """What was done to this application's checkpoints besides reading them, oldest first (one dict per
@@ -391,12 +416,14 @@ class StateStore:
         """The key of the audit log in the store's view (:attr:`cluster`)."""
         return f"{self.app}/audit"
 
-    def _record(self, action: str, journal: str, details: dict[str, object], *, timed: bool = True) -> None:
-        """One audit entry; ``timed=False`` leaves the time out of the member (it is the score, and
+    def _record(self, action: str, journal: str, details: dict[str, object], *, timed: bool = True) -> KeyScoreMember:
+        """One audit entry, returned; ``timed=False`` leaves the time out of the member (it is the score, and
         :meth:`audit` reads it from there), so that the same entry written twice stays one."""
         when = time.time()
         doc = {"action": action, "journal": journal, **({"at": when} if timed else {}), **details}
-        self.cluster.insert([KeyScoreMember(self.audit_key, when, json.dumps(doc, sort_keys=True))])
+        entry = KeyScoreMember(self.audit_key, when, json.dumps(doc, sort_keys=True))
+        self.cluster.insert([entry])
+        return entry
 
     # -- progress --------------------------------------------------------------------------------------------
 
