@@ -16,6 +16,7 @@ from zcluster import Cluster
 from zcluster.errors import ConfigError
 from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD
 from zcluster.journal.files import FileJournals
+from zcluster.journal.streams import RedisJournals
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.errors import OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, CONTENT_TYPE_PROTO_FIXED
@@ -161,6 +162,29 @@ def test_offsets_inside_frames_lose_nothing_and_give_no_fragment(spark: Any, tra
     )
     assert frames[0].begin > cut and all(f.error is None for f in frames)
     assert frames[0].data.startswith(b"{")  # a whole frame, not the ACK's tail
+
+
+@pytest.mark.spark
+def test_a_journal_trimmed_by_retention_reads_as_fail_on_data_loss_says(spark: Any, shards: Any) -> None:
+    """Issue 39 item 9: a Redis Streams journal trimmed by retention failed every ``rows=messages`` read,
+    ``failOnDataLoss=false`` too; the trimmed bytes are now a lost range, as on file journals."""
+    prefix = f"ret{next(_apps)}:"
+    rj = RedisJournals.from_url(shards.urls[0], prefix=prefix, retain_bytes=1500)
+    rj.create(JournalSpec("r/0", {"content-type": CONTENT_TYPE_NDJSON}))
+    data = [b'{"UUID":"%s","i":%d}\n' % (_uuid(i).encode(), i) for i in range(1, 101)]
+    for d in data:
+        rj.append("r/0", d)
+    (lost,) = rj.lost_ranges("r/0")
+    rj.close()
+    read = spark.read.format("zcluster-journal").options(journals=f"{shards.urls[0]}?prefix={prefix}", rows="messages")
+    rows = read.option("failOnDataLoss", "false").load().orderBy("committed").collect()
+    assert rows[0].error.startswith("lost range: ") and (rows[0].begin, rows[0].end) == (0, lost.end)
+    offsets = itertools.accumulate(len(d) for d in data)
+    kept = [i for i, at in zip(range(2, 101), offsets, strict=False) if at >= lost.end]
+    assert [json.loads(r.message)["i"] for r in rows[1:]] == kept and all(r.error is None for r in rows[1:])
+    failing = spark.read.format("zcluster-journal").options(journals=f"{shards.urls[0]}?prefix={prefix}")
+    with pytest.raises(Exception, match=f"journal r/0: bytes 0..{lost.end} are lost"):
+        failing.option("rows", "messages").load().collect()
 
 
 def test_bad_options_and_unknown_journals_are_clear_errors(spark: Any, traffic: Any, tmp_path: Path) -> None:

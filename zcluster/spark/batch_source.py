@@ -40,18 +40,22 @@ decoded from offset 0 to find it), and ``rows=ranges`` shows the moved offsets. 
 producer's state from the journal's start, so a messages read always sequences from offset 0 and drops
 the rows before the start: a read late in a long journal costs the bytes before it too.
 
-``failOnDataLoss`` (``true`` by default, the streaming source's option): a lost range of a file journal
-(:mod:`zcluster.journal.files`' damage on disk) anywhere up to the end fails the read naming it (with
-``rows=messages`` before the start too: producer states are read through it); ``false`` makes it a row
-(``error`` starting ``lost range:``) and reads on after it, as the sink does with its
-``fail_on_data_loss=False``. Other options: ``journals`` (required, a store URL), ``selector`` (a label
-selector). An unknown option, a journal the offsets name that is not selected (or does not exist), an
-offset outside its journal or a start past its end is a :class:`zcluster.errors.ConfigError` naming it.
+``failOnDataLoss`` (``true`` by default, the streaming source's option) means the same on both journal
+kinds: a lost range (a file journal's damage on disk, :mod:`zcluster.journal.files`; a Redis Streams
+journal's bytes trimmed by retention, :mod:`zcluster.journal.streams`) anywhere up to the end fails the read
+naming the journal and the bytes (with ``rows=messages`` before the start too: producer states are read
+through it, and a duplicate of a trimmed message can no longer be recognised); ``false`` reads on after it,
+logged at WARNING, as a row (``error`` starting ``lost range:``) when it begins in the range read, as the
+sink does with its ``fail_on_data_loss=False``. Other options: ``journals`` (required, a store URL),
+``selector`` (a label selector). An unknown option, a journal the offsets name that is not selected (or does
+not exist), an offset outside its journal or a start past its end is a :class:`zcluster.errors.ConfigError`
+naming it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,6 +84,8 @@ from zcluster.spark.source import (
 )
 
 __all__ = ["JournalBatchReader", "JournalDataSource", "plan_range", "read_committed"]
+
+log = logging.getLogger(__name__)
 
 OPTIONS = ("journals", "selector", "rows", "startingOffsets", "endingOffsets", "failOnDataLoss")
 """The options a batch read knows (names are case-insensitive)."""
@@ -146,6 +152,9 @@ def read_committed(url: str, part: JournalRange, fail_on_data_loss: bool = True)
                         resume_offset=row.end,
                         reason=lost.reason,
                     )
+                if lost is not None:
+                    log.warning("journal %s: read past lost bytes %d..%d (failOnDataLoss=false): %s",
+                                part.journal, row.begin, row.end, lost.reason)  # fmt: skip
                 if shown:
                     yield _error_row(row, row.error)
                 continue
