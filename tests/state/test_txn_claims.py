@@ -6,6 +6,7 @@ a v3 checkpoint is carried over by the first claim."""
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ J = "in/0"
 @pytest.fixture
 def state(shards: LocalShards) -> Iterator[StateStore]:
     with Cluster.from_urls(shards.urls, prefix=f"tc{next(_ids)}:") as c:
-        yield StateStore(c, f"app{next(_ids)}")
+        yield StateStore(c, f"tc-app-{uuid.uuid4().hex[:8]}")  # the state namespace is shared by every test module
 
 
 def next_save(cp: TxnCheckpoint, offset: int, target: str) -> TxnCheckpoint:
@@ -237,3 +238,22 @@ def test_an_operator_restart_appending_to_a_wrong_store_keeps_the_intents(state:
     after = TxnStore(state).load(J)
     assert (after.offset, after.gen, after.intents) == (0, 2, held.intents)
     assert TxnStore(state).claim(J, b"\x02" * 6).intents == held.intents  # for the next claim to append
+
+
+def test_an_operator_restart_adopted_by_a_racing_claim_is_audited(
+    state: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the skip above: a restart's save adopted by a claim landing before its read-back is audited."""
+    applier = TxnStore(state)
+    applier.save_journal(J, next_save(applier.claim(J, b"\x01" * 6), 10, "out/0"))
+
+    def claims() -> None:
+        TxnStore(state).claim(J, b"\x03" * 6)
+
+    monkeypatch.setattr(store_module, "TxnStore", lambda s: ClaimedDuringSave(s, claims))
+    with pytest.raises(FencedError):
+        state.restart_journal(J, reason="race")
+    after = TxnStore(state).load(J)
+    assert (after.offset, after.base) == (0, 11)  # adopted: restarted
+    (entry,) = state.audit()
+    assert (entry["action"], entry["offset"], entry["reason"]) == ("restart", 10, "race")
