@@ -17,6 +17,7 @@ from zcluster import Cluster
 from zcluster.errors import ConfigError
 from zcluster.journal._filefmt import HEADER, OPEN_NAME, RECORD
 from zcluster.journal.files import FileJournals
+from zcluster.journal.streams import RedisJournals
 from zcluster.journal.urls import open_store
 from zcluster.message import Flags, build_uuid, format_uuid
 from zcluster.message.errors import OffsetOutOfRangeError
@@ -133,6 +134,60 @@ def test_offsets_bound_the_read_and_consecutive_reads_hold_each_message_once(spa
     frames = spark.read.format("zcluster-journal").options(journals=url, rows="frames").load()
     raw = frames.where("error is null").count()  # the streaming source's rows: every frame, ACKs and copies too
     assert raw > len(everything)
+
+
+@pytest.mark.spark
+def test_offsets_inside_frames_lose_nothing_and_give_no_fragment(spark: Any, traffic: Any) -> None:
+    """Issue 39 item 3: ``endingOffsets`` inside a committing frame gave an error row and the next range
+    lost that frame's messages; ``rows=frames`` from inside a frame gave its tail as a good row."""
+    url, _, ends = traffic
+    name = NAMES[0]
+    everything = [r for r in _committed(url, ends) if r[0] == name]
+    txn = next(r for r in everything if r[3] != r[1])  # a message committed by a later ACK frame
+    cut = txn[3] + 3  # inside that ACK frame
+
+    def read(option: str) -> Any:  # a DataFrameReader keeps its options: a fresh one per read
+        reader = spark.read.format("zcluster-journal").options(journals=url, rows="messages")
+        return reader.option(option, json.dumps({name: cut})).load().where(f"journal = '{name}'")
+
+    first, second = read("endingOffsets"), read("startingOffsets")
+    rows = sorted(tuple(r) for r in first.collect()) + sorted(tuple(r) for r in second.collect())
+    assert all(r[8] is None for r in rows)
+    assert sorted(rows) == sorted(everything)  # each message once: the straddling ACK's in the first range
+    assert txn in sorted(tuple(r) for r in first.collect())
+    frames = (
+        spark.read.format("zcluster-journal")
+        .options(journals=url, rows="frames", startingOffsets=json.dumps({name: cut}))
+        .load()
+        .where(f"journal = '{name}'")
+        .orderBy("begin")
+        .collect()
+    )
+    assert frames[0].begin > cut and all(f.error is None for f in frames)
+    assert frames[0].data.startswith(b"{")  # a whole frame, not the ACK's tail
+
+
+@pytest.mark.spark
+def test_a_journal_trimmed_by_retention_reads_as_fail_on_data_loss_says(spark: Any, shards: Any) -> None:
+    """Issue 39 item 9: a Redis Streams journal trimmed by retention failed every ``rows=messages`` read,
+    ``failOnDataLoss=false`` too; the trimmed bytes are now a lost range, as on file journals."""
+    prefix = f"ret{next(_apps)}:"
+    rj = RedisJournals.from_url(shards.urls[0], prefix=prefix, retain_bytes=1500)
+    rj.create(JournalSpec("r/0", {"content-type": CONTENT_TYPE_NDJSON}))
+    data = [b'{"UUID":"%s","i":%d}\n' % (_uuid(i).encode(), i) for i in range(1, 101)]
+    for d in data:
+        rj.append("r/0", d)
+    (lost,) = rj.lost_ranges("r/0")
+    rj.close()
+    read = spark.read.format("zcluster-journal").options(journals=f"{shards.urls[0]}?prefix={prefix}", rows="messages")
+    rows = read.option("failOnDataLoss", "false").load().orderBy("committed").collect()
+    assert rows[0].error.startswith("lost range: ") and (rows[0].begin, rows[0].end) == (0, lost.end)
+    offsets = itertools.accumulate(len(d) for d in data)
+    kept = [i for i, at in zip(range(2, 101), offsets, strict=False) if at >= lost.end]
+    assert [json.loads(r.message)["i"] for r in rows[1:]] == kept and all(r.error is None for r in rows[1:])
+    failing = spark.read.format("zcluster-journal").options(journals=f"{shards.urls[0]}?prefix={prefix}")
+    with pytest.raises(Exception, match=f"journal r/0: bytes 0..{lost.end} are lost"):
+        failing.option("rows", "messages").load().collect()
 
 
 def test_bad_options_and_unknown_journals_are_clear_errors(spark: Any, traffic: Any, tmp_path: Path) -> None:

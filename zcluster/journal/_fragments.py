@@ -537,7 +537,13 @@ class JournalDir(SealedPieces):
         if hdr is None:
             return
         key = (st.st_ino, hdr.begin, hdr.created)
-        if (cur.ino, cur.begin) != (st.st_ino, hdr.begin) or (want is not None and cur.jpos > want):
+        # A cursor past the file's size: the fragment was cut short since (damage); what it passed is not
+        # there now. Kept, it would hold on to the old end (a store's end() and every lag computed from it).
+        if (
+            (cur.ino, cur.begin) != (st.st_ino, hdr.begin)
+            or (want is not None and cur.jpos > want)
+            or cur.fpos > st.st_size
+        ):
             cur.ino, cur.begin, cur.fpos, cur.jpos = st.st_ino, hdr.begin, HEADER.size, hdr.begin
         if want is None or cur.jpos < want:
             # Towards `want`, or to the end (None: a scan for the end starts from the last boundary seen,

@@ -19,6 +19,7 @@ __all__ = [
     "LOST_ROW",
     "LineBlocks",
     "RawFrame",
+    "frame_start",
     "lost_error",
     "lost_row",
     "read_frames",
@@ -67,6 +68,43 @@ def read_range_frames(
     """As :func:`read_frames`, over a range planned earlier: all its bytes or an error, never fewer
     (see :func:`read_range`); a lost range as :func:`read_frames` says."""
     return read_frames(_RangeReader(store, end), journal, content_type, begin, end, lost_rows=lost_rows)
+
+
+def frame_start(store: JournalReader, journal: str, content_type: str, offset: int, end: int) -> int:
+    """The begin of the first row that a read of ``journal`` from offset 0 (:func:`read_frames` with
+    ``lost_rows``) yields at or after ``offset``, or ``end`` (the journal's end) if none does.
+
+    Rows are frames, bytes that did not frame, and lost ranges; they tile the journal, so for any offsets
+    ``a <= b`` the rows beginning in ``[a, b)`` are exactly those of ``read_frames(frame_start(a),
+    frame_start(b))``: cut points anywhere give consecutive ranges that hold each row once. An ndjson row
+    begins after a newline, at 0, or where a lost range ends: this looks at the byte before ``offset`` and
+    scans forward to the next newline. Other framings only know their boundaries from the start: their
+    frames are decoded from offset 0 up to ``offset``."""
+    if offset <= 0 or offset >= end:
+        return min(max(offset, 0), end)
+    if content_type != CONTENT_TYPE_NDJSON:
+        for row in read_frames(store, journal, content_type, 0, end, lost_rows=True):
+            if row.begin >= offset:
+                return row.begin
+        return end
+    try:
+        first = next(iter(store.read(journal, offset - 1)), None)
+    except OffsetOutOfRangeError as exc:
+        if exc.lost is None:
+            raise
+        return offset if offset >= exc.lost[1] else min(exc.lost[1], end)  # in a lost range: the row after it
+    if first is not None and first[1][offset - 1 - first[0] : offset - first[0]] == b"\n":
+        return offset
+    try:
+        for at, chunk in store.read(journal, offset):
+            nl = chunk.find(b"\n", max(0, offset - at))
+            if nl >= 0:
+                return min(at + nl + 1, end)
+    except OffsetOutOfRangeError as exc:
+        if exc.lost is None:
+            raise
+        return min(exc.lost[0], end)  # the line is cut by a lost range: the lost range's row comes next
+    return end  # a line with no newline up to the end: its (error) row began before `offset`
 
 
 def lost_row(journal: str, content_type: str, error: OffsetOutOfRangeError) -> RawFrame:

@@ -14,8 +14,8 @@ UUID; a batch never extends past an ACK, so a duplicated batch never replays an 
 newer one (which would break exactly-once in the sequencer). ``barrier()`` waits until everything
 published before it is appended (or failed) and raises the first failure. ``commit()`` appends the
 transaction's ACKs after all its messages; ``rollback()`` appends ACKs that roll the open transaction
-back (clock of the producer's previous ACK in that journal). Transient errors are the store's
-(``store.transient_errors``) unless given.
+back (clock of the producer's previous ACK in that journal) and retires the producer id. Transient
+errors are the store's (``store.transient_errors``) unless given.
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ class AsyncPublisher(Stamping):
     def rollback(self) -> list[Future[AppendResult]]:
         """Queue ACKs that roll the open transaction back: each carries the producer's previous ACK clock
         in that journal (its last committed message or transaction ACK there; if none, the clock just below
-        the transaction's first message there), so the sequencer discards the open span."""
+        the transaction's first message there), so the sequencer discards the open span. The producer id is
+        then retired: later messages carry a fresh one, so a late copy of a rolled-back message (a retried
+        append landing after the ACK) is never committed by this publisher's next transaction."""
         with self._cond:
             return [self._enqueue(i.journal, i.intent, True) for i in self._producer.rollback_intents()]
 

@@ -1,5 +1,8 @@
 """Redis Streams journals: one stream per journal, on a standalone server or a Redis Cluster.
 
+Why this module is long: one class is the whole store (appends, reads, the lost range retention leaves,
+consumer groups, positions), each part a few Redis commands over the same keys.
+
 Layout, for a journal ``name`` under key prefix ``P`` (all of a journal's keys share the hash tag
 ``{Pname}``, so they live in one Redis Cluster slot and one script can touch them atomically):
 
@@ -15,8 +18,12 @@ serialised per journal across any number of clients); readers see whole appends 
 follow new appends (blocking XREAD). Native consumer groups (XREADGROUP, XACK, XAUTOCLAIM) hand out
 *entries* (whole appends) to competing consumers, with pending-entry recovery of entries a dead
 consumer never acknowledged. Retention: ``retain_bytes`` trims entries that lie wholly before
-``end - retain_bytes`` (approximately, as Redis' ``MINID ~``), on every append; reading a trimmed
-offset raises OffsetOutOfRangeError. Durability is Redis' (AOF/RDB settings of the server).
+``end - retain_bytes`` (approximately, as Redis' ``MINID ~``), on every append. The trimmed bytes are
+the journal's *lost range* [0, begin of the oldest entry left), as a damaged file journal's
+(:meth:`RedisJournals.lost_ranges`): a read reaching it, at its start or because it was trimmed under the
+reader, raises OffsetOutOfRangeError naming it (``lost_begin``, ``lost_end``, ``resume_offset``, reason
+``trimmed by retention``), so readers' ``failOnDataLoss`` / ``fail_on_data_loss`` and ``skip-lost`` treat
+it as on file journals. Durability is Redis' (AOF/RDB settings of the server).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from zcluster.errors import ConfigError
+from zcluster.journal._pieces import LostRange
 from zcluster.journal.store import (
     JournalInfo,
     append_results,
@@ -47,6 +55,8 @@ from zcluster.message.labels import LabelSelector, parse_selector
 __all__ = ["ClaimResult", "RedisJournals", "StreamEntry"]
 
 RedisClient = redis.Redis | RedisCluster
+
+_TRIMMED = "trimmed by retention"
 
 _APPEND = """
 local e = redis.call('HGET', KEYS[2], 'end')
@@ -305,10 +315,32 @@ class RedisJournals:
             raise OffsetOutOfRangeError(f"journal {journal!r}: offset {offset} outside [0, {end}]")
         first = self._entry_at(journal, offset)
         if offset < end and (first is None or first.end <= offset):
-            oldest = self._r.xrange(self.stream_key(journal), count=1)
-            if not oldest or _entry(*oldest[0]).begin > offset:
-                raise OffsetOutOfRangeError(f"journal {journal!r}: offset {offset} was trimmed by retention")
+            trimmed = self._trimmed(journal, end)
+            if trimmed is not None and offset < trimmed.end:
+                raise self._trimmed_error(journal, trimmed)
         return self._read(journal, offset, first, block, timeout)
+
+    def lost_ranges(self, journal: str) -> builtins.list[LostRange]:
+        """The journal's lost range, if retention trimmed any of it: [0, begin of the oldest entry left)
+        (the module docstring says how readers meet it). JournalNotFoundError for an unknown journal."""
+        trimmed = self._trimmed(journal, self.end(journal))
+        return [] if trimmed is None else [trimmed]
+
+    def _trimmed(self, journal: str, end: int) -> LostRange | None:
+        oldest = self._r.xrange(self.stream_key(journal), count=1)
+        first = _entry(*oldest[0]).begin if oldest else end  # none left: every byte up to the end was trimmed
+        return LostRange(0, first, _TRIMMED) if first > 0 else None
+
+    def _trimmed_error(self, journal: str, r: LostRange) -> OffsetOutOfRangeError:
+        return OffsetOutOfRangeError(
+            f"journal {journal!r}: bytes {r.begin}..{r.end} were lost ({r.reason}); "
+            f"reading can go on at offset {r.end}",
+            journal=journal,
+            lost_begin=r.begin,
+            lost_end=r.end,
+            resume_offset=r.end,
+            reason=r.reason,
+        )
 
     def _read(
         self, journal: str, pos: int, first: StreamEntry | None, block: bool, timeout: float | None
@@ -336,7 +368,10 @@ class RedisJournals:
             for raw_id, fields in got:
                 e = _entry(raw_id, fields)
                 if e.begin != pos:
-                    where = f"expected an entry at offset {pos}, found {e.id} (trimmed under the reader?)"
+                    trimmed = self._trimmed(journal, self.end(journal))
+                    if trimmed is not None and pos < trimmed.end:  # trimmed under the reader
+                        raise self._trimmed_error(journal, trimmed)
+                    where = f"expected an entry at offset {pos}, found {e.id}"
                     raise JournalError(f"journal {journal!r}: {where}")
                 yield e.begin, e.data
                 pos, last = e.end, e.id

@@ -23,6 +23,12 @@ The rules that make exactly-once reading work (the Sequencer's side is in :mod:`
   (where a Sequencer that first meets this producer puts its last ACK). An ACK at the last ACK's clock
   rolls the open span back. A lower clock would read as a reset (an ACK below the last ACK: the
   Sequencer rolls back but logs the loss of exactly-once), and a higher one would commit span messages.
+* A rollback retires the producer id: the rollback ACKs carry the old id, and everything stamped after
+  them carries a fresh random one (as Gazette, whose abandoned transaction's producer never publishes
+  again). A copy of a rolled-back message appended after the rollback ACK (a retried or re-routed append)
+  then opens a span under the retired id that no ACK commits: it is never delivered, by a reader that
+  started from any checkpoint. Under the same id the next commit ACK would commit it (its clock is below
+  the ACK's, and the journal keeps no record of which clocks the rollback dropped).
 
 A journal joins the open transaction when its first CONTINUE_TXN message is stamped, before that message
 is appended: should the append fail after all (or its reply be lost), the ACK still covers the journal.
@@ -79,9 +85,10 @@ class Producer:
 
     `clock`: a caller's Clock, only ticked (the caller keeps it updated); without one, an internal Clock
     raised to wall time by :meth:`update_clock`. `producer`: a 6-byte producer id (ValueError otherwise);
-    without one, a random id. Safe for concurrent use; a transaction (``stamp_uncommitted`` and the
-    intents that close it) has one writer. Message methods (``set_uuid``, ``new_acknowledgement``) are
-    called under the producer's lock: they must not call back into it.
+    without one, a random id. A rollback retires the id (a random one follows; see the module docstring).
+    Safe for concurrent use; a transaction (``stamp_uncommitted`` and the intents that close it) has one
+    writer. Message methods (``set_uuid``, ``new_acknowledgement``) are called under the producer's lock:
+    they must not call back into it.
     """
 
     def __init__(self, clock: Clock | None = None, producer: bytes | None = None) -> None:
@@ -97,8 +104,9 @@ class Producer:
 
     @property
     def id(self) -> ProducerID:
-        """The 6-byte producer id every UUID of this producer carries."""
-        return self._id
+        """The 6-byte producer id the next UUID carries (a rollback replaces it with a fresh one)."""
+        with self._lock:
+            return self._id
 
     @property
     def clock(self) -> Clock:
@@ -178,7 +186,8 @@ class Producer:
 
     def rollback_intents(self) -> list[AckIntent]:
         """One ACK_TXN per journal of the open transaction, at the producer's previous ACK clock there
-        (see the module docstring), rolling it back once appended; a new transaction begins."""
+        (see the module docstring), rolling it back once appended; a new transaction begins, under a fresh
+        producer id (the old one is retired) if the transaction had any message."""
         return self._close(rollback=True)
 
     def _close(self, rollback: bool) -> list[AckIntent]:
@@ -192,6 +201,13 @@ class Producer:
             self._txn.clear()
             if not rollback:
                 self._last_ack.update((journal, clock) for journal, clock, _ in closing)
+            elif closing:
+                # The rolled-back id is retired: a late copy of one of its messages (a retried append landing
+                # after the rollback ACK) opens a span under it that no ACK ever commits. Under the same id,
+                # the next transaction's ACK would commit that copy; no journal records which clocks a
+                # rollback dropped, so a reader (from any checkpoint) could not tell it apart.
+                self._id = new_producer_id()
+                self._last_ack.clear()
         return [AckIntent(journal, data) for journal, _, data in closing]
 
 
@@ -202,7 +218,8 @@ class Stamping:
 
     @property
     def producer(self) -> ProducerID:
-        """The 6-byte producer id every UUID this publisher stamps carries."""
+        """The 6-byte producer id the UUIDs this publisher stamps next carry; a rollback retires it and
+        the publisher continues under a fresh random one."""
         return self._producer.id
 
     @property

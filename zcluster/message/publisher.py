@@ -72,7 +72,8 @@ class Publisher(Stamping):
         rolls those messages back once appended, and start a new transaction. Each ACK carries the
         producer's previous ACK clock in its journal (its last committed message or commit ACK there, or
         the clock just below the transaction's first message there), so read-committed readers drop the
-        transaction's messages. Persist and append them as ``build_ack_intents``' intents."""
+        transaction's messages. Persist and append them as ``build_ack_intents``' intents. The producer id
+        is retired: later messages carry a fresh one (the Producer's module docstring says why)."""
         return self._producer.rollback_intents()
 
     def append_ack_intents(self, intents: Iterable[AckIntent]) -> list[AppendResult]:

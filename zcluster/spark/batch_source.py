@@ -24,25 +24,38 @@ back on them silently would count duplicates and rolled-back messages):
 Offsets (the byte offsets the sink checkpoints and the ``begin``/``end`` columns hold):
 ``startingOffsets`` and ``endingOffsets`` are JSON objects ``{journal: offset}``; a journal they do not
 name is read from 0 up to its end when the read is planned (``earliest`` and ``latest``, the defaults,
-say that for every journal). An ending offset must be a frame boundary (a cut frame is an error row).
-With ``rows=messages`` a row is in the read when the frame that committed it lies in
-[start, end): consecutive reads ([a, b) then [b, c)) hold every committed message exactly once, and
-``endingOffsets`` taken from a sink's checkpoint gives what the sink had delivered there. Sequencing
-needs every producer's state from the journal's start, so a messages read always sequences from offset
-0 and drops the rows before the start: a read late in a long journal costs the bytes before it too.
+say that for every journal). Any byte offset may be given; the rule is by where frames *begin*:
 
-``failOnDataLoss`` (``true`` by default, the streaming source's option): a lost range of a file journal
-(:mod:`zcluster.journal.files`' damage on disk) anywhere up to the end fails the read naming it (with
-``rows=messages`` before the start too: producer states are read through it); ``false`` makes it a row
-(``error`` starting ``lost range:``) and reads on after it, as the sink does with its
-``fail_on_data_loss=False``. Other options: ``journals`` (required, a store URL), ``selector`` (a label
-selector). An unknown option, a journal the offsets name that is not selected (or does not exist), an
-offset outside its journal or a start past its end is a :class:`zcluster.errors.ConfigError` naming it.
+* ``rows=frames`` holds the frames (and error rows) that begin in [start, end): a start inside a frame
+  moves to the next frame, an end inside a frame takes that frame whole;
+* ``rows=messages`` holds the messages whose *committing* frame (their transaction's ACK, or the message
+  itself when published committed) begins in [start, end). A message is read-committed only once that
+  frame is read, so this is the rule under which a range's content never depends on bytes after it.
+
+Consecutive reads ([a, b) then [b, c)) thus hold every frame, and every committed message, exactly once,
+whatever the cut points, and ``endingOffsets`` taken from a sink's checkpoint gives what the sink had
+delivered there. The planner moves each offset to the begin of the first row at or after it
+(:func:`zcluster.journal.frames.frame_start`: for ndjson a look at the bytes around it; other framings are
+decoded from offset 0 to find it), and ``rows=ranges`` shows the moved offsets. Sequencing needs every
+producer's state from the journal's start, so a messages read always sequences from offset 0 and drops
+the rows before the start: a read late in a long journal costs the bytes before it too.
+
+``failOnDataLoss`` (``true`` by default, the streaming source's option) means the same on both journal
+kinds: a lost range (a file journal's damage on disk, :mod:`zcluster.journal.files`; a Redis Streams
+journal's bytes trimmed by retention, :mod:`zcluster.journal.streams`) anywhere up to the end fails the read
+naming the journal and the bytes (with ``rows=messages`` before the start too: producer states are read
+through it, and a duplicate of a trimmed message can no longer be recognised); ``false`` reads on after it,
+logged at WARNING, as a row (``error`` starting ``lost range:``) when it begins in the range read, as the
+sink does with its ``fail_on_data_loss=False``. Other options: ``journals`` (required, a store URL),
+``selector`` (a label selector). An unknown option, a journal the offsets name that is not selected (or does
+not exist), an offset outside its journal or a start past its end is a :class:`zcluster.errors.ConfigError`
+naming it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,7 +64,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from zcluster._urls import redact_url
 from zcluster.errors import ConfigError
-from zcluster.journal.frames import RawFrame, lost_error, read_frames, read_range_frames
+from zcluster.journal.frames import RawFrame, frame_start, lost_error, read_frames, read_range_frames
 from zcluster.journal.store import close_store
 from zcluster.journal.urls import open_store
 from zcluster.message.envelope import Envelope
@@ -71,7 +84,9 @@ from zcluster.spark.source import (
     read_batches,
 )
 
-__all__ = ["JournalBatchReader", "JournalDataSource", "read_committed"]
+__all__ = ["JournalBatchReader", "JournalDataSource", "plan_range", "read_committed"]
+
+log = logging.getLogger(__name__)
 
 OPTIONS = ("journals", "selector", "rows", "startingOffsets", "endingOffsets", "failOnDataLoss")
 """The options a batch read knows (names are case-insensitive)."""
@@ -110,7 +125,9 @@ def _replay(
 
 def read_committed(url: str, part: JournalRange, fail_on_data_loss: bool = True) -> Iterator[Row]:
     """The committed messages of ``part``'s journal as rows of :data:`MESSAGES_SCHEMA` (see the module):
-    sequenced from offset 0 to ``part.end``, the rows committed before ``part.begin`` dropped.
+    sequenced from offset 0 to ``part.end``, the rows committed before ``part.begin`` dropped. ``part``'s
+    offsets are frame boundaries (:func:`plan_range` makes them so); the rows are then the messages whose
+    committing frame begins in [``part.begin``, ``part.end``).
 
     Follows the applier's decisions frame by frame (:class:`zcluster.state.Applier`): the same Sequencer,
     a fresh one, as for a sink's first batch. A lost range raises :class:`OffsetOutOfRangeError` naming
@@ -136,6 +153,9 @@ def read_committed(url: str, part: JournalRange, fail_on_data_loss: bool = True)
                         resume_offset=row.end,
                         reason=lost.reason,
                     )
+                if lost is not None:
+                    log.warning("journal %s: read past lost bytes %d..%d (failOnDataLoss=false): %s",
+                                part.journal, row.begin, row.end, lost.reason)  # fmt: skip
                 if shown:
                     yield _error_row(row, row.error)
                 continue
@@ -154,6 +174,21 @@ def read_committed(url: str, part: JournalRange, fail_on_data_loss: bool = True)
                            format_uuid(uuid), out.message, None)  # fmt: skip
     finally:
         close_store(store)
+
+
+def plan_range(
+    store: JournalReader, journal: str, content_type: str, start: int, end: int, journal_end: int
+) -> JournalRange:
+    """The range a read of ``journal`` between the byte offsets ``start`` and ``end`` (any offsets, at most
+    ``journal_end``) reads: each moved to the begin of the first row at or after it
+    (:func:`zcluster.journal.frames.frame_start`), so the range holds the rows that begin in [start, end)
+    and :func:`read_committed` the messages whose committing frame does (see the module)."""
+    return JournalRange(
+        journal,
+        content_type,
+        frame_start(store, journal, content_type, start, journal_end),
+        frame_start(store, journal, content_type, end, journal_end),
+    )
 
 
 def _offsets_option(options: dict[str, str], name: str, default: str) -> dict[str, int]:
@@ -223,7 +258,7 @@ class JournalBatchReader(DataSourceReader):
                     raise ConfigError(f"startingOffsets: journal {name}'s start {start} is past its end {end}")
                 if self.rows == "messages" and framing_for(content_type).default_decode() is None:
                     raise ConfigError(f"rows=messages: journal {name} holds {content_type}, which has no decoder")
-                ranges.append(JournalPartition([JournalRange(name, content_type, start, end)]))
+                ranges.append(JournalPartition([plan_range(store, name, content_type, start, end, journal_end)]))
             return ranges
         finally:
             close_store(store)

@@ -17,7 +17,8 @@ With ``publish`` (a journal store), the mapper may also return :class:`zcluster.
 journal's batch is then a consumer transaction that publishes them uncommitted, saves a fenced checkpoint
 holding its ACK intents, and appends the intents after that (:mod:`zcluster.state.txn`).
 
-A lost range of a file journal (:mod:`zcluster.state.lost`) ends the journal's batch there: everything
+A lost range (a file journal's damage, a Redis Streams journal's bytes trimmed by retention;
+:mod:`zcluster.state.lost`) ends the journal's batch there: everything
 before it is delivered and checkpointed, then :class:`zcluster.message.OffsetOutOfRangeError` names it;
 with ``fail_on_data_loss=False`` the applier skips it instead (logged, counted, audited) and goes on.
 

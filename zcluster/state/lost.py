@@ -1,7 +1,8 @@
-"""Lost ranges of file journals, and the explicit ways past them.
+"""Lost ranges of journals, and the explicit ways past them.
 
 A file journal whose bytes were damaged on disk keeps the damage as a *lost range* (bytes [begin, end) that
-were appended but can no longer be read; :meth:`zcluster.journal.FileJournals.lost_ranges`). Nothing skips
+were appended but can no longer be read; :meth:`zcluster.journal.FileJournals.lost_ranges`); a Redis Streams
+journal's bytes trimmed by retention are one too (:meth:`zcluster.journal.RedisJournals.lost_ranges`). Nothing skips
 one silently: the applier delivers every frame before it, checkpoints there (at the range's begin), and
 raises :class:`zcluster.message.OffsetOutOfRangeError` naming the range (``lost_begin``, ``lost_end``,
 ``resume_offset``), on every poll or batch, until one of:

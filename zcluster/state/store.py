@@ -53,7 +53,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from zcluster.errors import ConfigError, InconsistentDataError, JournalMismatchError, PartialWriteError, ShardError
@@ -251,7 +251,8 @@ class StateStore:
         bound to ``journal_id`` (the journal's identity now; see :class:`JournalMismatchError`).
 
         The effects already applied stay. The restart is recorded in the application's audit log
-        (:meth:`audit`) with ``reason``. Returns the new (empty) checkpoint.
+        (:meth:`audit`) with ``reason``, before the checkpoint can move (as :meth:`skip_lost` says: never a
+        move without its entry). Returns the new (empty) checkpoint.
 
         A publishing application's checkpoint (``v4``) is restarted fenced (:meth:`TxnStore.take_over
         <zcluster.state.txn.TxnStore.take_over>`): an applier still running on the journal gets
@@ -273,22 +274,24 @@ class StateStore:
                 "0 would publish and commit its derived messages again while its increments stay fenced. Nothing "
                 "was changed. To start over, run the query under a new query_name"
             )
+
+        def audit(offset: int, stored_id: str) -> KeyScoreMember:
+            details = {"offset": offset, "stored_id": stored_id, "journal_id": journal_id, "reason": reason}
+            return self._record("restart", journal, details)
+
         if self._publishing(journal):
 
             def start_over(cp: TxnCheckpoint) -> TxnCheckpoint:
                 return cp._replace(offset=0, states=[], journal_id=journal_id, base=cp.base + cp.offset + 1)
 
-            claimed, moved = TxnStore(self).take_over(journal, start_over, publish)
-            offset, stored_id = claimed.offset, claimed.journal_id
-            restarted = JournalCheckpoint(0, [], journal_id, moved.base)
-        else:
-            held = self.load_journal(journal)
-            offset, stored_id = held.offset, held.journal_id
-            restarted = JournalCheckpoint(0, [], journal_id, held.position + 1)
-            self.save_journal(journal, 0, [], journal_id=journal_id, base=restarted.base)
-        self._record(
-            "restart", journal, {"offset": offset, "stored_id": stored_id, "journal_id": journal_id, "reason": reason}
-        )
+            _, moved = self._take_over_audited(
+                journal, start_over, publish, lambda claimed: audit(claimed.offset, claimed.journal_id)
+            )
+            return JournalCheckpoint(0, [], journal_id, moved.base)
+        held = self.load_journal(journal)
+        restarted = JournalCheckpoint(0, [], journal_id, held.position + 1)
+        audit(held.offset, held.journal_id)
+        self.save_journal(journal, 0, [], journal_id=journal_id, base=restarted.base)
         return restarted
 
     def skip_lost(
@@ -306,16 +309,15 @@ class StateStore:
         must report exactly that range as lost (:meth:`zcluster.journal.FileJournals.lost_ranges`), and the
         checkpoint must lie at its begin (everything before it applied) or inside it. Anything else raises
         :class:`zcluster.ConfigError` and changes nothing. Producer states are kept as they are. Recorded
-        in :meth:`audit` with ``reason`` (before the checkpoint moves; a publishing application's after its
-        fenced save); returns the new checkpoint.
+        in :meth:`audit` with ``reason`` *before* the checkpoint can move: the checkpoint never moves past the
+        range without its audit entry (an audit write that fails moves nothing). Returns the new checkpoint.
 
         A publishing application's checkpoint (``v4``) is moved fenced, as :meth:`restart_journal` says (a running
         applier fenced; the last saved transaction's intents appended to ``publish`` first, or kept in the new
         checkpoint without it). The checks run again on the checkpoint claimed: if an applier moved it in between,
-        :class:`zcluster.ConfigError` says so, and the claim stays (an unchanged copy of the checkpoint). A
-        :class:`zcluster.FencedError` (an applier claimed before the save) or a failing append moves nothing and
-        audits nothing. If the audit entry cannot be written after the save, a :class:`zcluster.ShardError` says
-        the skip happened but is not audited.
+        :class:`zcluster.ConfigError` says so, and the claim stays (an unchanged copy of the checkpoint). The entry
+        is written last before the fenced save; if that save is fenced (:class:`zcluster.FencedError`) the entry
+        stays unless the store shows the save refused (see :meth:`_take_over_audited`).
         """
         _check_offsets(journal, begin=begin, end=end)
         held, journal_id = _check_skip(self, journals, journal, begin, end)
@@ -330,24 +332,51 @@ class StateStore:
                     )
                 return cp._replace(offset=end, journal_id=journal_id)
 
-            claimed, moved = TxnStore(self).take_over(journal, past, publish)
-            # Audited only now: a claim between take_over's claim and its save (FencedError) or a failing append
-            # leaves the checkpoint where it was, and the audit must not say it was skipped.
-            try:
-                self.record_skip(
-                    journal, begin, end, claimed.offset, reason, by="operator", base=claimed.base, journal_id=journal_id
+            def audit(cp: TxnCheckpoint) -> KeyScoreMember:
+                return self.record_skip(
+                    journal, begin, end, cp.offset, reason, by="operator", base=cp.base, journal_id=journal_id
                 )
-            except ShardError as exc:
-                raise ShardError(
-                    f"application {self.app}, journal {journal}: lost range {begin}..{end} was skipped (the "
-                    f"checkpoint moved from offset {claimed.offset} to {end}) but the skip is not audited: writing "
-                    f"its audit entry failed: {exc}",
-                    exc.failures,
-                ) from exc
+
+            _, moved = self._take_over_audited(journal, past, publish, audit)
             return JournalCheckpoint(moved.offset, moved.states, moved.journal_id, moved.base)
         self.record_skip(journal, begin, end, held.offset, reason, by="operator", base=held.base, journal_id=journal_id)
         self.save_journal(journal, end, held.states, journal_id=journal_id, base=held.base)
         return JournalCheckpoint(end, held.states, journal_id, held.base)
+
+    def _take_over_audited(
+        self,
+        journal: str,
+        move: Callable[[TxnCheckpoint], TxnCheckpoint],
+        publish: JournalStore | None,
+        audit: Callable[[TxnCheckpoint], KeyScoreMember],
+    ) -> tuple[TxnCheckpoint, TxnCheckpoint]:
+        """:meth:`TxnStore.take_over` with its audit entry (``audit(claimed)``, the entry written) last before the
+        fenced save, since a claim racing the save may adopt it (the checkpoint moves, the save raises FencedError).
+        After a failed save the entry is withdrawn only if the store shows the save refused: its record not held
+        (held, it stays adoptable until the fencing claim's last read), the checkpoint's position below the saved
+        one. Any doubt (the check or the withdrawal failing) keeps it."""
+        txns = TxnStore(self)
+        written: list[tuple[KeyScoreMember, TxnCheckpoint]] = []
+
+        def before_save(claimed: TxnCheckpoint, ranked: TxnCheckpoint) -> None:
+            written.append((audit(claimed), ranked))
+
+        try:
+            return txns.take_over(journal, move, publish, before_save=before_save)
+        except Exception:
+            if not written:
+                raise  # failed before the entry: nothing moved, nothing audited
+            entry, ranked = written[0]
+            try:
+                newest = txns.load(journal)
+                if txns.holds(journal, ranked) or newest.base + newest.offset >= ranked.base + ranked.offset:
+                    log.warning("application %s, journal %s: a claim may have adopted the fenced save (the checkpoint "
+                                "then moved): its audit entry is kept", self.app, journal)  # fmt: skip
+                else:
+                    self.cluster.delete([entry])
+            except ShardError as exc:
+                log.warning("application %s, journal %s: the audit entry is kept: %s", self.app, journal, exc)
+            raise
 
     def _publishing(self, journal: str) -> bool:
         """Whether ``journal``'s checkpoint is a publishing application's (``v4``: :mod:`zcluster.state.txn`)."""
@@ -365,20 +394,15 @@ class StateStore:
         by: str,
         base: int = 0,
         journal_id: str = "",
-    ) -> None:
+    ) -> KeyScoreMember:
         """Record in :meth:`audit` that the lost range [begin, end) of ``journal`` was skipped from checkpoint
         offset ``offset`` (``by``: ``operator``, or ``applier`` for ``fail_on_data_loss=False``; ``base`` and
-        ``journal_id``: the checkpoint's). Recording the same skip again (a retried batch) keeps one entry."""
-        details: dict[str, object] = {
-            "begin": begin,
-            "end": end,
-            "offset": offset,
-            "base": base,
-            "journal_id": journal_id,
-            "reason": reason,
-            "by": by,
-        }
-        self._record("skip", journal, details, timed=False)
+        ``journal_id``: the checkpoint's). Recording the same skip again (a retried batch) keeps one entry.
+        Returns the entry as written (deleting it withdraws it)."""
+        details: dict[str, object] = dict(
+            begin=begin, end=end, offset=offset, base=base, journal_id=journal_id, reason=reason, by=by
+        )
+        return self._record("skip", journal, details, timed=False)
 
     def audit(self) -> list[dict[str, object]]:
         """What was done to this application's checkpoints besides reading them, oldest first (one dict per
@@ -391,12 +415,14 @@ class StateStore:
         """The key of the audit log in the store's view (:attr:`cluster`)."""
         return f"{self.app}/audit"
 
-    def _record(self, action: str, journal: str, details: dict[str, object], *, timed: bool = True) -> None:
-        """One audit entry; ``timed=False`` leaves the time out of the member (it is the score, and
+    def _record(self, action: str, journal: str, details: dict[str, object], *, timed: bool = True) -> KeyScoreMember:
+        """One audit entry, returned; ``timed=False`` leaves the time out of the member (it is the score, and
         :meth:`audit` reads it from there), so that the same entry written twice stays one."""
         when = time.time()
         doc = {"action": action, "journal": journal, **({"at": when} if timed else {}), **details}
-        self.cluster.insert([KeyScoreMember(self.audit_key, when, json.dumps(doc, sort_keys=True))])
+        entry = KeyScoreMember(self.audit_key, when, json.dumps(doc, sort_keys=True))
+        self.cluster.insert([entry])
+        return entry
 
     # -- progress --------------------------------------------------------------------------------------------
 

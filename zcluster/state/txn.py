@@ -258,6 +258,7 @@ class TxnStore:
         journal: str,
         move: Callable[[TxnCheckpoint], TxnCheckpoint],
         publish: JournalStore | None,
+        before_save: Callable[[TxnCheckpoint, TxnCheckpoint], None] | None = None,
     ) -> tuple[TxnCheckpoint, TxnCheckpoint]:
         """An operator's action on ``journal`` (:meth:`StateStore.restart_journal`, :meth:`StateStore.skip_lost`):
         a :meth:`claim` under a new producer id, then one fenced save of ``move(claimed)`` (its offset, states,
@@ -274,18 +275,33 @@ class TxnStore:
         commits only if that save landed before this claim read the checkpoint (adopted: its intents are
         appended here, once), and otherwise never. Errors: what ``move`` raises (it checks the claimed checkpoint; the
         claim then stays, an unchanged copy of the checkpoint one generation up: a running applier claims again);
-        :class:`zcluster.FencedError` when another claim came after this one (this save does not count; that claim
-        adopted the claimed checkpoint and appends its intents); :class:`zcluster.ShardError` subclasses; a
-        failing append (the claim stays, with the intents)."""
+        :class:`zcluster.FencedError` when another claim came after this one (this save is not final: that claim
+        adopted the claimed checkpoint, or this save if it landed before the claim's last read, see
+        :meth:`holds`); :class:`zcluster.ShardError` subclasses; a failing append (the claim stays, with the
+        intents). ``before_save(claimed, ranked)``: called last before the save (``ranked`` is the record it
+        writes, :meth:`holds` tells whether it landed), e.g. to write an audit entry first: an error it raises
+        saves nothing (the claim stays)."""
         claimed = self.claim(journal, bytes(new_producer_id()))
         moved = move(claimed)
         if publish is not None:
             append_intents(publish, claimed.intents)
         # Kept even when appended: re-appending is harmless, dropping them would lose them to a wrong ``publish``.
+        # The time is fixed here so that the record is known before it is written (see ``holds``).
         ranked = moved._replace(
-            gen=claimed.gen, seq=claimed.seq + 1, owner=claimed.owner, intents=claimed.intents, saved_at=None
+            gen=claimed.gen, seq=claimed.seq + 1, owner=claimed.owner, intents=claimed.intents, saved_at=time.time()
         )
+        if before_save is not None:
+            before_save(claimed, ranked)
         return claimed, self.save_journal(journal, ranked)
+
+    def holds(self, journal: str, saved: TxnCheckpoint) -> bool:
+        """Whether ``journal``'s key holds the record a :meth:`save_journal` of ``saved`` (with its ``saved_at``)
+        writes: after a FencedError, a record still held may yet be adopted by the claim that fenced it (until
+        that claim's last read); one not held was refused, or was forgotten by a claim that finished (which
+        adopted it or not: its record, the newest, says)."""
+        key = self.state._journal_key(journal)
+        record = KeyScoreMember(key, score(saved.gen, saved.seq), _encode(saved, saved.saved_at or 0.0))
+        return any(r.score == record.score and str(r.member) == record.member for r in self._records(journal))
 
     def _forget(self, journal: str, up_to: float) -> None:
         try:
