@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,7 +38,7 @@ def _frame(i: int) -> bytes:
 def trimmed(shards: LocalShards) -> Iterator[tuple[RedisJournals, str, int]]:
     """A journal of 200 committed messages (one an append) of which retention kept about the last 2,000
     bytes: (store, its URL, where the kept bytes begin)."""
-    prefix = f"ret{next(_ids)}:"
+    prefix = f"ret-{uuid.uuid4().hex[:12]}:"  # unique on the session's shared servers
     rj = RedisJournals.from_url(shards.urls[0], prefix=prefix, retain_bytes=2000)
     rj.create(ndjson(J))
     for i in range(200):

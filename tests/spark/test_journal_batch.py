@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,7 @@ def test_offsets_inside_frames_lose_nothing_and_give_no_fragment(spark: Any, tra
 def test_a_journal_trimmed_by_retention_reads_as_fail_on_data_loss_says(spark: Any, shards: Any) -> None:
     """Issue 39 item 9: a Redis Streams journal trimmed by retention failed every ``rows=messages`` read,
     ``failOnDataLoss=false`` too; the trimmed bytes are now a lost range, as on file journals."""
-    prefix = f"ret{next(_apps)}:"
+    prefix = f"ret-batch-{uuid.uuid4().hex[:12]}:"  # unique on the shared servers
     rj = RedisJournals.from_url(shards.urls[0], prefix=prefix, retain_bytes=1500)
     rj.create(JournalSpec("r/0", {"content-type": CONTENT_TYPE_NDJSON}))
     data = [b'{"UUID":"%s","i":%d}\n' % (_uuid(i).encode(), i) for i in range(1, 101)]

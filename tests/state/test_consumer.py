@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ def test_consumer_applies_exactly_once_across_polls_and_restarts(
     shards: Any, journals: tuple[FileJournals, list[str], str]
 ) -> None:
     store, names, url = journals
-    app = f"app{next(_names)}"
+    app = f"app{next(_names)}-{uuid.uuid4().hex[:8]}"
     traffic = Traffic(names)
     with Cluster.from_urls(shards.urls, prefix=f"cons{next(_names)}:") as cluster:
         delivered = 0
@@ -66,7 +67,7 @@ def test_a_mapper_failure_checkpoints_nothing_and_the_next_poll_is_exact(
             raise RuntimeError("boom")
         return list(timeline_mapper(message))  # type: ignore[arg-type]
 
-    app = f"app{next(_names)}"
+    app = f"app{next(_names)}-{uuid.uuid4().hex[:8]}"
     with Cluster.from_urls(shards.urls, prefix=f"cons{next(_names)}:") as cluster:
         with pytest.raises(PollError) as info:
             Consumer(cluster, store, flaky, app).poll()
@@ -80,13 +81,13 @@ def test_a_mapper_failure_checkpoints_nothing_and_the_next_poll_is_exact(
 
 
 def test_lines_the_fast_parser_refuses_are_decoded_by_json_or_reported(shards: Any) -> None:
-    uuid = [format_uuid(build_uuid(b"\x01producer"[:6], clock << 4, Flags.OUTSIDE_TXN)) for clock in (1, 2, 3)]
+    uuids = [format_uuid(build_uuid(b"\x01producer"[:6], clock << 4, Flags.OUTSIDE_TXN)) for clock in (1, 2, 3)]
     lines = [
-        b'{"UUID":"%s","v":NaN}\n' % uuid[0].encode(),  # orjson refuses NaN, json does not
+        b'{"UUID":"%s","v":NaN}\n' % uuids[0].encode(),  # orjson refuses NaN, json does not
         b"not json\n",  # malformed: not JSON
         b"[1]\n",  # malformed: JSON, but not a message
-        b'{"UUID":"%s","v":1e400}\n' % uuid[1].encode(),  # orjson refuses an infinite number, json does not
-        b'{"UUID":"%s","v":1}\n' % uuid[2].encode(),
+        b'{"UUID":"%s","v":1e400}\n' % uuids[1].encode(),  # orjson refuses an infinite number, json does not
+        b'{"UUID":"%s","v":1}\n' % uuids[2].encode(),
     ]
     frames, pos = [], 0
     for line in lines:
@@ -100,6 +101,6 @@ def test_lines_the_fast_parser_refuses_are_decoded_by_json_or_reported(shards: A
 
     stats = BatchStats()
     with Cluster.from_urls(shards.urls, prefix=f"cons{next(_names)}:") as cluster:
-        Applier(cluster, f"app{next(_names)}", mapper).apply("j", frames, stats)
+        Applier(cluster, f"app{next(_names)}-{uuid.uuid4().hex[:8]}", mapper).apply("j", frames, stats)
     assert len(seen) == 3 and seen[0] != seen[0] and seen[1:] == [float("inf"), 1]
     assert (stats.frames, stats.delivered, stats.malformed) == (5, 3, 2)

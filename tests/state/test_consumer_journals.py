@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, shards: LocalShards) -
 
 @pytest.fixture
 def app() -> str:
-    return f"app{next(_ids)}"
+    return f"app{next(_ids)}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

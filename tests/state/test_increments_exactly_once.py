@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def test_a_transaction_delivered_after_later_messages_counts(store: FileJournals
     name, ends = write_journal(store, h)
     for polls in ([ends[-1]], [ends[1], ends[-1]], [ends[2], ends[-1]], list(ends)):
         with Cluster.from_urls(shards.urls, prefix=f"inc{next(_ids)}:") as c:
-            applier = Applier(c, f"app{next(_ids)}", counting_mapper, store, flush=1)
+            applier = Applier(c, f"app{next(_ids)}-{uuid.uuid4().hex[:8]}", counting_mapper, store, flush=1)
             for end in polls:
                 applier.apply_range(store, name, CT, 0, end, BatchStats())
             applier.apply_range(store, name, CT, 0, ends[-1], BatchStats())  # a replay changes nothing
@@ -114,7 +115,7 @@ def test_an_increment_to_a_2p_set_key_names_the_message(store: FileJournals, sha
             return [Insert("other", 1.0, message.doc["id"]), Incr("set", message.doc["id"], 1)]
 
         with pytest.raises(PollError) as info:
-            Consumer(c, store, mixed, f"app{next(_ids)}").poll()
+            Consumer(c, store, mixed, f"app{next(_ids)}-{uuid.uuid4().hex[:8]}").poll()
         error = info.value.failures[0].error
         assert (
             isinstance(error, MapperError) and f"journal {name} offset" in str(error) and "another kind" in str(error)
@@ -135,7 +136,7 @@ def test_totals_equal_the_model_through_cuts_crashes_and_replays(
     if not ends:
         return
     polls = rng.choice(list(cuts_of(ends)))
-    app = f"app{next(_ids)}"
+    app = f"app{next(_ids)}-{uuid.uuid4().hex[:8]}"
     with Cluster.from_urls(shards.urls, prefix=f"incp{next(_ids)}:") as c:
         for end in polls:
             for _ in range(rng.randint(0, 2)):  # crashes: the poll dies after some of its flushes

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,7 +144,7 @@ def cuts_of(ends: list[int]) -> Iterator[list[int]]:
 
 def read_in_polls(cluster: Cluster, store: JournalStore, name: str, polls: list[int], ring: int) -> list[str]:
     mapper = Recorder()
-    applier = Applier(cluster, f"app{next(_ids)}", mapper, store, ring=ring, flush=3)
+    applier = Applier(cluster, f"app{next(_ids)}-{uuid.uuid4().hex[:8]}", mapper, store, ring=ring, flush=3)
     for end in polls:
         applier.apply_range(store, name, CT, 0, end, BatchStats())  # a poll reads from its checkpoint on
     return mapper.seen
@@ -152,7 +153,7 @@ def read_in_polls(cluster: Cluster, store: JournalStore, name: str, polls: list[
 def sink_in_batches(urls: list[str], journals_url: str, name: str, polls: list[int], ring: int, rows: str) -> list[str]:
     """The sink's task code (what ``mapInArrow`` runs on an executor), one micro-batch per poll."""
     mapper = Recorder()
-    job = _Job(_config(urls), f"app{next(_ids)}", journals_url, mapper, None, ring, 3, 2, None)
+    job = _Job(_config(urls), f"app{next(_ids)}-{uuid.uuid4().hex[:8]}", journals_url, mapper, None, ring, 3, 2, None)
     begin = 0
     store = _open(journals_url)
     try:
