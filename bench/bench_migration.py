@@ -49,6 +49,7 @@ from zcluster import Cluster, Incr, PartialWriteError
 from zcluster._keys import KeyLayout
 from zcluster._markers import marker_key
 from zcluster._topology import jump_hash
+from zcluster.migration._fence import fence_key
 from zcluster.testing import LocalShards
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,12 +81,12 @@ def load(shards: LocalShards, shape: str, keys: int, members: int) -> float:
 
 
 def data_keys(urls: list[str]) -> list[int]:
-    """Keys per server, markers left out."""
-    marker = marker_key(KeyLayout(PREFIX))
+    """Keys per server, markers and the mover's lease left out."""
+    marker, lease = marker_key(KeyLayout(PREFIX)), fence_key(PREFIX.encode())
     out = []
     for url in urls:
         with redis.Redis.from_url(url) as r:
-            out.append(int(r.dbsize()) - int(r.exists(marker)))
+            out.append(int(r.dbsize()) - int(r.exists(marker)) - int(r.exists(lease)))
     return out
 
 

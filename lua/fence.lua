@@ -5,7 +5,7 @@
 -- "holder", "since" and "beat" (server time, seconds). ARGV[1] is the mode, ARGV[2] the lease id and
 -- ARGV[3] the generation of the caller; then the mode's own arguments.
 --
--- Writes ("restore", "del", "set", "cas") run only while the fence holds the caller's lease
+-- Writes ("copy", "del", "set", "cas") run only while the fence holds the caller's lease
 -- and generation, checked and written in one step: a mover taken over (a newer generation) or one whose
 -- migration has ended (the fence dropped) writes nothing, and gets the error "ZCFENCED <what holds it>".
 
@@ -69,9 +69,17 @@ if not ok then
   return redis.error_reply('ZCFENCED held by generation ' .. tostring(f[2]) .. ' of lease ' .. tostring(f[1]))
 end
 
-if mode == 'restore' then
-  -- KEYS[2] the key, ARGV[4] its ttl in ms (0: none), ARGV[5] its DUMP payload: RESTORE REPLACE.
-  return redis.call('RESTORE', KEYS[2], ARGV[4], ARGV[5], 'REPLACE')
+if mode == 'copy' then
+  -- KEYS[2..]: keys copied; ARGV[2i], ARGV[2i+1]: KEYS[i]'s ttl in ms (0: none) and DUMP payload, RESTORE
+  -- REPLACE; a ttl "-" deletes the key (gone from the source). How many keys.
+  for i = 2, #KEYS do
+    if ARGV[2 * i] == '-' then
+      redis.call('UNLINK', KEYS[i])
+    else
+      redis.call('RESTORE', KEYS[i], ARGV[2 * i], ARGV[2 * i + 1], 'REPLACE')
+    end
+  end
+  return #KEYS - 1
 elseif mode == 'del' then
   -- KEYS[2..]: deleted; how many existed.
   local n = 0

@@ -24,7 +24,7 @@ from redis.crc import key_slot
 from zcluster._keys import glob_escape
 from zcluster._markers import Peer
 from zcluster._pipelines import streamed
-from zcluster._topology import Shard, Topology
+from zcluster._topology import ClusterTopology, Shard, Topology
 from zcluster._transport import Transport
 from zcluster.errors import MigrationError
 from zcluster.migration._fence import Fence
@@ -33,6 +33,9 @@ log = logging.getLogger("zcluster")
 
 CHUNK = 512
 """Commands per chunk of a streamed pipeline, either way."""
+
+GROUP = 64
+"""Keys a fenced copy call carries to a standalone server."""
 
 EVENTS = "KA"
 """Keyspace events (``K``) of every class (``A``: generic, string, list, set, hash, zset, stream, expired,
@@ -182,29 +185,34 @@ class Copier:
     def _copy_batch(self, i: int, keys: list[tuple[bytes, int]]) -> None:
         reads = [command for key, _ in keys for command in (("DUMP", key), ("PTTL", key))]
         replies = streamed(self.source.shards[i].client, [reads[lo : lo + CHUNK] for lo in range(0, len(reads), CHUNK)])
-        work: dict[int, list[tuple[Any, ...]]] = {}
-        fence, topology = self.fence, self.target.topology
+        items: dict[int, list[tuple[bytes, Any, Any]]] = {}  # per target shard: key, ttl ("-": gone), payload
         for n, (key, j) in enumerate(keys):
             value, ttl = replies[2 * n], replies[2 * n + 1]
             if isinstance(value, BaseException) or isinstance(ttl, BaseException):
                 raise value if isinstance(value, BaseException) else ttl
-            guard = fence.key_for(topology, key)  # the write runs only while this mover holds the lease
-            if value is None:
-                command = fence.command("del", guard, key)
-            else:
-                command = fence.command("restore", guard, key, args=(max(ttl, 0), value))
-            work.setdefault(j, []).append(command)
+            items.setdefault(j, []).append((key, "-", b"") if value is None else (key, max(ttl, 0), value))
+        fence, topology = self.fence, self.target.topology
+        # The writes run only while this mover holds the lease (see _fence): many keys a call under a standalone
+        # server's one fence (measured: one call a key took a third off the copy rate), one a call on a Redis
+        # Cluster (a script touches one slot).
+        group = 1 if isinstance(topology, ClusterTopology) else GROUP
+        work: dict[int, list[tuple[Any, ...]]] = {}
+        for j, batch in items.items():
+            for lo in range(0, len(batch), group):
+                part = batch[lo : lo + group]
+                args = tuple(x for _, ttl, payload in part for x in (ttl, payload))
+                guard = fence.key_for(topology, part[0][0])
+                work.setdefault(j, []).append(fence.command("copy", guard, *(key for key, _, _ in part), args=args))
         outcome = self.target.fanout(work, lambda shard, cmds: self.target.commands(shard, cmds, streamed=True))
         for idx, res in outcome.items():
             name = topology.shards[idx].name
             if isinstance(res, BaseException):
                 raise res
             fence.refused(name, res)
-            for command, reply in zip(work[idx], res, strict=True):
-                mode, key = command[5], command[4]
+            for reply in res:
                 if isinstance(reply, BaseException):
-                    raise MigrationError(f"migration: target {name} refused {mode} of {key!r}: {reply}")
-                if mode == "del":
-                    self.deleted += 1
-                else:
-                    self.copied += 1
+                    raise MigrationError(f"migration: target {name} refused a copy: {reply}")
+        for batch in items.values():
+            gone = sum(1 for _, ttl, _ in batch if ttl == "-")
+            self.deleted += gone
+            self.copied += len(batch) - gone
