@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from pyspark import cloudpickle
+from test_spark_faults import kill_tree
 
 from zcluster import Cluster
 from zcluster.errors import ConfigError
@@ -212,7 +213,7 @@ def test_local_cluster_executor_jvm_killed_mid_batch_exactly_once(shards: LocalS
             held = {int(m.name.split("-")[1]) for m in markers.glob("held-*")}
             executors = [p for p in descendants(proc.pid) if "CoarseGrainedExecutorBackend" in cmdline(p)]
             target = next((e for e in executors if held & set(descendants(e))), None)
-        os.kill(target, signal.SIGKILL)  # the executor JVM dies mid-task (its Python daemon and workers with it)
+        kill_tree(target)  # the executor JVM dies mid-task, its Python daemon and workers with it
         at_kill = len(job.lines())
         with Cluster.from_urls(shards.urls, prefix=job.prefix) as cluster:
             landed = visible(cluster, keys)

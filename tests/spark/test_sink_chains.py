@@ -232,7 +232,7 @@ def test_a_spark_stage_executor_jvm_sigkilled_mid_batch_publishes_each_message_o
             held = {int(m.name.split("-")[1]) for m in markers.glob("held-*")}
             executors = [p for p in descendants(proc.pid) if "CoarseGrainedExecutorBackend" in cmdline(p)]
             target = next((e for e in executors if held & set(descendants(e))), None)
-        os.kill(target, signal.SIGKILL)  # the executor JVM dies mid-task (its Python daemon and workers with it)
+        kill_tree(target)  # the executor JVM dies mid-task, its Python daemon and workers with it
         appended = sum(len(read(store, j, committed=False)) for j in OUTPUTS)
         committed_at_kill = sum(len(read(store, j, committed=True)) for j in OUTPUTS)
         assert len(executors) == 2 and 0 < seen() < len(docs), "the kill must land mid-batch"

@@ -181,10 +181,26 @@ class FaultWhenWritten(threading.Thread):
 
 
 def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and every process below it (a driver, its JVM and its Python workers: a machine dying)."""
-    for p in descendants(pid):
+    """SIGKILL ``pid`` and every process below it (a driver, its JVM and its Python workers: a machine dying),
+    and return once each is gone. Waiting is what makes it a kill point: a Python worker outlives its JVM
+    until its daemon notices, and one that went on meanwhile could finish the very task it was killed in."""
+    killed = descendants(pid)
+    for p in killed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while alive := [p for p in killed if _running(p)]:
+        assert time.monotonic() < deadline, f"processes {alive} outlived SIGKILL by 60 s"
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 # -- 1. the driver process dies in the middle of a batch ----------------------------------------------------------
