@@ -224,7 +224,7 @@ class Encoder:
                 else:
                     call.keys += rkeys
                 if take == 1:
-                    call.argv += (1, entry[3 * done + 1], entry[3 * done + 2])
+                    call.argv += (b"1", entry[3 * done + 1], entry[3 * done + 2])  # bytes: the packer sends them as is
                     call.indices.append(entry[3 * done])
                 else:
                     run = entry[3 * done : 3 * (done + take)]

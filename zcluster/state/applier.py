@@ -252,7 +252,7 @@ class Applier:
             claim = self.publishing.claimed(state, journal)
             mapper, plain = self.publishing.mapper(claim, self._map), None
         # Counted in locals and added to `stats` once: this loop runs once per frame.
-        n_frames = n_seen = n_malformed = n_acks = n_delivered = 0
+        n_frames = n_seen = n_malformed = n_acks = n_delivered = n_outside = 0
         stopped: OffsetOutOfRangeError | None = None  # the lost range this batch of the journal stops at
         skipped: list[tuple[int, OffsetOutOfRangeError]] = []  # lost ranges skipped: (offset reached, range)
         envelopes: Iterable[Envelope | None]
@@ -329,7 +329,9 @@ class Applier:
                             except Exception as exc:
                                 raise self._mapper_error(journal, env, exc) from exc
                             add(mapped, journal, env.begin, env.begin)
-                    elif outcome is None:
+                        n_outside += 1  # its outcome, counted (as below) once mapped, without a dict update
+                        continue
+                    if outcome is None:
                         outcome = queue(env)
                         if outcome is _REPLAY:
                             seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
@@ -341,6 +343,8 @@ class Applier:
                             add(mapper(journal, out), journal, out.begin, env.begin)  # delivered by env
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
         finally:
+            if n_outside:
+                outcomes[_OUTSIDE_COMMIT] = outcomes.get(_OUTSIDE_COMMIT, 0) + n_outside
             stats.frames += n_frames
             stats.seen += n_seen
             stats.malformed += n_malformed
