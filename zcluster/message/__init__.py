@@ -10,8 +10,8 @@ Modules: ``errors`` (the layer's errors, under :class:`MessageError`), ``uuid`` 
 ``records`` (ready-made messages), ``decoding`` (frames into envelopes, a run of lines at once),
 ``labels`` and ``mapping`` (selectors, journal choice), ``journals`` (the journal SPI), ``producer``
 (UUID stamping and the transaction rules every publisher shares), ``publisher``, ``sequencer`` and
-``readers``. The package imports nothing of zcluster but :mod:`zcluster.errors`, and nothing Redis-
-specific.
+``readers``. The package imports nothing of zcluster but :mod:`zcluster.errors`, and nothing
+Redis-specific.
 """
 
 from zcluster.message.envelope import Envelope, Message, Validator
