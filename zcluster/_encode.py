@@ -169,8 +169,25 @@ class Encoder:
                 key, value, member = item
             except (TypeError, ValueError):
                 raise InvalidTupleError(i, item, "expected a (key, score, member) tuple") from None
-            kb = key if type(key) is bytes else blob(key, i, item, "key")
-            mb = member if type(member) is bytes else blob(member, i, item, "member")
+            # blob(), inline for exact str and bytes: this loop runs once per tuple
+            kt, mt = type(key), type(member)
+            try:
+                kb = (
+                    key
+                    if kt is bytes
+                    else key.encode("utf-8", "surrogateescape")
+                    if kt is str
+                    else blob(key, i, item, "key")
+                )
+                mb = (
+                    member
+                    if mt is bytes
+                    else member.encode("utf-8", "surrogateescape")
+                    if mt is str
+                    else blob(member, i, item, "member")
+                )
+            except UnicodeEncodeError:  # a lone surrogate: blob() names the fault
+                kb, mb = blob(key, i, item, "key"), blob(member, i, item, "member")
             s = value if type(value) is float and value - value == 0.0 else score(value, i, item)
             entry = get(kb)
             if entry is None:
@@ -207,7 +224,7 @@ class Encoder:
                 else:
                     call.keys += rkeys
                 if take == 1:
-                    call.argv += (1, entry[3 * done + 1], entry[3 * done + 2])
+                    call.argv += (b"1", entry[3 * done + 1], entry[3 * done + 2])  # bytes: the packer sends them as is
                     call.indices.append(entry[3 * done])
                 else:
                     run = entry[3 * done : 3 * (done + take)]

@@ -42,6 +42,11 @@ def deletes(items: Sequence[Any]) -> Ops:
 def split(items: Sequence[Any]) -> Ops:
     """:class:`Insert` and :class:`Delete` writes of one call as ops (the caller's indices kept);
     anything else is :class:`InvalidTupleError` naming it, before anything is sent."""
+    kinds = set(map(type, items))  # one pass in C: a call of one kind (the commonest) needs no sorting
+    if kinds == {Insert}:
+        return [(INSERT, items, None), (DELETE, [], [])]
+    if kinds == {Delete}:
+        return [(INSERT, [], []), (DELETE, items, None)]
     ins: tuple[list[Any], list[int]] = ([], [])
     dels: tuple[list[Any], list[int]] = ([], [])
     for i, w in enumerate(items):

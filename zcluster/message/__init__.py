@@ -5,12 +5,13 @@ append it to a journal; readers turn the at-least-once journal contents into exa
 read-committed messages with a Sequencer. UUIDs, framings and mappings are bit-compatible with
 Gazette's ``message`` package, so Python and Go producers and readers interoperate.
 
-Modules: ``errors`` (the layer's errors, under :class:`MessageError`), ``uuid`` (UUIDs, Clock,
-Flags), ``envelope`` (the Message protocol, Envelope), ``framing`` (content-type registry and
-framings), ``records`` (ready-made messages), ``labels`` and ``mapping`` (selectors, journal choice),
-``journals`` (the journal SPI), ``producer`` (UUID stamping and the transaction rules every publisher
-shares), ``publisher``, ``sequencer`` and ``readers``. The package imports nothing of zcluster but
-:mod:`zcluster.errors`, and nothing Redis-specific.
+Modules: ``errors`` (the layer's errors, under :class:`MessageError`), ``uuid`` (UUIDs, Clock, Flags),
+``envelope`` (the Message protocol, Envelope), ``framing`` (content-type registry and framings),
+``records`` (ready-made messages), ``decoding`` (frames into envelopes, a run of lines at once),
+``labels`` and ``mapping`` (selectors, journal choice), ``journals`` (the journal SPI), ``producer``
+(UUID stamping and the transaction rules every publisher shares), ``publisher``, ``sequencer`` and
+``readers``. The package imports nothing of zcluster but :mod:`zcluster.errors`, and nothing
+Redis-specific.
 """
 
 from zcluster.message.envelope import Envelope, Message, Validator

@@ -302,7 +302,13 @@ class Sequencer:
         head = self._head
         ring = self._ring
         if ring[head] is not None:
-            self._evict_head()
+            owner = self._ring_owner[head]
+            if owner is not None and owner.ring_start == head:  # the oldest entry of an open span: see _evict_head
+                self._evict_head()
+            elif clock <= partial.min_clock:  # dropped: the entry stays evicted, as _evict_head leaves it
+                ring[head] = self._ring_owner[head] = None
+                self._next[head] = -1
+            # else: every field of the entry is written below, as _evict_head then _add_at_head would leave it
         if clock <= partial.min_clock:
             self._offsets[journal] = env.end
             return _OUTSIDE_ALREADY_ACKED

@@ -27,16 +27,20 @@ task, a replayed batch, a crash before step 4, a zombie) changes nothing; produc
 forward (their scores are clocks); and the Sequencer's states keep duplicates and rolled-back messages
 out. Guaranteed only for a deterministic mapper (a replay must map a message to the same writes).
 
+The route of the data is one straight pipeline: :func:`zcluster.journal.frames.read_runs` cuts the journal's
+bytes into runs of whole ndjson lines (other content types and the Spark source: one row per frame),
+:class:`zcluster.message.decoding.FrameDecoder` turns a run into envelopes in one call, and one loop of
+:meth:`Applier._apply` sequences, maps and buffers each of them, without climbing back up the layers.
+
 Why this module is long: the per-frame loop of :meth:`Applier._apply` is one function on purpose (it runs once
-per frame: locals, counters added once, no call per frame it can avoid), and the frame decoding's fast path
-sits beside it; the publishing side lives in :mod:`zcluster.state.txn`.
+per message: locals, counters added once, the commonest case's mapper called inline, no call per message it
+can avoid); the publishing side lives in :mod:`zcluster.state.txn`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -44,12 +48,13 @@ from typing import Any, Protocol
 
 from zcluster._retry import retrying
 from zcluster.errors import ConfigError, JournalMismatchError, MapperError
-from zcluster.journal.frames import LOST_ROW, lost_error, read_range_frames
+from zcluster.journal.frames import LOST_ROW, LineRun, lost_error, read_runs
 from zcluster.journal.store import JournalStore, close_store
 from zcluster.journal.urls import open_store
+from zcluster.message.decoding import FrameDecoder
 from zcluster.message.envelope import Envelope
 from zcluster.message.errors import OffsetOutOfRangeError
-from zcluster.message.framing import FramingError, JsonFraming, framing_for
+from zcluster.message.framing import CONTENT_TYPE_NDJSON, FramingError
 from zcluster.message.journals import JournalReader, JournalSpec
 from zcluster.message.readers import ReadUncommittedIter
 from zcluster.message.sequencer import QueueOutcome, Sequencer
@@ -62,22 +67,6 @@ from zcluster.types import Count, Delete, Incr, Insert, KeyScoreMember, Publish,
 __all__ = ["Applier", "Mapper"]
 
 log = logging.getLogger("zcluster.state")
-
-_UNPARSED: Any = object()  # the fast path's "no record": the framing's decoder parses the frame instead
-
-
-def _lenient(data: bytes) -> Any:
-    """The record by json's rules (where orjson is stricter: NaN, Infinity, 1e400), else _UNPARSED."""
-    try:
-        return json.loads(data.decode())  # str: json.loads(bytes) sniffs the encoding first
-    except ValueError:  # includes UnicodeDecodeError
-        return _UNPARSED
-
-
-_loads: Callable[[bytes], Any] = _lenient  # without orjson; it returns _UNPARSED rather than raise
-with contextlib.suppress(ImportError):  # orjson (the spark extra) parses a frame in a third of the time
-    from orjson import loads as _loads
-
 
 Mapper = Callable[[Any], Iterable[Insert | Delete | Incr | Count | Publish | KeyScoreMember]]
 """Turns one committed message into writes; must be deterministic (a replay must write the same tuples, in
@@ -195,7 +184,7 @@ class Applier:
             if start < end:
                 offset = self._apply(
                     journal,
-                    read_range_frames(store, journal, content_type, start, end, lost_rows=True),
+                    read_runs(store, journal, content_type, start, end),
                     stats,
                     state,
                     checkpoint,
@@ -240,7 +229,7 @@ class Applier:
     def _apply(
         self,
         journal: str,
-        frames: Iterable[FrameLike],
+        frames: Iterable[FrameLike | LineRun],
         stats: BatchStats,
         state: StateStore,
         checkpoint: JournalCheckpoint,
@@ -252,76 +241,110 @@ class Applier:
             self.cluster, self.flush, self.retries, stats, source=f"{self.app}/{journal}", base=checkpoint.base
         )
         content_type = ""
-        fast: Callable[[Any], Any] | None = None  # decode of one-line JSON frames, when the framing allows
+        decoder: FrameDecoder | None = None  # of the frames' content type
         read_through = done = checkpoint.offset
         outcomes: dict[QueueOutcome, int] = {}
         queue, step, outside, add = seq.queue_uncommitted, seq.step, seq.commit_outside, writes.add
         mapper: Callable[[str, Envelope], list[Any]] = self._map
-        envelope = self._envelope
+        plain: Mapper | None = self.mapper  # called inline for the commonest case (a message committed by itself)
         claim: Claim | None = None
         if self.publishing is not None:
             claim = self.publishing.claimed(state, journal)
-            mapper = self.publishing.mapper(claim, self._map)
+            mapper, plain = self.publishing.mapper(claim, self._map), None
         # Counted in locals and added to `stats` once: this loop runs once per frame.
-        n_frames = n_seen = n_malformed = n_acks = n_delivered = 0
+        n_frames = n_seen = n_malformed = n_acks = n_delivered = n_outside = 0
         stopped: OffsetOutOfRangeError | None = None  # the lost range this batch of the journal stops at
         skipped: list[tuple[int, OffsetOutOfRangeError]] = []  # lost ranges skipped: (offset reached, range)
+        envelopes: Iterable[Envelope | None]
         try:
             for row in frames:
-                n_frames += 1
-                end = row.end
-                if end <= done:
-                    # Already sequenced by this application (a retried task, a replayed batch, a new Spark
-                    # checkpoint re-reading from 0): its effects and the states after it are stored.
-                    n_seen += 1
-                    continue
-                if row.content_type != content_type:
-                    content_type = row.content_type
-                    fast = self._fast_decode(content_type)
-                error = row.error
-                if error is not None and error.startswith(LOST_ROW):
-                    lost = lost_error(row)
-                    assert lost is not None and lost.lost_begin is not None
-                    if self.fail_on_data_loss:
-                        stopped = lost
-                        break
-                    log.warning(
-                        "application %s, journal %s: skipping lost range %d..%d (fail_on_data_loss=False): %s",
-                        self.app,
-                        journal,
-                        lost.lost_begin,
-                        end,
-                        lost,
-                    )
-                    skipped.append((read_through, lost))
-                    read_through = max(read_through, end)
-                    continue
-                if end > read_through:
-                    read_through = end
-                if error is not None:
-                    n_malformed += 1
-                    log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, end, error)
-                    continue
-                env = envelope(journal, row, fast)
-                if env is None:
-                    n_malformed += 1
-                    continue
-                outcome = outside(env)
-                if outcome is None:
-                    outcome = queue(env)
-                    if outcome is _REPLAY:
-                        seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
-                    while (out := step()) is not None:
-                        if out.is_ack:
-                            n_acks += 1
-                            continue
+                if isinstance(row, LineRun):  # a run of whole ndjson lines (read_runs): decoded at once
+                    if content_type != CONTENT_TYPE_NDJSON or decoder is None:
+                        content_type = CONTENT_TYPE_NDJSON
+                        decoder = FrameDecoder(journal, content_type, self.decode, log)
+                    begin, lines = row
+                    if begin < done:  # lines already sequenced (see below): none when read from the checkpoint on
+                        cut = 0
+                        while cut < len(lines) and begin + len(lines[cut]) + 1 <= done:
+                            begin += len(lines[cut]) + 1
+                            cut += 1
+                        lines = lines[cut:]
+                        n_frames += cut
+                        n_seen += cut
+                    read_through = max(read_through, begin + sum(map(len, lines)) + len(lines))
+                    envelopes = decoder.lines(begin, lines)
+                else:
+                    end = row.end
+                    if end <= done:
+                        # Already sequenced by this application (a retried task, a replayed batch, a new Spark
+                        # checkpoint re-reading from 0): its effects and the states after it are stored.
+                        n_frames += 1
+                        n_seen += 1
+                        continue
+                    if row.content_type != content_type or decoder is None:
+                        content_type = row.content_type
+                        decoder = FrameDecoder(journal, content_type, self.decode, log)
+                    error = row.error
+                    if error is not None and error.startswith(LOST_ROW):
+                        n_frames += 1
+                        lost = lost_error(row)
+                        assert lost is not None and lost.lost_begin is not None
+                        if self.fail_on_data_loss:
+                            stopped = lost
+                            break
+                        log.warning(
+                            "application %s, journal %s: skipping lost range %d..%d (fail_on_data_loss=False): %s",
+                            self.app,
+                            journal,
+                            lost.lost_begin,
+                            end,
+                            lost,
+                        )
+                        skipped.append((read_through, lost))
+                        read_through = max(read_through, end)
+                        continue
+                    if end > read_through:
+                        read_through = end
+                    if error is not None:
+                        n_frames += 1
+                        n_malformed += 1
+                        log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, end, error)
+                        continue
+                    envelopes = (decoder.frame(row.begin, end, row.data),)
+                for env in envelopes:
+                    n_frames += 1
+                    if env is None:
+                        n_malformed += 1
+                        continue
+                    outcome = outside(env)
+                    if outcome is _OUTSIDE_COMMIT:  # the commonest case: a message committed by itself
                         n_delivered += 1
-                        add(mapper(journal, out), journal, out.begin, env.begin)  # delivered by env
-                elif outcome is _OUTSIDE_COMMIT:  # the commonest case: a message committed by itself
-                    n_delivered += 1
-                    add(mapper(journal, env), journal, env.begin, env.begin)
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                        if plain is None:
+                            add(mapper(journal, env), journal, env.begin, env.begin)
+                        else:
+                            try:
+                                mapped = plain(env.message)
+                                if type(mapped) is not list:
+                                    mapped = list(mapped)
+                            except Exception as exc:
+                                raise self._mapper_error(journal, env, exc) from exc
+                            add(mapped, journal, env.begin, env.begin)
+                        n_outside += 1  # its outcome, counted (as below) once mapped, without a dict update
+                        continue
+                    if outcome is None:
+                        outcome = queue(env)
+                        if outcome is _REPLAY:
+                            seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
+                        while (out := step()) is not None:
+                            if out.is_ack:
+                                n_acks += 1
+                                continue
+                            n_delivered += 1
+                            add(mapper(journal, out), journal, out.begin, env.begin)  # delivered by env
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
         finally:
+            if n_outside:
+                outcomes[_OUTSIDE_COMMIT] = outcomes.get(_OUTSIDE_COMMIT, 0) + n_outside
             stats.frames += n_frames
             stats.seen += n_seen
             stats.malformed += n_malformed
@@ -371,38 +394,6 @@ class Applier:
             raise stays_before(self.app, journal, read_through, stopped)
         return read_through
 
-    def _fast_decode(self, content_type: str) -> Callable[[Any], Any] | None:
-        framing = framing_for(content_type)
-        return (self.decode or framing.default_decode()) if type(framing) is JsonFraming else None
-
-    def _envelope(self, journal: str, row: FrameLike, fast: Callable[[Any], Any] | None) -> Envelope | None:
-        data = row.data
-        if type(data) is not bytes:
-            data = bytes(data or b"")
-        record, decode = _UNPARSED, fast
-        if fast is not None and data.find(b"\n") == len(data) - 1:
-            # Fast path, same result as the decoder below: exactly one newline-terminated line.
-            try:
-                record = _loads(data)
-            except ValueError:
-                record = _lenient(data)
-        if record is _UNPARSED or decode is None:  # the decoder reports what the fast path did not parse
-            framing = framing_for(row.content_type)
-            decode = self.decode or framing.default_decode()
-            decoder = framing.decoder(row.begin)
-            items = decoder.feed(data) + decoder.close()
-            frames = [i for i in items if not isinstance(i, FramingError)]
-            if len(frames) != 1 or decode is None:
-                log.error("journal %s bytes %d..%d: not exactly one decodable frame", journal, row.begin, row.end)
-                return None
-            record = frames[0].record
-        try:
-            message = decode(record)
-        except (ValueError, TypeError) as exc:  # e.g. an unknown message kind: reported, the stream goes on
-            log.error("journal %s offset %d: undecodable message: %s", journal, row.begin, exc)
-            return None
-        return Envelope(journal, row.begin, row.end, message)
-
     def _replay(self, journal: str, content_type: str, begin: int, end: int) -> Iterator[Envelope]:
         if self.journals is None:
             raise ConfigError(
@@ -445,7 +436,10 @@ class Applier:
         try:
             return list(self.mapper(env.message))
         except Exception as exc:
-            raise MapperError(
-                f"mapper failed on journal {journal} offset {env.begin} (message kind {_kind(env.message)}): "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._mapper_error(journal, env, exc) from exc
+
+    def _mapper_error(self, journal: str, env: Envelope, exc: Exception) -> MapperError:
+        return MapperError(
+            f"mapper failed on journal {journal} offset {env.begin} (message kind {_kind(env.message)}): "
+            f"{type(exc).__name__}: {exc}"
+        )

@@ -1,0 +1,130 @@
+"""Frames into envelopes: the decode step of the exactly-once path (frame bytes -> record -> message ->
+:class:`Envelope`), one frame at a time or a run of ndjson lines at once.
+
+A frame that does not decode is logged (with its journal and byte range) and comes out as None: the
+stream goes on after it. :meth:`FrameDecoder.lines` gives exactly what :meth:`FrameDecoder.frame` gives for
+each line of the run; it only saves the per-message calls when the messages are the default
+:class:`JsonMessage` (its checks and its UUID parsing inline, once per line, in one loop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from zcluster.message.envelope import Envelope
+from zcluster.message.framing import FramingError, JsonFraming, framing_for
+from zcluster.message.records import JsonMessage
+from zcluster.message.uuid import ZERO_UUID
+
+__all__ = ["FrameDecoder"]
+
+log = logging.getLogger(__name__)
+
+_UNPARSED: Any = object()  # "no record": the framing's decoder parses the frame instead
+
+
+def _lenient(data: bytes) -> Any:
+    """The record by json's rules (where orjson is stricter: NaN, Infinity, 1e400), else _UNPARSED."""
+    try:
+        return json.loads(data.decode())  # str: json.loads(bytes) sniffs the encoding first
+    except ValueError:  # includes UnicodeDecodeError
+        return _UNPARSED
+
+
+_loads: Callable[[bytes], Any] = _lenient  # without orjson; it returns _UNPARSED rather than raise
+with contextlib.suppress(ImportError):  # orjson (the spark extra) parses a frame in a third of the time
+    from orjson import loads as _loads
+
+_new = object.__new__
+_fromhex = bytes.fromhex
+
+
+class FrameDecoder:
+    """Decodes frames of ``journal`` (content type ``content_type``) into envelopes with ``decode`` (record ->
+    message; None: the framing's default, e.g. ``JsonMessage.from_json`` for ndjson). Frames that do not
+    decode are reported on ``logger`` (e.g. the applier's own)."""
+
+    def __init__(
+        self, journal: str, content_type: str, decode: Callable[[Any], Any] | None, logger: logging.Logger = log
+    ) -> None:
+        self.journal, self.content_type, self.log = journal, content_type, logger
+        framing = framing_for(content_type)
+        self.decode = decode or framing.default_decode()
+        # One-line JSON frames are parsed here (the framing's decoder only reports what this cannot parse).
+        self.fast = self.decode is not None and type(framing) is JsonFraming
+        # Default JsonMessages: built inline by lines() (a subclass's from_json or __init__ may do more).
+        self.json_messages = self.fast and self.decode == JsonMessage.from_json
+
+    def frame(self, begin: int, end: int, data: bytes | bytearray | None) -> Envelope | None:
+        """The envelope of the frame ``data`` at bytes [begin, end), or None (logged) if it is not exactly one
+        decodable frame or its record is not a message (``decode`` raised ValueError or TypeError)."""
+        if type(data) is not bytes:
+            data = bytes(data or b"")
+        record, decode = _UNPARSED, self.decode
+        if self.fast and data.find(b"\n") == len(data) - 1:
+            # Fast path, same result as the decoder below: exactly one newline-terminated line.
+            try:
+                record = _loads(data)
+            except ValueError:
+                record = _lenient(data)
+        if record is _UNPARSED or decode is None:  # the decoder reports what the fast path did not parse
+            decoder = framing_for(self.content_type).decoder(begin)
+            items = decoder.feed(data) + decoder.close()
+            frames = [i for i in items if not isinstance(i, FramingError)]
+            if len(frames) != 1 or decode is None:
+                self.log.error("journal %s bytes %d..%d: not exactly one decodable frame", self.journal, begin, end)
+                return None
+            record = frames[0].record
+        try:
+            message = decode(record)
+        except (ValueError, TypeError) as exc:  # e.g. an unknown message kind: reported, the stream goes on
+            self.log.error("journal %s offset %d: undecodable message: %s", self.journal, begin, exc)
+            return None
+        return Envelope(self.journal, begin, end, message)
+
+    def lines(self, begin: int, lines: list[bytes]) -> list[Envelope | None]:
+        """:meth:`frame` of each of ``lines`` (ndjson frames without their newlines, the first at offset
+        ``begin``, each ``len(line) + 1`` bytes long), in order."""
+        out: list[Envelope | None] = []
+        append, journal, pos = out.append, self.journal, begin
+        if not self.json_messages:
+            frame = self.frame
+            for line in lines:
+                end = pos + len(line) + 1
+                append(frame(pos, end, line + b"\n"))
+                pos = end
+            return out
+        key = JsonMessage.uuid_key
+        for line in lines:
+            end = pos + len(line) + 1
+            try:
+                record = _loads(line)
+            except ValueError:
+                record = _lenient(line)
+            # JsonMessage.from_json and parse_uuid, inline (this runs once per message); anything they
+            # would refuse, and anything unparsed, takes frame() for the same outcome and report.
+            if type(record) is dict:
+                u = record.get(key)
+                raw = ZERO_UUID
+                if u is not None:
+                    raw = None  # type: ignore[assignment]
+                    if type(u) is str and len(u) == 36 and u[8:24:5] == "----":
+                        try:  # noqa: SIM105 (contextlib.suppress: two calls per message)
+                            raw = _fromhex(u.replace("-", ""))
+                        except ValueError:
+                            pass
+                if raw is not None and len(raw) == 16:
+                    msg = _new(JsonMessage)
+                    msg.doc, msg._text, msg._uuid = record, u, raw
+                    env = _new(Envelope)
+                    env.journal, env.begin, env.end, env.message, env.uuid = journal, pos, end, msg, raw
+                    append(env)
+                    pos = end
+                    continue
+            append(self.frame(pos, end, line + b"\n"))
+            pos = end
+        return out
