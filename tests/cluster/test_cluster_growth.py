@@ -263,7 +263,7 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
         holder: SplitHolder | None = None
         holding: Worker | None = None
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             while not polls and time.monotonic() < deadline:  # the consumer is under way before the growth
                 time.sleep(0.05)
             new = rc.add_master()
@@ -284,7 +284,7 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
             workers[0].join(300)
             workers[1].join(300)
             stop.set()
-            workers[2].join(60)
+            workers[2].join(120)
         for w in workers:
             assert not w.is_alive(), f"{w.body} did not finish"
             assert w.error is None, w.error

@@ -151,7 +151,8 @@ def test_a_killed_master_is_followed_and_writes_confirmed_by_a_replica_survive()
 def test_a_hung_master_times_out_and_is_followed() -> None:
     with (
         LocalRedisCluster(3, replicas=1) as rc,
-        Cluster.from_cluster_url(rc.url, connection={"socket_timeout": 1.0}, failover_timeout=rc.FAILOVER_WAIT) as c,
+        # socket_timeout: short enough to notice the hung master, long enough for a live node on a loaded machine
+        Cluster.from_cluster_url(rc.url, connection={"socket_timeout": 5.0}, failover_timeout=rc.FAILOVER_WAIT) as c,
     ):
         assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
         victim = master_index(rc, c, KEYS[0])
