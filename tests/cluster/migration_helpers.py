@@ -129,9 +129,9 @@ def fresh_shard(target: list[str], prefix: str, redis_key: bytes) -> int:
 # clients waiting, before the last copy), ``final:N`` (right after the N-th final write to a source marker: the
 # target's marker on a shard of both layouts, or ``done``), ``write:N`` (right after the N-th write of any
 # marker, CAS or SET), ``copy:N`` (right after the N-th copy of keys, mid-pass), ``clean`` (the cut-over done,
-# before the clean-up). ``stop:copy`` and ``stop:cutting``
-# SIGSTOP it instead (a paused mover: a GC pause, a suspended VM), after its first copy of keys or in its
-# cut-over before the last copy; the test continues it with SIGCONT.
+# before the clean-up). ``stop:copy`` and ``stop:cutting`` SIGSTOP it instead (a paused mover: a GC pause, a
+# suspended VM), after its first copy of keys or in its cut-over before the last copy; the test continues it
+# with SIGCONT.
 _KILLING = """
 import json, os, signal, sys
 from zcluster.migration import mover
