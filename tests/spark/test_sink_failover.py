@@ -71,9 +71,11 @@ def test_a_durable_sink_rides_out_a_master_failover_under_a_continuous_query(spa
         LocalRedisCluster(3, replicas=1) as rc,
         Cluster.from_cluster_url(rc.url, prefix=PREFIX, failover_timeout=rc.FAILOVER_WAIT) as probe,
     ):
-        # the README's setup: one replica per master, every write confirmed by one (default deadline); time
-        # for an election on a loaded machine
-        durable = Durability(replicas=1)
+        # the README's setup: one replica per master, every write confirmed by one; time for an election on a
+        # loaded machine, in failover_timeout and in the deadline too: a call that first asked before the kill
+        # counts its deadline from then, across the election (over 20 s under load) and REJOIN_AFTER (the
+        # default 60 s did not always cover them)
+        durable = Durability(replicas=1, deadline=rc.FAILOVER_WAIT)
         config = ClusterConfig.of(
             rc.url, cluster=True, prefix=PREFIX, durability=durable, failover_timeout=rc.FAILOVER_WAIT
         )
