@@ -300,29 +300,34 @@ def test_a_target_restarted_empty_and_a_source_restarted_mid_copy_are_waited_for
             writer.step()
         reports: list[Any] = []
         faulted = threading.Event()
+        before: list[int] = []  # how many records were logged before the faults were both done
 
         def faults(p: Progress) -> None:  # in the mover's thread: it is held mid-copy while the faults land
             if p.phase == "copying" and p.copied > 100 and not faulted.is_set():
-                faulted.set()
                 five.kill(2)  # the new shard: what was copied to it is lost
                 five.stop(0)  # a source shard restarted gracefully (its data saved): its listener is cut
+                before.append(len(caplog.records))
+                faulted.set()
 
-        def said(*texts: str) -> bool:
-            messages = [r.getMessage() for r in list(caplog.records)]
-            return all(any(text in m for m in messages) for text in texts)
+        def said(text: str, since: int = 0) -> bool:
+            return any(text in r.getMessage() for r in list(caplog.records)[since:])
 
         with writer:
             mover = threading.Thread(
-                target=lambda: reports.append(migrate(source, target, prefix=prefix, rate=3000, progress=faults))
+                target=lambda: reports.append(migrate(source, target, prefix=prefix, rate=3000, progress=faults)),
+                daemon=True,
             )
             mover.start()
-            deadline = time.monotonic() + WAIT
-            # both servers stay down until the mover has met them: it retries, and its listener lost its link
-            while not said("retrying", "lost its subscription"):
-                assert mover.is_alive() and time.monotonic() < deadline, "the mover never met the faults"
-                time.sleep(0.01)
-            five.start(2)
-            five.start(0)
+            try:
+                assert faulted.wait(WAIT), "the mover never copied"
+                deadline = time.monotonic() + WAIT
+                # both servers stay down until the mover met them (it retried since) and its listener lost its link
+                while not (said("retrying", before[0]) and said("lost its subscription")):
+                    assert mover.is_alive() and time.monotonic() < deadline, "the mover never met the faults"
+                    time.sleep(0.01)
+            finally:  # back in any case: the writer retries until they are
+                five.start(2)
+                five.start(0)
             mover.join(WAIT)
             writer.advance(2)
         assert reports, "the mover finished"
