@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 from migration_helpers import WAIT, Writer, fresh_shard, move_state, mover
 
 from zcluster import (
@@ -25,6 +26,8 @@ from zcluster import (
     LayoutMismatchError,
     LayoutMovedError,
 )
+from zcluster._keys import KeyLayout
+from zcluster.cli import cli
 from zcluster.farm import Farm
 from zcluster.journal.files import FileJournals
 from zcluster.migration import Migration, Progress, migrate
@@ -87,6 +90,15 @@ def test_a_store_shrinks_from_three_shards_to_two_under_a_writer(five: LocalShar
     assert report.copied > 0
     with pytest.raises(LayoutMovedError), Cluster.from_urls(source, prefix=prefix) as old:
         old.select(["t:1"])
+    # Growing back onto the retired shard: refused, saying how to clear its marker; once cleared, it grows.
+    with pytest.raises(LayoutMismatchError, match=r"was retired .* markers reset --retired`"):
+        Migration(target, source, prefix=prefix).run()
+    with redis.Redis.from_url(source[2]) as r:  # the retired server's stale copies go first
+        r.delete(*r.scan_iter(match=KeyLayout(prefix).scan_pattern(None, include_removed=True), count=1000))
+    retired = ["--url", source[2], "--prefix", prefix, "markers", "reset", "--retired", "--yes"]
+    reset = CliRunner().invoke(cli, retired)
+    assert reset.exit_code == 0, reset.output
+    assert Migration(target, source, prefix=prefix).run().copied > 0
 
 
 def test_bad_layouts_are_refused_before_anything_moves(five: LocalShards) -> None:

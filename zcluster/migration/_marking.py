@@ -182,6 +182,13 @@ class Marking:
             stored = None if cluster_node else self._call(shard, "GET", self.key)
             other = None if stored is None else parse(shard.name, stored)
             if other is not None and other.get("incoming", {}).get("from") != src_names:  # not an aborted start's
+                move = other.get("move")
+                if isinstance(move, dict) and move.get("state") == "done":  # retired by an earlier migration
+                    raise LayoutMismatchError(
+                        f"target {shard.name} was retired from {self.source.prefix!r} by migration {move.get('id')} "
+                        f"(layout {other.get('id')}) and still holds its marker: once it holds no key of the "
+                        "prefix, `zcluster markers reset --retired` deletes it; nothing was moved"
+                    )
                 raise LayoutMismatchError(
                     f"target {shard.name} holds another layout of {self.source.prefix!r} (layout {other['id']}): "
                     "a shard of another store; nothing was moved"
