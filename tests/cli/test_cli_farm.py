@@ -348,7 +348,7 @@ def test_ctrl_c_stops_the_walk_and_prints_where_to_resume(servers: LocalShards, 
             assert child.poll() is None and time.monotonic() < deadline, child.communicate()
             time.sleep(0.05)
         child.send_signal(signal.SIGINT)
-        stdout, stderr = child.communicate(timeout=30)
+        stdout, stderr = child.communicate(timeout=120)
     finally:
         if child.poll() is None:
             child.kill()

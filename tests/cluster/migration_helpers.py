@@ -18,6 +18,8 @@ from redis.crc import key_slot
 from zcluster import Cluster, Incr, PartialReadError, PartialWriteError
 from zcluster._topology import jump_hash
 
+WAIT = 300.0  # outer bound of a wait on a state the run must reach: only a broken run reaches it, not a slow one
+
 
 class Writer:
     """A long-lived client writing inserts, deletes and increments until stopped, with a model of what it
@@ -43,7 +45,16 @@ class Writer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
-        self.thread.join(60)
+        self.thread.join(WAIT)
+
+    def advance(self, steps: int) -> None:
+        """Wait until the running writer has made ``steps`` more steps (a state, not a time): what it writes
+        from now on, it writes after whatever the test did before."""
+        goal, deadline = self.seq + 50 * steps, time.monotonic() + WAIT
+        while self.seq < goal:
+            assert self.error is None, self.error
+            assert time.monotonic() < deadline, "the writer stopped writing"
+            time.sleep(0.01)
 
     def _send(self, call: Any) -> Any:
         while True:
@@ -117,9 +128,10 @@ def fresh_shard(target: list[str], prefix: str, redis_key: bytes) -> int:
 # ``zcluster migrate`` that SIGKILLs itself at a named point: ``cutting`` (every source marker in its cut-over,
 # clients waiting, before the last copy), ``final:N`` (right after the N-th final write to a source marker: the
 # target's marker on a shard of both layouts, or ``done``), ``write:N`` (right after the N-th write of any
-# marker, CAS or SET), ``clean`` (the cut-over done, before the clean-up). ``stop:copy`` and ``stop:cutting``
-# SIGSTOP it instead (a paused mover: a GC pause, a suspended VM), after its first copy of keys or in its
-# cut-over before the last copy; the test continues it with SIGCONT.
+# marker, CAS or SET), ``copy:N`` (right after the N-th copy of keys, mid-pass), ``clean`` (the cut-over done,
+# before the clean-up). ``stop:copy`` and ``stop:cutting`` SIGSTOP it instead (a paused mover: a GC pause, a
+# suspended VM), after its first copy of keys or in its cut-over before the last copy; the test continues it
+# with SIGCONT.
 _KILLING = """
 import json, os, signal, sys
 from zcluster.migration import mover
@@ -159,6 +171,13 @@ elif kind == "stop":
         stop()
         return last_copy(self, *args)
     mover.Migration._last_copy = stopping_last_copy
+elif kind == "copy":
+    copy = mover.Copier.copy
+    def killing_copy(self, i, keys):
+        copy(self, i, keys)
+        if keys:
+            tick()
+    mover.Copier.copy = killing_copy
 elif kind == "cutting":
     mover.Migration._last_copy = die
 elif kind == "clean":
@@ -199,16 +218,9 @@ def marker(url: str, prefix: str) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
-def until_state(url: str, prefix: str, state: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while move_state(url, prefix) != state and proc.poll() is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-
-
 def stopped(proc: subprocess.Popen[bytes]) -> None:
     """Wait until ``proc`` has stopped itself (SIGSTOP at a ``stop:`` point): its state in /proc is ``T``."""
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + WAIT
     while True:
         assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
         with open(f"/proc/{proc.pid}/stat", "rb") as stat:

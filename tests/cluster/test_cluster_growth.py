@@ -110,11 +110,22 @@ class SplitHolder:
     redis-cli goes on (``SIGCONT``) once the old master answered one since the reshard began (its
     ``errorstat_ASK``; a call may meet it inside a redirect loop, where the test's spy does not look), or after
     ``HOLD`` seconds, well within the client's ``failover_timeout``: a call creating a key on the importing node
-    meets ``TRYAGAIN`` until the slot's migration ends. ``held`` says whether the hold happened (``missed``: why
-    not); ``asked``: the ``ASK`` replies the old master gave from before the reshard to the end of the hold."""
+    meets ``TRYAGAIN`` until the slot's migration ends. The hold also lasts until ``meanwhile()`` (within the
+    same bound), and sets ``midway`` once held: the reshard is surely under way while the test's other work
+    goes on. ``held`` says whether the hold happened (``missed``: why not); ``asked``: the ``ASK`` replies the
+    old master gave from before the reshard to the end of the hold."""
 
-    def __init__(self, rc: LocalRedisCluster, src: int, dst: int, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        rc: LocalRedisCluster,
+        src: int,
+        dst: int,
+        stop: threading.Event,
+        midway: threading.Event,
+        meanwhile: Callable[[], bool],
+    ) -> None:
         self.rc, self.src, self.dst, self.stop = rc, src, dst, stop
+        self.midway, self.meanwhile = midway, meanwhile
         self.slot = KeyLayout(PREFIX).slot(f"{{{HOT}}}".encode())
         self.held, self.missed, self.asked = False, "", 0
         # Counted from before the reshard: a live call ASKed to the new master before the pause and waiting there
@@ -150,7 +161,8 @@ class SplitHolder:
                     port = self.rc.servers[self.dst].port
                     old.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *live)
                 self.held, deadline = True, time.monotonic() + HOLD
-                while self.asks() == self.before and time.monotonic() < deadline:
+                self.midway.set()
+                while (self.asks() == self.before or not self.meanwhile()) and time.monotonic() < deadline:
                     time.sleep(0.01)
                 self.asked = self.asks() - self.before
             finally:
@@ -238,11 +250,15 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
 
         monkeypatch.setattr(_transport, "redirected", spy)
         resharded, published, stop = threading.Event(), threading.Event(), threading.Event()
+        midway = threading.Event()  # the reshard is under way (or over): the last chunk may go
         polls: list[BatchStats] = []
 
-        def produce() -> None:  # a chunk a second while the reshard runs, all at once after it; a fixed total
+        def produce() -> None:  # a chunk a second, all at once after the reshard, the last one only midway in it
             for chunk in range(1, CHUNKS + 1):
-                resharded.wait(1.0)
+                if chunk < CHUNKS:
+                    resharded.wait(1.0)
+                else:
+                    assert midway.wait(HOLD + 600), "the reshard never got under way"
                 publish(store, traffic, producers=3, messages=CHUNK_STEPS, users=400, seed=chunk)
             published.set()
 
@@ -262,8 +278,13 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
             w.start()
         holder: SplitHolder | None = None
         holding: Worker | None = None
+        at_start: list[int] = []  # messages mapped when the reshard began
+
+        def mapped_since_start() -> bool:
+            return bool(at_start) and mapped[0] > at_start[0]
+
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             while not polls and time.monotonic() < deadline:  # the consumer is under way before the growth
                 time.sleep(0.05)
             new = rc.add_master()
@@ -271,20 +292,24 @@ def test_a_fourth_master_and_a_reshard_of_4096_slots_under_a_consumer_and_a_live
                 src = next(
                     i for i in range(new) if rc.servers[i].port == int(live_c.shard_of(LIVE_KEYS[0]).split(":")[1])
                 )
-                holder = SplitHolder(rc, src, new, resharded)
+                holder = SplitHolder(rc, src, new, resharded, midway, mapped_since_start)
                 holding = Worker(holder.hold)
                 holding.start()
             before = (mapped[0], live.steps)
+            at_start.append(before[0])
+            if holder is None:  # no hold: the last chunk goes as the reshard starts
+                midway.set()
             assert rc.reshard(RESHARDED, new) == RESHARDED
             during = (mapped[0] - before[0], live.steps - before[1])
         finally:
             resharded.set()
+            midway.set()
             if holding is not None:
                 holding.join(HOLD + 60)
             workers[0].join(300)
             workers[1].join(300)
             stop.set()
-            workers[2].join(60)
+            workers[2].join(120)
         for w in workers:
             assert not w.is_alive(), f"{w.body} did not finish"
             assert w.error is None, w.error

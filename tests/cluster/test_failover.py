@@ -151,7 +151,8 @@ def test_a_killed_master_is_followed_and_writes_confirmed_by_a_replica_survive()
 def test_a_hung_master_times_out_and_is_followed() -> None:
     with (
         LocalRedisCluster(3, replicas=1) as rc,
-        Cluster.from_cluster_url(rc.url, connection={"socket_timeout": 1.0}, failover_timeout=rc.FAILOVER_WAIT) as c,
+        # socket_timeout: short enough to notice the hung master, long enough for a live node on a loaded machine
+        Cluster.from_cluster_url(rc.url, connection={"socket_timeout": 5.0}, failover_timeout=rc.FAILOVER_WAIT) as c,
     ):
         assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
         victim = master_index(rc, c, KEYS[0])
@@ -275,34 +276,44 @@ def test_a_manual_cluster_failover_is_followed_through_moved_and_readonly() -> N
 
 
 def test_a_dead_master_causes_no_refresh_storm() -> None:
-    # failover_timeout=0.2: calls give up quickly, so many calls fail while the master is down
+    # failover_timeout=0.2: calls give up quickly, so many calls fail while the master is down; the replica
+    # takes over (an operator's forced failover) only once 20 calls failed, however slow the machine
     with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url, failover_timeout=0.2) as c:
         assert c.insert([KSM(k, 0.0, "seed") for k in KEYS]).ok
         victim = master_index(rc, c, KEYS[0])
         dead = name(rc.servers[victim])
+        (heir,) = rc.replicas_of(victim)
         live = [s for s in nodes(rc) if s is not rc.servers[victim]]
         for s in live:
             with s.client() as r:
                 r.config_resetstat()
+        with heir.client() as r:
+            r.config_set("cluster-replica-no-failover", "yes")
         refreshes = topology(c).refreshes
         rc.kill(victim)
         start = time.monotonic()
-        calls, failed, errors = itertools.count(), itertools.count(), []
+        calls, errors = itertools.count(), []
+        failures: list[int] = []  # the thread of each failed call
         recovered = threading.Event()
 
         def hammer(n: int) -> None:
-            while not recovered.is_set() and time.monotonic() - start < rc.FAILOVER_WAIT:
+            while not recovered.is_set() and time.monotonic() - start < rc.FAILOVER_WAIT + WAIT:
                 next(calls)
                 result = c.insert([KSM(k, 1.0, f"t{n}") for k in KEYS], raise_on_error=False)
                 if result.ok:
                     recovered.set()
                 else:
-                    next(failed)
+                    failures.append(n)
                     errors.extend(f.error for f in result.failures if f.shard == dead)
 
         threads = [threading.Thread(target=hammer, args=(n,)) for n in range(8)]
         for t in threads:
             t.start()
+        while len(failures) < 20:
+            assert all(t.is_alive() for t in threads) and time.monotonic() < start + WAIT, "the calls did not fail"
+            time.sleep(0.05)
+        with heir.client() as r:
+            r.execute_command("CLUSTER", "FAILOVER", "FORCE")
         for t in threads:
             t.join()
         elapsed = time.monotonic() - start
@@ -311,7 +322,7 @@ def test_a_dead_master_causes_no_refresh_storm() -> None:
         for s in live:
             with s.client() as r:
                 answered += int(r.info("commandstats").get("cmdstat_cluster|slots", {}).get("calls", 0))
-        n_calls, n_failed = next(calls), next(failed)
+        n_calls, n_failed = next(calls), len(failures)
         report(f"dead master, {n_calls} calls from 8 threads ({n_failed} failed): recovered after", elapsed)
         print(f"[failover] slot-map reloads meanwhile: {made} (CLUSTER SLOTS answered by live nodes: {answered})")
         assert recovered.is_set()

@@ -194,7 +194,7 @@ def test_increments_during_a_slot_migration_count_once() -> None:
         t.start()
         moved = rc.migrate_slot(slot, dst, batch=5, pause=0.05)
         stop.set()
-        t.join(60)
+        t.join(120)
         assert not errors, errors
         assert moved == 2 * len(keys) and rc.slot_owner(slot) == dst  # totals and fences moved
         assert len(rounds) > 1, "the writer made progress during the migration"

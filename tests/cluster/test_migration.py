@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
-from migration_helpers import Writer, fresh_shard, move_state, mover, until_state
+from migration_helpers import WAIT, Writer, fresh_shard, move_state, mover
 
 from zcluster import (
     Cluster,
@@ -54,9 +54,9 @@ def run_with_writer(
             writer.step()
         seen: list[Progress] = []
         with writer:
-            time.sleep(0.3)
+            writer.advance(2)  # the writer is under way when the migration starts
             report = migrate(source, target, prefix=prefix, namespaces=[prefix], progress=seen.append, **options)
-            time.sleep(0.5)  # the writer goes on against the target
+            writer.advance(2)  # the writer goes on against the target
         assert writer.error is None, writer.error
         assert writer.reads_back > 0
         assert cluster.shards == (shards or [u.rpartition("/")[2] for u in target])  # it followed
@@ -143,12 +143,9 @@ def test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses
         for _ in range(120):
             writer.step()
         with writer:
-            for _ in range(2):  # killed mid-copy (the pass is slowed to 2,000 keys/s)
-                proc = mover(source, target, prefix, "--rate", "2000")
-                until_state(source[0], prefix, "copying", proc)
-                time.sleep(rng.uniform(0.05, 0.8))
-                proc.kill()
-                proc.wait(10)
+            for _ in range(2):  # killed mid-copy: right after a random one of its first copies of 100 keys or fewer
+                proc = mover(source, target, prefix, "--batch", "100", kill_at=f"copy:{rng.randint(1, 12)}")
+                proc.communicate(timeout=WAIT)
                 assert proc.returncode == -signal.SIGKILL
                 assert move_state(source[0], prefix) == "copying"
                 refused = pytest.raises(LayoutMismatchError, match="being moved onto these shards")
@@ -161,7 +158,7 @@ def test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses
             out, err = done.communicate(timeout=300)
             assert done.returncode == 0, err.decode()
             report = json.loads(out)
-            time.sleep(0.3)
+            writer.advance(2)  # the writer goes on against the target
         assert report["resumed_from"] in ("cutting", "copying", "done")
         assert cut_short, "the third mover was killed while its cut-over ran (clients waiting)"
         assert report["resumed_from"] == "cutting"
@@ -201,7 +198,7 @@ def test_the_mover_killed_among_its_cut_overs_last_writes_finishes_them_when_run
             out, err = done.communicate(timeout=300)
             assert done.returncode == 0, err.decode()
             report = json.loads(out)
-            time.sleep(0.3)  # and goes on against the target
+            writer.advance(2)  # and goes on against the target
         assert report["resumed_from"] == resumed
         writer.check(cluster)
         assert writer.reads_back > 0
@@ -286,11 +283,11 @@ def test_a_consumer_applying_a_journal_during_a_migration_stays_exactly_once(fiv
             if seed == 3:
                 report = migrate(source, target, prefix=prefix)  # the default namespaces: the state store's too
         publish(journals, traffic, producers=3, messages=400, seed=9)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + WAIT
         while polled[0] < traffic.committed and not errors and time.monotonic() < deadline:
             time.sleep(0.05)
         stop.set()
-        thread.join(60)
+        thread.join(WAIT)
         assert not errors, errors
         assert report.copied > 0 and cluster.shards == [u.rpartition("/")[2] for u in target]
         assert polled[0] == traffic.committed  # each committed message delivered once, across the cut-over
@@ -313,24 +310,38 @@ def test_a_target_restarted_empty_and_a_source_restarted_mid_copy_are_waited_for
         writer = Writer(cluster, keys=3000)
         for _ in range(120):
             writer.step()
-        seen: list[Progress] = []
         reports: list[Any] = []
+        faulted = threading.Event()
+        before: list[int] = []  # how many records were logged before the faults were both done
+
+        def faults(p: Progress) -> None:  # in the mover's thread: it is held mid-copy while the faults land
+            if p.phase == "copying" and p.copied > 100 and not faulted.is_set():
+                five.kill(2)  # the new shard: what was copied to it is lost
+                five.stop(0)  # a source shard restarted gracefully (its data saved): its listener is cut
+                before.append(len(caplog.records))
+                faulted.set()
+
+        def said(text: str, since: int = 0) -> bool:
+            return any(text in r.getMessage() for r in list(caplog.records)[since:])
+
         with writer:
             mover = threading.Thread(
-                target=lambda: reports.append(migrate(source, target, prefix=prefix, rate=3000, progress=seen.append))
+                target=lambda: reports.append(migrate(source, target, prefix=prefix, rate=3000, progress=faults)),
+                daemon=True,
             )
             mover.start()
-            while not any(p.phase == "copying" and p.copied > 100 for p in seen):
-                time.sleep(0.01)
-            five.kill(2)  # the new shard: what was copied to it is lost
-            time.sleep(1.0)
-            five.servers[2].start()
-            time.sleep(0.5)
-            five.stop(0)  # a source shard restarted gracefully (its data saved): its listener is cut
-            time.sleep(0.5)
-            five.servers[0].start()
-            mover.join(300)
-            time.sleep(0.3)
+            try:
+                assert faulted.wait(WAIT), "the mover never copied"
+                deadline = time.monotonic() + WAIT
+                # both servers stay down until the mover met them (it retried since) and its listener lost its link
+                while not (said("retrying", before[0]) and said("lost its subscription")):
+                    assert mover.is_alive() and time.monotonic() < deadline, "the mover never met the faults"
+                    time.sleep(0.01)
+            finally:  # back in any case: the writer retries until they are
+                five.start(2)
+                five.start(0)
+            mover.join(WAIT)
+            writer.advance(2)
         assert reports, "the mover finished"
         assert reports[0].passes >= 2  # everything copied again after the losses
         writer.check(cluster)
@@ -353,9 +364,9 @@ def test_a_farm_replica_migrated_under_farm_writes_follows_and_the_farm_reads_ev
         for _ in range(20):
             writer.step()
         with writer:
-            time.sleep(0.2)
+            writer.advance(2)
             report = migrate(five.urls[:1], five.urls[:2], prefix=prefix, namespaces=[prefix])
-            time.sleep(0.5)
+            writer.advance(2)
         assert report.copied > 0
         assert a.shards == [u.rpartition("/")[2] for u in five.urls[:2]]  # the replica followed its store
         writer.check(farm)  # type: ignore[arg-type]

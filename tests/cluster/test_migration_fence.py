@@ -35,21 +35,12 @@ def _run(proc: object) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()  # type: ignore[attr-defined]
 
 
-def _advance(writer: Writer, steps: int) -> None:
-    """Wait until the writer has made ``steps`` more calls (a state, not a time)."""
-    goal, deadline = writer.seq + 50 * steps, time.monotonic() + 300
-    while writer.seq < goal:
-        assert writer.error is None, writer.error
-        assert time.monotonic() < deadline, "the writer stopped writing"
-        time.sleep(0.01)
-
-
 def test_a_second_mover_is_refused_while_the_first_holds_the_lease_and_the_first_finishes() -> None:
     prefix = f"fl{next(_names)}:"
     with LocalShards(4) as s:
         source, target = s.urls[:2], s.urls[2:]
         with Cluster.from_urls(source, prefix=prefix) as cluster, Writer(cluster) as writer:
-            _advance(writer, 5)
+            writer.advance(5)
             first = mover(source, target, prefix, kill_at="stop:copy")
             stopped(first)
             before = [marker(u, prefix) for u in source + target]
@@ -60,7 +51,7 @@ def test_a_second_mover_is_refused_while_the_first_holds_the_lease_and_the_first
             first.send_signal(signal.SIGCONT)
             code, _, err = _run(first)
             assert code == 0, err[-3000:]
-            _advance(writer, 5)
+            writer.advance(5)
         writer.check(cluster)
         with Cluster.from_urls(target, prefix=prefix) as fresh:
             writer.check(fresh)
@@ -76,16 +67,16 @@ def test_a_paused_mover_taken_over_writes_nothing_when_it_wakes(shape: str) -> N
     with LocalShards(4) as s:
         source, target = (s.urls[:2], s.urls[2:]) if kind == "disjoint" else (s.urls[:3], s.urls[:2])
         with Cluster.from_urls(source, prefix=prefix) as cluster, Writer(cluster) as writer:
-            _advance(writer, 10)
+            writer.advance(10)
             zombie = mover(source, target, prefix, kill_at=f"stop:{point}")
             stopped(zombie)
             code, _, err = _run(mover(source, target, prefix, "--take-over"))
             assert code == 0, err[-3000:]
             assert "taken from mover" in err and f":{zombie.pid}:" in err, err[-3000:]
-            _advance(writer, 20)  # written on the target, after the cut-over
+            writer.advance(20)  # written on the target, after the cut-over
             zombie.send_signal(signal.SIGCONT)
             code, _, err = _run(zombie)
-            _advance(writer, 5)
+            writer.advance(5)
         writer.check(cluster)  # first: what a waking mover without a fence did to the data
         with Cluster.from_urls(target, prefix=prefix) as fresh:
             writer.check(fresh)

@@ -293,8 +293,8 @@ def test_migrate_shows_durations_for_people_and_json_keeps_the_numbers() -> None
                 continue
             cells = [line.split(None, 1) for line in result.stdout.splitlines()]
             rows = {c[0]: c[1].strip() for c in cells if len(c) == 2}
-            assert re.fullmatch(r"\d{1,3}(\.\d{1,2})? ms|\d(\.\d{1,2})? s", rows["pause"]), rows["pause"]
-            assert re.fullmatch(r"\d{1,3}(\.\d{1,2})? (ms|s)|\d+ s", rows["seconds"]), rows["seconds"]
+            for row in ("pause", "seconds"):  # any duration in its form: a loaded machine's pause may pass 10 s
+                assert re.fullmatch(r"\d{1,3}(\.\d{1,2})? (ms|s)|\d+ s", rows[row]), rows[row]
             assert rows["urls"] == ", ".join(s.urls) and rows["resumed_from"] == "-"
             assert "done: 100 key(s) scanned" in result.stderr  # progress lines, no raw floats in either
             assert not re.search(r"\d\.\d{4,}", result.stdout + result.stderr), result.output

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from migration_helpers import Writer, fresh_shard, marker, move_state, mover
+from migration_helpers import WAIT, Writer, fresh_shard, marker, move_state, mover
 
 from zcluster import Cluster, LayoutMismatchError, LayoutMovedError, MigrationError
 from zcluster.migration import Migration
@@ -52,7 +52,7 @@ def sweep(source: list[str], target: list[str], open_target: Any, final_states: 
             for _ in range(20):
                 writer.step()
             with writer:
-                time.sleep(0.2)
+                writer.advance(2)  # under way when the mover starts
                 killed = mover(source, target, prefix, "--keep-others", kill_at=point)
                 out, err = killed.communicate(timeout=300)
                 if killed.returncode == 0:
@@ -61,12 +61,12 @@ def sweep(source: list[str], target: list[str], open_target: Any, final_states: 
                     continue
                 assert killed.returncode == -signal.SIGKILL, err.decode()[-2000:]
                 left = [move_state(u, prefix) or ("final" if "from" in marker(u, prefix) else None) for u in source]
-                time.sleep(0.3)
+                time.sleep(0.3)  # the writer meets what the kill left (it may wait: a cut-over half done)
                 done = mover(source, target, prefix, "--keep-others")
                 out, err = done.communicate(timeout=300)
                 assert done.returncode == 0, (point, left, err.decode()[-3000:])
                 report = json.loads(out)
-                time.sleep(0.3)
+                writer.advance(2)  # and goes on against the target
             seen.append(f"{point}: left {left} resumed_from={report['resumed_from']} removed={report['removed']}")
             writer.check(cluster)
             assert writer.reads_back > 0
@@ -171,7 +171,7 @@ def test_a_client_of_the_target_list_waits_out_a_cut_over_and_is_refused_when_it
 
         def stopped(*_: object) -> int:
             cutting.set()
-            release.wait(60)
+            release.wait(WAIT)
             raise MigrationError("a server failed in the cut-over")
 
         migration._last_copy = stopped  # type: ignore[method-assign]
@@ -185,7 +185,7 @@ def test_a_client_of_the_target_list_waits_out_a_cut_over_and_is_refused_when_it
 
         run = threading.Thread(target=cut_over)
         run.start()
-        assert cutting.wait(60)
+        assert cutting.wait(WAIT)
         outcome: list[BaseException | None] = []
 
         def early() -> None:
@@ -201,8 +201,8 @@ def test_a_client_of_the_target_list_waits_out_a_cut_over_and_is_refused_when_it
         opener.join(1.0)
         assert opener.is_alive() and not outcome  # waiting on the shared shard's cut-over
         release.set()
-        opener.join(30)
-        run.join(60)
+        opener.join(WAIT)
+        run.join(WAIT)
     assert failed and [move_state(u, prefix) for u in source] == ["copying", "copying"]
     assert isinstance(outcome[0], LayoutMismatchError) and "being moved onto these shards" in str(outcome[0])
 

@@ -89,7 +89,7 @@ def test_replicas_converge_to_the_model(
             for km in kms:
                 want = expected_scores[km]
                 assert scores[km] == want if want is not None else scores[km] is NOT_PRESENT or not scores[km].present
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         report = Walker(farm, batch_size=2).run()
         assert report.position is None and report.failures == [] and report.repair_failures == 0
         for cluster in farm.clusters:
@@ -99,5 +99,5 @@ def test_replicas_converge_to_the_model(
             want = expected_scores[km]
             presence = farm.score([km])[km]
             assert presence == want if want is not None else not presence.present
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         assert Walker(farm).run().diverged == 0

@@ -49,7 +49,7 @@ class Calls:
                 self.counts[i] += 1
                 if name == "select":
                     self.windows.append(args[2] if len(args) > 2 else kwargs["limit"])
-            assert self.gates[i].wait(60), "a held read was never released"
+            assert self.gates[i].wait(120), "a held read was never released"
             return method(*args, **kwargs)
 
         return call
@@ -108,12 +108,12 @@ def test_first_linger_returns_the_first_answer_and_repairs_in_the_background(tri
             got = farm.select(["k"])
             assert pairs(got["k"]) == [("old", 1.0)]  # its stale view: the first answer, not a merge
             assert farm.repairs.requested == 0  # the merge waits for the held replicas
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         assert farm.repairs.requested == farm.repairs.done == 2  # "new" and the tombstone onto replica2
         expected = {("new", True, 2.0), ("old", False, 1.0)}
         assert all(held(c, ["k"])["k"] == expected for c in farm.clusters)
         assert pairs(farm.select(["k"])["k"]) == [("new", 2.0)]
-        assert farm.flush_repairs(timeout=60) and farm.repairs.requested == 2
+        assert farm.flush_repairs(timeout=120) and farm.repairs.requested == 2
 
 
 def test_first_linger_score_repairs_after_flush(trio: LocalShards, prefix: str) -> None:
@@ -123,7 +123,7 @@ def test_first_linger_score_repairs_after_flush(trio: LocalShards, prefix: str) 
         km = KeyMember("k", "m")
         answer = farm.score([km])[km]
         assert answer.score == 5.0 or not answer.present  # some replica's own record
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         assert all(held(c, ["k"])["k"] == {("m", False, 5.0)} for c in farm.clusters)
 
 
@@ -133,7 +133,7 @@ def test_first_linger_with_a_dead_replica_answers_from_the_others() -> None:
         s.kill(0)
         for _ in range(5):
             assert pairs(farm.select(["k"])["k"]) == [("m", 1.0)]
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         assert farm.repairs.failed == 0  # a dead replica is not asked to repair (it did not answer)
 
 
@@ -147,7 +147,7 @@ def test_send_var_over_its_rate_asks_one_replica_and_refills(trio: LocalShards, 
         farm.insert([("k", 1.0, "m")])
         calls = Calls(farm)
         assert pairs(farm.select(["k"])["k"]) == [("m", 1.0)]
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         assert calls.asked() == {0, 1, 2}  # the budget's one token: a broadcast
         singles = []
         for _ in range(6):  # the budget is spent: one replica each, round robin, still answering
@@ -156,11 +156,11 @@ def test_send_var_over_its_rate_asks_one_replica_and_refills(trio: LocalShards, 
         assert all(len(a) == 1 for a in singles) and set().union(*singles) == {0, 1, 2}
         # diverge one replica: a single-replica read does not repair it, a broadcast (once refilled) does
         put(farm.clusters[1], [Insert("k", 2.0, "fresh")])
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while farm.repairs.requested == 0:
             assert time.monotonic() < deadline, "the token bucket never refilled"
             farm.select(["k"])
-            assert farm.flush_repairs(timeout=60)
+            assert farm.flush_repairs(timeout=120)
             if farm.repairs.requested == 0:
                 time.sleep(0.05)
         assert calls.asked() >= {0, 2}
@@ -174,14 +174,14 @@ def test_send_var_past_its_threshold_broadcasts() -> None:
         with calls.holding(0):  # replica0 never answers in time: whenever asked alone, the others are asked too
             for _ in range(6):
                 assert pairs(farm.select(["k"])["k"]) == [("m", 1.0)]
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         s.kill(2)  # a dead replica asked alone answers with errors: broadcast to the others
         for _ in range(6):
             assert pairs(farm.select(["k"])["k"]) == [("m", 1.0)]
         km = KeyMember("k", "m")
         for _ in range(6):
             assert farm.score([km])[km].score == 1.0
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
 
 
 # -- the window merge ----------------------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def test_merge_repairs_the_divergence_to_the_model(trio: LocalShards, prefix: st
     with farm_of(trio.urls, prefix, read=read, repair=RepairAll()) as farm:
         model = diverged(random.Random(99), keys, farm)
         farm.select(keys, 0, 1000)
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         for c in farm.clusters:  # every member seen is repaired; its tombstones too where they won
             got = held(c, keys)
             assert {k: {r for r in got[k] if r[1]} for k in keys} == {
@@ -262,7 +262,7 @@ def test_merge_repairs_the_divergence_to_the_model(trio: LocalShards, prefix: st
             }
         reads = Calls(farm)
         assert {k: pairs(v) for k, v in farm.select(keys, 0, 1000).items()} == {k: model.visible(k) for k in keys}
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         assert reads.windows and max(reads.windows) == 1000  # agreeing windows: no widening, no lookups
 
 

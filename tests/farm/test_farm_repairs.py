@@ -93,7 +93,7 @@ def test_rate_limited_repair_refills(trio: LocalShards, prefix: str) -> None:
         farm.select(["k"], limit=100)
         first = farm.repairs
         assert first.done >= 3 and first.dropped > 0 and first.done + first.dropped == 40
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while on_lagging(farm) < 40:  # later reads find the rest again, and the bucket lets some through
             assert time.monotonic() < deadline, f"stuck at {farm.repairs}"
             farm.select(["k"], limit=100)
@@ -115,7 +115,7 @@ class Gate:
         def held_apply(writes: Any, **kwargs: Any) -> Any:
             self.calls.append(len(writes))
             self.entered.set()
-            assert self.open.wait(60), "the gate was never opened"
+            assert self.open.wait(120), "the gate was never opened"
             return apply(writes, **kwargs)
 
         cluster.apply = held_apply
@@ -128,19 +128,19 @@ def test_non_blocking_repair_drops_what_does_not_fit_the_queue(trio: LocalShards
         lagging(farm)
         gate = Gate(farm.clusters[2])
         farm.select(["first"])  # one repair: the background thread takes it and waits at the gate
-        assert gate.entered.wait(60)
+        assert gate.entered.wait(120)
         assert farm.select(["k"], limit=100)["k"]  # the read does not wait for its repairs
         assert farm.repairs == RepairCounts(1 + N, 0, 0, N - 4)  # 4 fit the queue, N - 4 dropped
         assert farm.repairs.queued == 5
         assert not farm.flush_repairs(timeout=0.05)  # still held
         gate.open.set()
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         assert farm.repairs == RepairCounts(1 + N, 5, 0, N - 4)
         assert on_lagging(farm, "first") == 1 and on_lagging(farm) == 4
         assert gate.calls[0] == 1 and sum(gate.calls) == 5
         while on_lagging(farm) < N:  # the dropped ones are found again by the next reads
             farm.select(["k"], limit=100)
-            assert farm.flush_repairs(timeout=60)
+            assert farm.flush_repairs(timeout=120)
         accounted(events, farm.repairs)
         assert farm.repairs.done == 1 + N
 
@@ -151,10 +151,10 @@ def test_non_blocking_repairs_onto_a_replica_that_died_are_counted_failed() -> N
         lagging(farm)
         gate = Gate(farm.clusters[2])
         farm.select(["k"], limit=100)
-        assert gate.entered.wait(60)
+        assert gate.entered.wait(120)
         s.kill(2)
         gate.open.set()
-        assert farm.flush_repairs(timeout=60)
+        assert farm.flush_repairs(timeout=120)
         assert farm.repairs == RepairCounts(N, 0, N, 0)
         failed = events.named("farm.repair_failed")
         assert sum(e.records for e in failed) == N
@@ -162,7 +162,7 @@ def test_non_blocking_repairs_onto_a_replica_that_died_are_counted_failed() -> N
         accounted(events, farm.repairs)
         s.start(2)
         farm.select(["k"], limit=100)
-        assert farm.flush_repairs(timeout=60) and on_lagging(farm) == N
+        assert farm.flush_repairs(timeout=120) and on_lagging(farm) == N
 
 
 @pytest.mark.parametrize(
@@ -181,7 +181,7 @@ def test_instrumentation_adds_up_to_the_counts(trio: LocalShards, prefix: str, r
         for _ in range(3):
             farm.select(keys, limit=100)
             farm.score([KeyMember(k, "only0") for k in keys])
-            assert farm.flush_repairs(timeout=60)
+            assert farm.flush_repairs(timeout=120)
         Walker(farm, batch_size=2).run()  # the walker's repairs are counted the same way
         counts = farm.repairs
         assert counts.requested > 0

@@ -116,7 +116,7 @@ def test_concurrent_appenders_threads_and_processes_never_interleave(tmp_path: P
         for t in threads:
             t.join()
         for p in procs:
-            _, err = p.communicate(timeout=60)
+            _, err = p.communicate(timeout=120)
             assert p.returncode == 0, err
         data = read_all(fj, "j")
         assert fj.end("j") == len(data)
@@ -163,7 +163,7 @@ def test_blocking_reader_sees_appends_of_another_process(tmp_path: Path) -> None
             got += chunk
             if b"<p:49:" in got and got.endswith(b">"):
                 break
-        proc.communicate(timeout=60)
+        proc.communicate(timeout=120)
     assert got.count(b"<p:") == 50
 
 

@@ -237,7 +237,7 @@ def test_reads_follow_a_roll_over_and_appends_of_another_store(tmp_path: Path) -
         writer.create(ndjson("j"))
         for d in data[:200]:
             writer.append("j", d)
-        it: Iterator[tuple[int, bytes]] = reader.read("j", 0, block=True, timeout=0.5)
+        it: Iterator[tuple[int, bytes]] = reader.read("j", 0, block=True, timeout=120)  # ends when all is read
         got = b""
         for _, c in it:
             got += c

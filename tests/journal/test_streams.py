@@ -98,7 +98,7 @@ def test_blocking_reader_sees_later_appends(rj: RedisJournals) -> None:
     for i in range(20):
         rj.append("j", b"%d\n" % i)
     rj.append("j", b"end\n")
-    t.join(30)
+    t.join(120)
     assert bytes(got) == b"".join(b"%d\n" % i for i in range(20)) + b"end\n"
     assert list(rj.read("j", rj.end("j"), block=True, timeout=0.05)) == []
 

@@ -79,7 +79,7 @@ def test_the_mappers_own_modules_are_shipped_by_value(modules: Path) -> None:
     assert ship_by_value(job, None) == ship_by_value(job, None)  # a second sink ships them too (no-op)
     # Loaded in a process that can import neither module (as an executor): the job's code came with it.
     code = "import sys, pickle; job = pickle.loads(sys.stdin.buffer.read()); print(type(job).__name__)"
-    done = subprocess.run([sys.executable, "-c", code], input=cloudpickle.dumps(job), capture_output=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], input=cloudpickle.dumps(job), capture_output=True, timeout=120)
     assert (done.returncode, done.stdout.strip()) == (0, b"Job"), done.stderr.decode()[-2000:]
 
 
@@ -193,7 +193,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(30)
+        proc.wait(120)
 
 
 def test_local_cluster_executor_jvm_killed_mid_batch_exactly_once(shards: LocalShards, tmp_path: Path) -> None:

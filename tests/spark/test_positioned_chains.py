@@ -293,7 +293,7 @@ def test_a_zombie_attempt_saving_after_a_newer_claim_is_fenced_and_never_commits
 
     def stalling(row: dict[str, Any]) -> list[Any]:
         claimed.set()  # the claim is made before the first row is mapped
-        assert resume.wait(60)
+        assert resume.wait(120)
         return derive(row)
 
     raised: list[BaseException] = []
@@ -307,11 +307,11 @@ def test_a_zombie_attempt_saving_after_a_newer_claim_is_fenced_and_never_commits
     thread = threading.Thread(target=zombie)
     thread.start()
     try:
-        assert claimed.wait(60), raised
+        assert claimed.wait(120), raised
         list(env.sink().job.run(batch(rows)))  # the newer attempt: claims, publishes, saves, appends its ACKs
     finally:
         resume.set()
-        thread.join(60)
+        thread.join(120)
     assert len(raised) == 1 and isinstance(raised[0], FencedError), raised
     assert env.committed() == srcs(rows)
     envelopes = env.read(committed=False, acks=True)

@@ -173,7 +173,7 @@ def test_a_spark_stage_driver_sigkilled_mid_batch_publishes_each_message_once_af
             assert time.monotonic() < deadline, "no task reached its hold with counts landed"
             time.sleep(0.02)
         kill_tree(proc.pid)  # the driver, its JVM and the Python workers
-        proc.wait(30)
+        proc.wait(120)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -321,12 +321,12 @@ def test_a_journal_failing_before_its_checkpoint_is_known_is_reported_without_an
             caplog.set_level(logging.ERROR, logger="zcluster.state")
             worker = threading.Thread(target=a.run, args=(stop,), kwargs={"interval": 0.05})
             worker.start()
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             while not any("journal in/1 stays" in r.getMessage() for r in caplog.records):
                 assert time.monotonic() < deadline, "run() logged no failure"
                 time.sleep(0.05)
             stop.set()
-            worker.join(60)
+            worker.join(120)
             (logged,) = {r.getMessage().split(":")[0] for r in caplog.records if "journal in/0 stays" in r.getMessage()}
             assert logged == "journal in/0 stays at its stored checkpoint (its offset could not be read)"
         finally:

@@ -93,6 +93,7 @@ class Flusher(threading.Thread):
         super().__init__(daemon=True)
         self.servers, self.every = servers, every
         self.stop = threading.Event()
+        self.flushed = threading.Event()  # set after the first round: a test waits on it before its calls
         self.flushes = 0
         self.error: BaseException | None = None
 
@@ -103,6 +104,7 @@ class Flusher(threading.Thread):
                 for r in clients:
                     r.script_flush()
                 self.flushes += 1
+                self.flushed.set()
                 self.stop.wait(self.every)
         except BaseException as exc:  # reported by the test
             self.error = exc
@@ -180,7 +182,7 @@ def test_script_flush_between_and_during_increment_calls_keeps_totals_exact(topo
         )
         with c:
             before = noscripts(group.servers)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + WAIT
             for r in range(20):
                 if r % 2:
                     for s in group.servers:
@@ -195,6 +197,7 @@ def test_script_flush_between_and_during_increment_calls_keeps_totals_exact(topo
 
             flusher = Flusher(group.servers)
             flusher.start()
+            assert flusher.flushed.wait(WAIT)  # so the next call surely meets NOSCRIPT, however slow the thread
             try:
                 for r in range(20, 40):
                     window = rounds[r - 1] + rounds[r]
@@ -202,7 +205,7 @@ def test_script_flush_between_and_during_increment_calls_keeps_totals_exact(topo
                     assert applied == len(rounds[r])
             finally:
                 flusher.stop.set()
-                flusher.join(10)
+                flusher.join(WAIT)
             assert flusher.error is None and flusher.flushes > 0
             assert noscripts(group.servers) > between
             everything = [item for items in rounds for item in items]
@@ -213,7 +216,8 @@ def test_script_flush_between_and_during_increment_calls_keeps_totals_exact(topo
 def test_script_flush_during_and_between_consumer_polls_keeps_totals_exact(store: FileJournals) -> None:
     """A consumer applies journals of increments (transactions, rollbacks, duplicates) in small flushes while a
     thread flushes every script cache every few milliseconds. Without retries, a call whose script was flushed
-    again between its reload and its resend fails the poll, and the next poll delivers again everything past
+    again between its reload and its resend fails the poll (the first reload is followed by such a flush in
+    the client itself, so one poll surely fails), and the next poll delivers again everything past
     the journal's checkpoint (the increments of the failed poll's earlier flushes too: fenced). Then the
     caches are flushed between polls, the stored checkpoints are deleted (a lost checkpoint: every message
     is delivered again), and the re-delivery is refused increment by increment by the fences that outlived
@@ -222,11 +226,22 @@ def test_script_flush_during_and_between_consumer_polls_keeps_totals_exact(store
     expected = journal_model(store, names)
     app = f"flush{next(_ids)}"
     with LocalShards(2) as shards, Cluster.from_urls(shards.urls, prefix="fl:") as c:
+        transport, flushed_after_reload = c._transport, threading.Event()
+        reload = transport.load_scripts
+
+        def reload_then_flush(shard: Any) -> None:  # once: a flush lands between a reload and its resend
+            reload(shard)
+            if not flushed_after_reload.is_set():
+                flushed_after_reload.set()
+                shard.client.script_flush()
+
+        transport.load_scripts = reload_then_flush  # type: ignore[method-assign]
         flusher = Flusher(shards.servers)
         consumer = Consumer(c, store, counting, app, flush=6, retries=0)
         flusher.start()
+        assert flusher.flushed.wait(WAIT)  # the first call meets NOSCRIPT and reloads
         failed_polls = 0
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + WAIT
         try:
             while True:
                 try:
@@ -239,7 +254,7 @@ def test_script_flush_during_and_between_consumer_polls_keeps_totals_exact(store
                     assert time.monotonic() < deadline, "the consumer never got through"
         finally:
             flusher.stop.set()
-            flusher.join(10)
+            flusher.join(WAIT)
         assert flusher.error is None and flusher.flushes > 0
         assert noscripts(shards.servers) > 0 and failed_polls > 0
         assert totals(c) == expected
@@ -452,9 +467,14 @@ def test_a_stale_writer_resending_old_increments_late_changes_nothing(shards: Lo
             assert c.increment("w", items).applied_count == len(items)
             with lock:
                 confirmed = r + 1
+            if r % 10 == 9:  # the zombie resent rounds since the last wait: it runs beside the writer, however slow
+                calls, deadline = len(zombie_calls), time.monotonic() + WAIT
+                while len(zombie_calls) == calls and not errors:
+                    assert time.monotonic() < deadline, "the zombie never resent"
+                    time.sleep(0.001)
             time.sleep(0.002)
         stop.set()
-        t.join(30)
+        t.join(WAIT)
         assert not errors, errors
         assert len(zombie_calls) > 3 and sum(zombie_calls) == 0
         late = [item for items in rounds[:40] for item in items]
@@ -481,7 +501,7 @@ def test_an_applier_that_finishes_late_with_a_stale_checkpoint_counts_nothing_tw
         def stalling(message: Any) -> list[Incr | Count]:
             if next(mapped) == 25:  # after a few flushes of 8 increments
                 stalled.set()
-                assert resume.wait(60), "never resumed"
+                assert resume.wait(WAIT), "never resumed"
             return counting(message)
 
         zombie_stats = BatchStats()
@@ -495,7 +515,7 @@ def test_an_applier_that_finishes_late_with_a_stale_checkpoint_counts_nothing_tw
 
         z = threading.Thread(target=run_zombie, daemon=True)
         z.start()
-        assert stalled.wait(60)
+        assert stalled.wait(WAIT)
         assert zombie_stats.applied > 0 and totals(c) != ({}, {})  # it applied its first flushes, then stalled
 
         live = BatchStats()
@@ -509,7 +529,7 @@ def test_an_applier_that_finishes_late_with_a_stale_checkpoint_counts_nothing_tw
         assert totals(c) == expected
 
         resume.set()
-        z.join(60)
+        z.join(WAIT)
         assert not errors, errors
         assert zombie_stats.delivered == live.delivered  # the zombie delivered its whole range...
         assert zombie_stats.applied > 0 and zombie_stats.applied + live.applied == live.increments  # ...once

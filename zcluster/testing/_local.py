@@ -124,7 +124,7 @@ class LocalServer:
             "no",
         ]
 
-    def start(self, timeout: float = 10.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         if self.process is not None and self.process.poll() is None:
             return
         args = [
@@ -193,8 +193,11 @@ class LocalServer:
         finally:
             client.close()
 
-    def stop(self, save: bool = True, timeout: float = 10.0) -> None:
-        """Stop gracefully (SIGTERM). With ``save``, the dataset is written to disk first and comes back."""
+    def stop(self, save: bool = True, timeout: float = 60.0) -> None:
+        """Stop gracefully (SIGTERM). With ``save``, the dataset is written to disk first and comes back.
+
+        ``timeout`` bounds the save and the exit (generous: a loaded machine saves slowly, and a save cut
+        short by it would lose the dataset); only then is the server SIGKILLed."""
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
             return

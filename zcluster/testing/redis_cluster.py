@@ -62,7 +62,7 @@ class LocalRedisCluster(LocalGroup):
         masters: int = 3,
         *,
         binary: str | None = None,
-        timeout: float = 30.0,
+        timeout: float = 120.0,
         replicas: int = 0,
         aof: bool = False,
     ) -> None:
@@ -121,7 +121,8 @@ class LocalRedisCluster(LocalGroup):
     def wait_ok(self, timeout: float = 120.0) -> None:
         """Wait until every live node agrees and every live replica is online; else :class:`ZClusterError`
         after ``timeout`` seconds (generous: a replica's full sync and the nodes' gossip are slow on a loaded
-        machine, and only a broken cluster reaches it).
+        machine, and only a broken cluster reaches it). A node that does not answer in time (busy, loading
+        its data) is asked again, as one that does not agree yet.
 
         Live nodes (masters and replicas not killed or stopped) must all say ``cluster_state:ok``, see the
         same slot map covering all 16384 slots, and list each live replica (a node whose own
@@ -133,25 +134,32 @@ class LocalRedisCluster(LocalGroup):
         deadline = time.monotonic() + timeout
         while True:
             live = [s for s in self._nodes() if s.process is not None]
-            states, maps, views = [], [], []
+            states, maps, views, problems = [], [], [], []
             for s in live:
-                with s.client(socket_timeout=2) as c:
-                    info = c.execute_command("CLUSTER", "INFO").decode()
-                    states.append("cluster_state:ok" in info)
-                    maps.append(sorted((r[0], r[1], r[2][1]) for r in c.execute_command("CLUSTER", "SLOTS")))
-                    views.append(_roles(c.execute_command("CLUSTER", "NODES").decode()))
-            problems = [
-                f"node on port {s.port}: cluster_state not ok" for s, ok in zip(live, states, strict=True) if not ok
-            ]
-            if any(m != maps[0] for m in maps) or sum(r[1] - r[0] + 1 for r in maps[0]) != SLOTS:
-                problems.append("the nodes' slot maps differ or leave slots unassigned")
-            replicas = [s for s, own in zip(live, views, strict=True) if own.get(s.port) is not None]
-            for s in replicas:
-                master = views[live.index(s)][s.port]
-                if any(v.get(s.port) != master for v in views):
-                    problems.append(f"not every node lists port {s.port} as a replica of port {master}")
+                try:  # a node busy on a loaded machine (or still loading its data) is waited for, like the rest
+                    with s.client(socket_timeout=5) as c:
+                        info = c.execute_command("CLUSTER", "INFO").decode()
+                        slots = sorted((r[0], r[1], r[2][1]) for r in c.execute_command("CLUSTER", "SLOTS"))
+                        view = _roles(c.execute_command("CLUSTER", "NODES").decode())
+                except redis.RedisError as exc:
+                    problems.append(f"node on port {s.port}: {exc.__class__.__name__}: {exc}")
+                    continue
+                states.append("cluster_state:ok" in info)
+                maps.append(slots)
+                views.append(view)
             if not problems:
-                problems = replica_problems(replicas, live)
+                problems = [
+                    f"node on port {s.port}: cluster_state not ok" for s, ok in zip(live, states, strict=True) if not ok
+                ]
+                if any(m != maps[0] for m in maps) or sum(r[1] - r[0] + 1 for r in maps[0]) != SLOTS:
+                    problems.append("the nodes' slot maps differ or leave slots unassigned")
+                replicas = [s for s, own in zip(live, views, strict=True) if own.get(s.port) is not None]
+                for s in replicas:
+                    master = views[live.index(s)][s.port]
+                    if any(v.get(s.port) != master for v in views):
+                        problems.append(f"not every node lists port {s.port} as a replica of port {master}")
+                if not problems:
+                    problems = replica_problems(replicas, live)
             if not problems:
                 return
             if time.monotonic() > deadline:
@@ -220,7 +228,7 @@ class LocalRedisCluster(LocalGroup):
                 with s.client() as c:
                     c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", owner)
 
-    def add_master(self, *, cli: bool | None = None, timeout: float = 30.0) -> int:
+    def add_master(self, *, cli: bool | None = None, timeout: float = 120.0) -> int:
         """Start a new cluster node and join it as a master holding no slot; returns its index in ``servers``.
 
         Joined as an operator does, with ``redis-cli --cluster add-node <new> <existing>`` (``cli`` None: when
@@ -245,9 +253,12 @@ class LocalRedisCluster(LocalGroup):
             live = [s for s in self._nodes() if s.process is not None]
             missing = []
             for s in live:
-                with s.client(socket_timeout=2) as c:
-                    if _roles(c.execute_command("CLUSTER", "NODES").decode()).get(node.port, -1) is not None:
-                        missing.append(s.port)
+                try:
+                    with s.client(socket_timeout=5) as c:
+                        if _roles(c.execute_command("CLUSTER", "NODES").decode()).get(node.port, -1) is not None:
+                            missing.append(s.port)
+                except redis.RedisError:  # busy on a loaded machine: asked again
+                    missing.append(s.port)
             if not missing:
                 break
             if time.monotonic() > deadline:

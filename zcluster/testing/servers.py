@@ -33,7 +33,8 @@ class LocalShards(LocalGroup):
     :meth:`replicas_of`. The constructor returns once every replica is online: its ``INFO replication`` says
     ``master_link_status:up``, its master lists it with ``state=online``, ``WAIT`` on its master counts
     it (the master's command stream to it has started), and with ``aof`` it has finished the AOF rewrite a
-    replica runs after each full sync (until then a kill loses what it received); after ``timeout`` seconds it raises
+    replica runs after each full sync (until then a kill loses what it received); after ``timeout`` seconds (an outer
+    bound: a full sync is slow on a loaded machine) it raises
     :class:`ZClusterError` naming the ports. :meth:`wait_replicas` waits the same way later, e.g. after
     starting a killed master or replica again. Nothing is promoted automatically: a replica of a killed
     master stays a read-only replica serving the data it had, and a master started again without its data
@@ -53,7 +54,7 @@ class LocalShards(LocalGroup):
         tls: bool = False,
         replicas: int = 0,
         aof: bool = False,
-        timeout: float = 30.0,
+        timeout: float = 120.0,
     ) -> None:
         super().__init__(binary)
         self._password = password = requirepass(extra)
@@ -71,7 +72,7 @@ class LocalShards(LocalGroup):
             self.close()
             raise
 
-    def wait_replicas(self, timeout: float = 30.0) -> None:
+    def wait_replicas(self, timeout: float = 120.0) -> None:
         """Wait until every running replica is online, as the constructor does; else :class:`ZClusterError`.
 
         A replica whose master is not running never comes online: this then raises after ``timeout``.
