@@ -177,8 +177,9 @@ def zincrby_all(client: Any, items: list[tuple[str, str, float]]) -> None:
         pipe.execute()
 
 
-def server_side(sizes: tuple[int, int], spread: int, hot: int) -> dict[str, Any]:
-    """Per tuple (or increment) instructions of the server for each workload, and the ratios."""
+def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Per tuple (or increment) instructions of the server for each workload (those whose names start with
+    one of ``select``, when given), and the ratios of those counted."""
     from zcluster import Cluster, Incr
 
     out: dict[str, Any] = {}
@@ -209,6 +210,8 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int) -> dict[str, Any]
                 "zincrby/hot": (lambda n, s: lambda: zincrby_all(server.client, increments(n, hot, s)), hot),
             }
             for name, (make, _) in workloads.items():
+                if select and not name.startswith(select):
+                    continue
                 server.client.flushall()
                 make(max(100, sizes[0] // 10), 1)()  # warm-up: the script loaded, first calls done
                 counts: dict[int, int] = {}
@@ -223,14 +226,15 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int) -> dict[str, Any]
             bounded.close()
         finally:
             server.close()
-    ratios = {
-        "script/zadd spread": out["script/spread"]["per_unit"] / out["zadd/spread"]["per_unit"],
-        "script/zadd hot": out["script/hot"]["per_unit"] / out["zadd/hot"]["per_unit"],
-        "delete/zadd spread": out["script-delete/spread"]["per_unit"] / out["zadd/spread"]["per_unit"],
-        "bounded/zadd spread": out["script-bounded/spread"]["per_unit"] / out["zadd/spread"]["per_unit"],
-        "incr/zincrby spread": out["incr/spread"]["per_unit"] / out["zincrby/spread"]["per_unit"],
-        "incr/zincrby hot": out["incr/hot"]["per_unit"] / out["zincrby/hot"]["per_unit"],
+    pairs = {
+        "script/zadd spread": ("script/spread", "zadd/spread"),
+        "script/zadd hot": ("script/hot", "zadd/hot"),
+        "delete/zadd spread": ("script-delete/spread", "zadd/spread"),
+        "bounded/zadd spread": ("script-bounded/spread", "zadd/spread"),
+        "incr/zincrby spread": ("incr/spread", "zincrby/spread"),
+        "incr/zincrby hot": ("incr/hot", "zincrby/hot"),
     }
+    ratios = {name: out[a]["per_unit"] / out[b]["per_unit"] for name, (a, b) in pairs.items() if a in out and b in out}
     return {"workloads": out, "ratios": ratios}
 
 
@@ -419,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spread", type=int, default=10_000, help="keys of the spread shape (server side)")
     ap.add_argument("--hot", type=int, default=100, help="keys of the hot shape (server side)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--select", default="", help="server workloads whose names start with these (comma-separated)")
     args = ap.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
@@ -434,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"counting zcluster from {report['zcluster']}", flush=True)
     if args.only != "client":
         sizes = (5_000, 15_000) if args.quick else (10_000, 30_000)
-        report["server"] = server_side(sizes, args.spread, args.hot)
+        select = tuple(p for p in args.select.split(",") if p)
+        report["server"] = server_side(sizes, args.spread, args.hot, select)
         report["server"]["sizes"] = sizes
     if args.only != "server":
         steps = (150, 600) if args.quick else (500, 2_000)
