@@ -194,12 +194,44 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
                     batch = items[lo : lo + INCR_CALL]
                     plain.increment(source, [(lo + i, Incr(k, m, d)) for i, (k, m, d) in enumerate(batch)])
 
+            def later(setup: Callable[[], Any], run: Callable[[], Any]) -> Callable[[], Any]:
+                setup()  # before the count starts
+                return run
+
+            def tombstones(keys: int) -> list[tuple[str, float, str]]:
+                return [(f"k{i}", 1.0, "gone") for i in range(keys)]
+
+            def raised(items: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
+                return [(k, score + 1, m) for k, score, m in items]
+
             workloads: dict[str, tuple[Callable[[int, int], Callable[[], Any]], int]] = {
                 "script/spread": (lambda n, s: lambda: plain.insert(tuples(n, spread, s)), spread),
                 "zadd/spread": (lambda n, s: lambda: zadd_all(server.client, tuples(n, spread, s)), spread),
                 "script/hot": (lambda n, s: lambda: plain.insert(tuples(n, hot, s)), hot),
                 "zadd/hot": (lambda n, s: lambda: zadd_all(server.client, tuples(n, hot, s)), hot),
-                "script-delete/spread": (lambda n, s: lambda: plain.delete(tuples(n, spread, s)), spread),
+                "script-dirty/spread": (
+                    lambda n, s: later(
+                        lambda: plain.delete(tombstones(spread)), lambda: plain.insert(tuples(n, spread, s))
+                    ),
+                    spread,
+                ),
+                "script-dirty/hot": (
+                    lambda n, s: later(lambda: plain.delete(tombstones(hot)), lambda: plain.insert(tuples(n, hot, s))),
+                    hot,
+                ),
+                "script-delete/spread": (
+                    lambda n, s: later(
+                        lambda: plain.insert(tuples(n, spread, s)), lambda: plain.delete(raised(tuples(n, spread, s)))
+                    ),
+                    spread,
+                ),
+                "script-delete/hot": (
+                    lambda n, s: later(
+                        lambda: plain.insert(tuples(n, hot, s)), lambda: plain.delete(raised(tuples(n, hot, s)))
+                    ),
+                    hot,
+                ),
+                "script-tombstone/spread": (lambda n, s: lambda: plain.delete(tuples(n, spread, s)), spread),
                 "script-bounded/spread": (lambda n, s: lambda: bounded.insert(tuples(n, spread, s)), spread),
                 "incr/spread": (lambda n, s: lambda: incr_all(increments(n, spread * 10, s), f"src{s}"), spread),
                 "zincrby/spread": (
@@ -229,7 +261,11 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
     pairs = {
         "script/zadd spread": ("script/spread", "zadd/spread"),
         "script/zadd hot": ("script/hot", "zadd/hot"),
+        "dirty/zadd spread": ("script-dirty/spread", "zadd/spread"),
+        "dirty/zadd hot": ("script-dirty/hot", "zadd/hot"),
         "delete/zadd spread": ("script-delete/spread", "zadd/spread"),
+        "delete/zadd hot": ("script-delete/hot", "zadd/hot"),
+        "tombstone/zadd spread": ("script-tombstone/spread", "zadd/spread"),
         "bounded/zadd spread": ("script-bounded/spread", "zadd/spread"),
         "incr/zincrby spread": ("incr/spread", "zincrby/spread"),
         "incr/zincrby hot": ("incr/hot", "zincrby/hot"),
