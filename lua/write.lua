@@ -22,9 +22,10 @@
 -- Aggregate keys (lua/incr.lua) keep a hash in K- (sums, and counters made before the one-key layout) or
 -- in K+ (counters: their fences among the totals, no K-). Every path here touches K- (a read, or the
 -- tombstone) before it writes K+, and reads K+ before it writes K-, so a write to such a key fails with
--- WRONGTYPE before it changes anything of it. The one exception: an insert into a set found with no K- (and
+-- WRONGTYPE before it changes anything of it. The exceptions: an insert into a set found with no K- (and
 -- no floor) by EXISTS writes K+ unread; there is no aggregate's K- there, and a K+ of another type (a
--- counters key's hash) refuses the ZADD (or the bound's ZCARD) itself.
+-- counters key's hash) refuses the ZADD (or the bound's ZCARD) itself. Likewise a delete from a set found
+-- with no K+ (and no floor) writes K- unread: no aggregate lacks its K+, and a K- hash refuses the ZADD.
 -- Past a read, a key stays writable in a migrating slot: an insert only adds to K+ and removes from K-,
 -- a delete the reverse, and a floor is only set, so no call empties a key and then writes it again.
 --
