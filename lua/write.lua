@@ -22,9 +22,10 @@
 -- Aggregate keys (lua/incr.lua) keep a hash in K- (sums, and counters made before the one-key layout) or
 -- in K+ (counters: their fences among the totals, no K-). Every path here touches K- (a read, or the
 -- tombstone) before it writes K+, and reads K+ before it writes K-, so a write to such a key fails with
--- WRONGTYPE before it changes anything of it. The one exception: an insert into a set found with no K- (and
+-- WRONGTYPE before it changes anything of it. The exceptions: an insert into a set found with no K- (and
 -- no floor) by EXISTS writes K+ unread; there is no aggregate's K- there, and a K+ of another type (a
--- counters key's hash) refuses the ZADD (or the bound's ZCARD) itself.
+-- counters key's hash) refuses the ZADD (or the bound's ZCARD) itself. Likewise a delete from a set found
+-- with no K+ (and no floor) writes K- unread: no aggregate lacks its K+, and a K- hash refuses the ZADD.
 -- Past a read, a key stays writable in a migrating slot: an insert only adds to K+ and removes from K-,
 -- a delete the reverse, and a floor is only set, so no call empties a key and then writes it again.
 --
@@ -32,44 +33,35 @@
 -- a member still in K+ or K- has never had a newer record forgotten (a newer delete would have removed it
 -- from K+, a newer insert would have replaced its tombstone), so its own record decides.
 --
+-- Declared keys are surveyed first: one EXISTS per block of up to 64 groups over the keys that could make a
+-- tuple of the group stale (K- and the floor for an insert, K+ and the floor for a delete); a group whose
+-- keys all are absent is clean: without a bound each of its tuples is one ZADD GT CH (an insert's of K+, a
+-- delete's of K-), which decides and writes at once, with no record read and no number parsed; with a
+-- bound it skips its record reads. A mixed block is surveyed again in blocks of 8; groups still unknown
+-- read their records. Exact, as no call creates a surveyed key (an insert only writes K+ and removes from
+-- K-, a delete the reverse) but a floor, which only a trim sets: after one the call trusts no survey.
+-- Inline keys are not surveyed: one EXISTS over keys of many slots would be refused as a whole.
+-- One tuple at a time, whatever the group's size: reading a group's records at once (ZMSCORE) and writing
+-- the net changes measured slower, even at hundreds of tuples per set (Lua tables cost about as much as a
+-- command per few entries).
 -- Scores are passed to ZADD as the client's own text: Lua prints numbers with 14 digits, which would
 -- round them. Comparisons use tonumber() of exact texts, so they are exact for every double.
--- Long argument lists go to Redis in slices: unpack() of thousands of values overflows Lua's stack.
+-- No command takes more than a survey block's keys: unpack() of thousands of values overflows Lua's stack.
 local insert = ARGV[1] == "+"
 local bound = tonumber(ARGV[2])
 local floors = ARGV[3] == "1" or ARGV[3] == "K"
 local inline = ARGV[3] == "k" or ARGV[3] == "K"
 local stride = 2
 if floors then stride = 3 end
-local SLICE = 256
--- Up to this many tuples for a set go one at a time through `single`, in order (the same decisions as
--- `grouped`, which decides them in order too): a few commands each beat `grouped`'s dozen tables
--- (measured: 1.4x faster at 2 tuples per set, 1.06x at 8; `grouped` is 1.08x faster at 20).
-local FEW = 12
-local out = {}
+-- Groups per survey block (see the header), and per block of a mixed block's second look.
+local BLOCK, SUB = 64, 8
+local out, nout = {}, 0 -- the verdicts, and how many
+local floorset = false -- a trim set a floor in this call: the survey no longer holds (see the header)
 
 -- Redis answers a missing score or string as false.
 local function num(reply)
   if reply then return tonumber(reply) end
   return false
-end
-
--- cmd key args[lo..] in slices of `width`-aligned runs.
-local function sliced(cmd, key, args, width)
-  local step = SLICE * width
-  for lo = 1, #args, step do
-    redis.call(cmd, key, unpack(args, lo, math.min(lo + step - 1, #args)))
-  end
-end
-
-local function scores(key, members)
-  local res = {}
-  for lo = 1, #members, SLICE do
-    local hi = math.min(lo + SLICE - 1, #members)
-    local reply = redis.call("ZMSCORE", key, unpack(members, lo, hi))
-    for j = lo, hi do res[j] = num(reply[j - lo + 1]) end
-  end
-  return res
 end
 
 -- Remove the lowest entries of `set` beyond the bound (its size is `card`); raise the floor to the highest
@@ -81,6 +73,7 @@ local function trim(set, card, floorkey, floor)
   local top = tonumber(cut[2])
   if not floor or top > floor then
     redis.call("SET", floorkey, cut[2])
+    floorset = true
     floor = top
   end
   return floor, bound
@@ -96,12 +89,15 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
   local adds_exact, rems_exact = true, true
   for j = 0, count - 1 do
     local stext = ARGV[pos + 2 * j]
-    local s = tonumber(stext)
     local m = ARGV[pos + 2 * j + 1]
     local ok = "0"
     if insert then
-      local del = false
-      if not clean then del = num(redis.call("ZSCORE", rems, m)) end
+      -- parsed once a record or the floor needs it: a clean set with room never does
+      local del, s = false, false
+      if not clean then
+        del = num(redis.call("ZSCORE", rems, m))
+        s = tonumber(stext)
+      end
       if not nadds then nadds = redis.call("ZCARD", adds) end
       if del and s <= del then
         ok = "0"
@@ -120,6 +116,7 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
         end
       else
         local ins = num(redis.call("ZSCORE", adds, m))
+        if not s then s = tonumber(stext) end
         if not ((ins and s <= ins) or (floor and s <= floor and not ins and not del)) then
           local full = false
           if not ins then
@@ -132,6 +129,7 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
               -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
               if full and (not floor or s > floor) then
                 redis.call("SET", floorkey, stext)
+                floorset = true
                 floor = s
               end
             end
@@ -151,7 +149,9 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
         end
       end
     else
-      local ins = num(redis.call("ZSCORE", adds, m))
+      local s = tonumber(stext)
+      local ins = false -- a clean delete's K+ is absent (see the header)
+      if not clean then ins = num(redis.call("ZSCORE", adds, m)) end
       local grew = false
       if ins then -- then m is not in K-
         if s >= ins then
@@ -186,130 +186,109 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
         end
       end
     end
-    out[#out + 1] = ok
+    nout = nout + 1
+    out[nout] = ok
   end
 end
 
--- Queue member m's change from score `before` to `now` (false: absent) as a ZADD pair or a ZREM.
-local function net(now, before, text, m, added, removed)
-  if now == before then return end
-  if now then
-    added[#added + 1] = text
-    added[#added + 1] = m
-  else
-    removed[#removed + 1] = m
-  end
-end
-
--- Without a bound nothing depends on set sizes: read every member's two scores at once, decide each tuple
--- in order on those values, then write only the net changes, a few commands per group.
-local function grouped(adds, rems, floor, pos, count)
-  local order, index = {}, {}
-  for j = 0, count - 1 do
-    local m = ARGV[pos + 2 * j + 1]
-    if not index[m] then
-      order[#order + 1] = m
-      index[m] = #order
-    end
-  end
-  local ins0, del0 = scores(adds, order), scores(rems, order)
-  local ins, del, instext, deltext = {}, {}, {}, {}
-  for k = 1, #order do
-    ins[k], del[k] = ins0[k], del0[k]
-  end
-  for j = 0, count - 1 do
-    local stext = ARGV[pos + 2 * j]
-    local s = tonumber(stext)
-    local k = index[ARGV[pos + 2 * j + 1]]
-    local ok = "0"
-    if insert then
-      -- Newer than the member's record (a delete wins ties); without one, newer than the floor.
-      local i, d = ins[k], del[k]
-      if not ((i and s <= i) or (d and s <= d) or (floor and s <= floor and not i and not d)) then
-        ins[k], instext[k], del[k] = s, stext, false
-        ok = "1"
-      end
-    else
-      -- Only a strictly newer insert or an equal-or-newer delete makes a delete stale.
-      if not ((ins[k] and s < ins[k]) or (del[k] and s <= del[k])) then
-        if ins[k] then
-          ins[k] = false
-          ok = "1"
-        end
-        -- At or below the floor a tombstone is redundant: the floor already rejects older inserts.
-        if not (floor and s <= floor) then
-          del[k], deltext[k] = s, stext
-          ok = "1"
-        end
-      end
-    end
-    out[#out + 1] = ok
-  end
-  local add_in, rem_in, add_del, rem_del = {}, {}, {}, {}
-  for k = 1, #order do
-    net(ins[k], ins0[k], instext[k], order[k], add_in, rem_in)
-    net(del[k], del0[k], deltext[k], order[k], add_del, rem_del)
-  end
-  sliced("ZADD", adds, add_in, 2)
-  sliced("ZREM", adds, rem_in, 1)
-  sliced("ZADD", rems, add_del, 2)
-  sliced("ZREM", rems, rem_del, 1)
-end
-
--- One tuple for a set (spread keys; or each of a few, in order): no tables, two or three commands. ZADD GT CH adds a new member or
--- raises its score and says whether it did, so it decides and writes at once where the other set's record
--- (read first) does not decide. A member is never in both sets, so one record read suffices.
+-- One tuple for a set (spread keys; or each of a few, in order): no tables, one to three commands. ZADD GT
+-- CH adds a new member or raises its score and says whether it did, so it decides and writes at once where
+-- the other set's record (read first, unless `clean` says that set and the floor are absent) does not
+-- decide. A member is never in both sets, so one record read suffices. The score's text is parsed only to
+-- compare it with a record or the floor.
 local function single(adds, rems, floor, stext, m, clean)
-  local s = tonumber(stext)
   if insert then
-    local d = false
-    if not clean then d = num(redis.call("ZSCORE", rems, m)) end
-    if d then
-      if s <= d then return "0" end
-      -- Inline keys: K+ must prove local before K- loses the record (see the header).
-      if inline then redis.call("EXISTS", adds) end
-      redis.call("ZREM", rems, m)
-      redis.call("ZADD", adds, stext, m)
-      return "1"
-    end
-    if floor and s <= floor then  -- the floor judges a member without a record: is it in K+?
-      local i = num(redis.call("ZSCORE", adds, m))
-      if not i or s <= i then return "0" end
+    if not clean then
+      local d = num(redis.call("ZSCORE", rems, m))
+      if d then
+        if tonumber(stext) <= d then return "0" end
+        -- Inline keys: K+ must prove local before K- loses the record (see the header).
+        if inline then redis.call("EXISTS", adds) end
+        redis.call("ZREM", rems, m)
+        redis.call("ZADD", adds, stext, m)
+        return "1"
+      end
+      if floor and tonumber(stext) <= floor then -- the floor judges a member without a record: is it in K+?
+        local i = num(redis.call("ZSCORE", adds, m))
+        if not i or tonumber(stext) <= i then return "0" end
+      end
     end
     if redis.call("ZADD", adds, "GT", "CH", stext, m) == 1 then return "1" end
     return "0"
   end
-  local i = num(redis.call("ZSCORE", adds, m))
-  if i then
-    if s < i then return "0" end
-    -- The tombstone first: K- refuses the write before K+ loses m when it is not a 2P-set's (see the header).
-    if not (floor and s <= floor) then
-      redis.call("ZADD", rems, stext, m)
-    else
-      redis.call("ZCARD", rems) -- no tombstone: K- still refuses the write first (see the header)
+  if not clean then
+    local i = num(redis.call("ZSCORE", adds, m))
+    if i then
+      local s = tonumber(stext)
+      if s < i then return "0" end
+      -- The tombstone first: K- refuses the write before K+ loses m when it is not a 2P-set's (see the header).
+      if not (floor and s <= floor) then
+        redis.call("ZADD", rems, stext, m)
+      else
+        redis.call("ZCARD", rems) -- no tombstone: K- still refuses the write first (see the header)
+      end
+      redis.call("ZREM", adds, m)
+      return "1"
     end
-    redis.call("ZREM", adds, m)
-    return "1"
+    -- a tombstone there is redundant: the floor rejects older inserts
+    if floor and tonumber(stext) <= floor then return "0" end
   end
-  if floor and s <= floor then return "0" end  -- a tombstone there is redundant: the floor rejects older inserts
   if redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then return "1" end
   return "0"
 end
 
+-- The survey (see the header): absent[g] true when group g's keys that could make its tuples stale all are
+-- absent, false when all are there; nil when unknown. Groups lo..hi, 1-based, declared keys only.
+local absent = {}
+local function look(lo, hi)
+  local keys, n = {}, 0
+  local other = 2 -- an insert is judged by K-, a delete by K+ (and either by the floor)
+  if not insert then other = 1 end
+  for g = lo, hi do
+    local at = (g - 1) * stride
+    n = n + 1
+    keys[n] = KEYS[at + other]
+    if floors then
+      n = n + 1
+      keys[n] = KEYS[at + 3]
+    end
+  end
+  local found = redis.call("EXISTS", unpack(keys, 1, n))
+  if found == 0 or found == n then
+    for g = lo, hi do absent[g] = found == 0 end
+  end
+  return found == 0 or found == n
+end
+
+local function survey(lo, hi)
+  if look(lo, hi) or hi - lo < SUB then return end
+  for sub = lo, hi, SUB do look(sub, math.min(sub + SUB - 1, hi)) end
+end
+
 -- Applies every group, appending each tuple's verdict once its writes are done.
 local function apply()
-  local pos, base = 4, 0
-  while pos <= #ARGV do
+  local argv, call = ARGV, redis.call
+  local pos, base, g, last = 4, 0, 0, #argv
+  local surveyed = not inline
+  local groups = #KEYS / stride
+  while pos <= last do
+    g = g + 1
     local from, at = KEYS, base -- where this group's keys are
     if inline then
-      from, at = ARGV, pos - 1
+      from, at = argv, pos - 1
       pos = pos + stride
     end
     local adds, rems = from[at + 1], from[at + 2]
-    local count = tonumber(ARGV[pos])
+    -- tonumber() costs as much as a third of a command: a group of spread keys mostly holds one tuple
+    local count = 1
+    if argv[pos] ~= "1" then count = tonumber(argv[pos]) end
     local floorkey, floor, clean = nil, false, false
     if floors then floorkey = from[at + 3] end
-    if insert and (bound > 0 or count <= FEW) and (floors or count > 1) then
+    if surveyed and floorset then surveyed = false end
+    if surveyed and g % BLOCK == 1 then survey(g, math.min(g + BLOCK - 1, groups)) end
+    if surveyed and absent[g] ~= nil then
+      clean = absent[g]
+    elseif insert and (floors or count > 1) then
       -- One EXISTS instead of a tombstone read per tuple (and the floor's GET): a set with neither, the
       -- common case of spread keys, needs only its K+. EXISTS reads no type: an aggregate key's K- (a
       -- hash) exists, so its write takes the reading path and fails with WRONGTYPE as before.
@@ -322,12 +301,25 @@ local function apply()
     if floors and not clean then floor = num(redis.call("GET", floorkey)) end
     if bound > 0 then
       bounded(adds, rems, floorkey, floor, pos + 1, count, clean)
-    elseif count <= FEW then
+    elseif clean then
+      -- No record and no floor to judge by: each tuple is one ZADD GT CH of its own set, in order, however
+      -- many (measured: cheaper than reading a group's scores at once and writing the winners, even at 300
+      -- tuples a set, as Lua tables cost about as much as a command per few entries).
+      local target = rems
+      if insert then target = adds end
       for j = pos + 1, pos + 2 * count, 2 do
-        out[#out + 1] = single(adds, rems, floor, ARGV[j], ARGV[j + 1], clean)
+        nout = nout + 1
+        if call("ZADD", target, "GT", "CH", argv[j], argv[j + 1]) == 1 then
+          out[nout] = "1"
+        else
+          out[nout] = "0"
+        end
       end
     else
-      grouped(adds, rems, floor, pos + 1, count)
+      for j = pos + 1, pos + 2 * count, 2 do
+        nout = nout + 1
+        out[nout] = single(adds, rems, floor, argv[j], argv[j + 1], clean)
+      end
     end
     pos = pos + 1 + 2 * count
     base = base + stride
