@@ -18,8 +18,8 @@ Loaded by ``tests/conftest.py``. Two parts:
   reports both passes together. Under pytest-xdist the summary is the controller's, over every worker's tests.
 * **The schedule under pytest-xdist** (``./run test`` runs ``-n``, see ``run``):
   :func:`pytest_xdist_make_scheduler` hands out whole files (a module's Spark session and the per-worker
-  session servers are started once a file), the files with the most ``slow`` tests first
-  (:func:`_heaviest_files_first`), so the long ones do not start last. The tests that start a local Spark
+  session servers are started once a file), the files with the most ``slow`` tests first, Spark and not
+  Spark in turn (:func:`_heaviest_files_first`), so the long ones do not start last. The tests that start a local Spark
   Connect server (:func:`is_spark_connect`) all go to one worker, one after another, first of all: Spark
   Connect's local server listens on its fixed port, 15002, so two at once on one machine collide.
 """
@@ -154,18 +154,27 @@ def _scope(nodeid: str) -> str:
 
 
 def _heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` by scope (:func:`_scope`): the Spark Connect tests first (they run one after another),
-    then the scopes with the most ``slow`` tests; ties and each scope's own tests in collection order."""
+    """``items`` by scope (:func:`_scope`): the Spark Connect tests first (they run one after another), then
+    the scopes with the most ``slow`` tests, a Spark one and one without Spark in turn, so that the workers
+    do not all start JVMs at once (a Spark test's own waits, as on a Python worker connecting back, give
+    out when four run on two cores among other load) while the tests that mostly wait on servers run
+    beside them. Ties, and each scope's own tests, in collection order."""
     scopes: dict[str, list[pytest.Item]] = {}
     for item in items:
         scopes.setdefault(_scope(item.nodeid), []).append(item)
 
-    def weight(scope: str) -> float:
-        if scope == SPARK_CONNECT:
-            return float("inf")
+    def slow(scope: str) -> int:
         return sum(item.get_closest_marker("slow") is not None for item in scopes[scope])
 
-    return [item for scope in sorted(scopes, key=lambda s: -weight(s)) for item in scopes[scope]]
+    def spark(scope: str) -> bool:
+        return any(item.get_closest_marker("spark") is not None for item in scopes[scope])
+
+    ranked = sorted((s for s in scopes if s != SPARK_CONNECT), key=lambda s: -slow(s))
+    with_spark, without = [s for s in ranked if spark(s)], [s for s in ranked if not spark(s)]
+    order = [SPARK_CONNECT] if SPARK_CONNECT in scopes else []
+    for i in range(max(len(with_spark), len(without))):
+        order += with_spark[i : i + 1] + without[i : i + 1]
+    return [item for scope in order for item in scopes[scope]]
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, called on the controller when it distributes

@@ -70,11 +70,11 @@ def test_spark_tests_and_the_listed_ones_are_slow_and_the_rest_is_not() -> None:
 
 
 class _Item:  # what the schedule reads of a pytest.Item
-    def __init__(self, nodeid: str, slow: bool = False) -> None:
-        self.nodeid, self.slow = nodeid, slow
+    def __init__(self, nodeid: str, *marks: str) -> None:
+        self.nodeid, self.marks = nodeid, marks
 
     def get_closest_marker(self, name: str) -> object:
-        return pytest.mark.slow if name == "slow" and self.slow else None
+        return getattr(pytest.mark, name) if name in self.marks else None
 
 
 def test_whole_files_go_out_heaviest_first_and_the_spark_connect_tests_together_before_all() -> None:
@@ -82,20 +82,27 @@ def test_whole_files_go_out_heaviest_first_and_the_spark_connect_tests_together_
     assert _scope("tests/spark/test_connect.py::test_exactly_once_on_spark_connect") == SPARK_CONNECT
     assert _scope("tests/spark/test_spark_faults.py::test_driver_killed[connect]") == SPARK_CONNECT
     assert _scope("tests/cluster/test_api.py::test_connect_refused") == "tests/cluster/test_api.py"  # no Spark
+    spark = ("spark", "slow")
     items = [
         _Item("tests/a.py::test_1"),
-        _Item("tests/b.py::test_1", slow=True),
-        _Item("tests/spark/c.py::test_1", slow=True),
-        _Item("tests/spark/c.py::test_on_connect", slow=True),
-        _Item("tests/spark/c.py::test_2", slow=True),
+        _Item("tests/b.py::test_1", "slow"),
+        _Item("tests/spark/c.py::test_1", *spark),
+        _Item("tests/spark/c.py::test_on_connect", *spark),
+        _Item("tests/spark/c.py::test_2", *spark),
+        _Item("tests/spark/d.py::test_1", *spark),
+        _Item("tests/spark/e.py::test_1", *spark),
+        _Item("tests/spark/e.py::test_2", *spark),
         _Item("tests/a.py::test_2"),
     ]
     order = [i.nodeid for i in _heaviest_files_first(items)]  # type: ignore[arg-type]
-    assert order == [
+    assert order == [  # Spark Connect's, then the most slow tests first, Spark and not Spark in turn
         "tests/spark/c.py::test_on_connect",
         "tests/spark/c.py::test_1",
         "tests/spark/c.py::test_2",
         "tests/b.py::test_1",
+        "tests/spark/e.py::test_1",
+        "tests/spark/e.py::test_2",
         "tests/a.py::test_1",
         "tests/a.py::test_2",
+        "tests/spark/d.py::test_1",
     ]
