@@ -15,7 +15,13 @@ Loaded by ``tests/conftest.py``. Two parts:
   twofold. ``./run test`` adds ``--durations=25`` (the 25 slowest phases). The only guard that fails a test
   on time is pytest-timeout's per-test ``timeout`` (against a hang). Under ``./run test`` the run's time is
   counted from the start of its first pass (``ZCLUSTER_TEST_STARTED``, epoch seconds), so the Valkey pass
-  reports both passes together.
+  reports both passes together. Under pytest-xdist the summary is the controller's, over every worker's tests.
+* **The schedule under pytest-xdist** (``./run test`` runs ``-n``, see ``run``):
+  :func:`pytest_xdist_make_scheduler` hands out whole files (a module's Spark session and the per-worker
+  session servers are started once a file), the files with the most ``slow`` tests first, Spark and not
+  Spark in turn (:func:`_heaviest_files_first`), so the long ones do not start last. The tests that start a local Spark
+  Connect server (:func:`is_spark_connect`) all go to one worker, one after another, first of all: Spark
+  Connect's local server listens on its fixed port, 15002, so two at once on one machine collide.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,7 +121,7 @@ def _check_slow_list() -> None:
         raise pytest.UsageError(f"tests/budget.py: SLOW names tests that do not exist: {stale}")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_slow_list()
     for item in items:
         file = Path(item.path).resolve()
@@ -127,6 +134,63 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or f"{path}::{function}" in SLOW
         ):
             item.add_marker(pytest.mark.slow)
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller hands out work in this order
+        items[:] = _heaviest_files_first(items)
+
+
+SPARK_CONNECT = "spark-connect"
+"""The scope (:func:`pytest_xdist_make_scheduler`) of the tests that start a Spark Connect server."""
+
+
+def is_spark_connect(nodeid: str) -> bool:
+    """Whether the test starts a local Spark Connect server: a test under ``tests/spark/`` whose name says
+    ``connect`` (every such test is named so; one that is not would collide with another on port 15002)."""
+    path, _, name = nodeid.partition("::")
+    return path.startswith("tests/spark/") and "connect" in name.lower()
+
+
+def _scope(nodeid: str) -> str:
+    return SPARK_CONNECT if is_spark_connect(nodeid) else nodeid.partition("::")[0]
+
+
+def _heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` by scope (:func:`_scope`): the Spark Connect tests first (they run one after another), then
+    the scopes with the most ``slow`` tests, a Spark one and one without Spark in turn, so that the workers
+    do not all start JVMs at once (a Spark test's own waits, as on a Python worker connecting back, give
+    out when four run on two cores among other load) while the tests that mostly wait on servers run
+    beside them. Ties, and each scope's own tests, in collection order."""
+    scopes: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        scopes.setdefault(_scope(item.nodeid), []).append(item)
+
+    def slow(scope: str) -> int:
+        return sum(item.get_closest_marker("slow") is not None for item in scopes[scope])
+
+    def spark(scope: str) -> bool:
+        return any(item.get_closest_marker("spark") is not None for item in scopes[scope])
+
+    ranked = sorted((s for s in scopes if s != SPARK_CONNECT), key=lambda s: -slow(s))
+    with_spark, without = [s for s in ranked if spark(s)], [s for s in ranked if not spark(s)]
+    order = [SPARK_CONNECT] if SPARK_CONNECT in scopes else []
+    for i in range(max(len(with_spark), len(without))):
+        order += with_spark[i : i + 1] + without[i : i + 1]
+    return [item for scope in order for item in scopes[scope]]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, called on the controller when it distributes
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole scopes (:func:`_scope`: a file, or every Spark Connect test) to a worker at a time, in the
+    workers' collection order (:func:`_heaviest_files_first`), whatever ``--dist`` says but ``each``."""
+    if config.getoption("dist") == "each":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order above, not xdist's most-tests-first
+    return ByFile(config, log)
 
 
 _started = time.time()

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from budget import budget_warnings
+import pytest
+from budget import SPARK_CONNECT, _heaviest_files_first, _scope, budget_warnings
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -21,6 +22,17 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_run_over_both_budgets_warns_passes_and_ends_with_pytests_summary_line(tmp_path: Path) -> None:
     done = _pytest(tmp_path, "-o", "budget_test_seconds=0", "-o", "budget_run_minutes=0", "--durations=5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert re.fullmatch(r"1 passed in [0-9.]+s", lines[-1]), lines[-3:]
+    assert any(line.startswith("WARNING: test_inner.py::test_passes took") for line in lines)
+    assert any(line.startswith("WARNING: the run took") for line in lines)
+    assert any(line.startswith("budget: this pytest run took") for line in lines)
+    assert any("slowest 5 durations" in line for line in lines)
+
+
+def test_under_xdist_the_controller_prints_the_budget_and_the_slowest_phases(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, "-n", "2", "-o", "budget_test_seconds=0", "-o", "budget_run_minutes=0", "--durations=5")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     assert re.fullmatch(r"1 passed in [0-9.]+s", lines[-1]), lines[-3:]
@@ -55,3 +67,42 @@ def test_spark_tests_and_the_listed_ones_are_slow_and_the_rest_is_not() -> None:
     fast, slow = ids("not slow"), ids("slow")
     assert fast and slow and all("test_failover.py::test_a_bad_" in i or "test_failover_timeout_" in i for i in fast)
     assert any("tests/spark/test_reader.py::" in i for i in slow) and any("test_soak.py::" in i for i in slow)
+
+
+class _Item:  # what the schedule reads of a pytest.Item
+    def __init__(self, nodeid: str, *marks: str) -> None:
+        self.nodeid, self.marks = nodeid, marks
+
+    def get_closest_marker(self, name: str) -> object:
+        return getattr(pytest.mark, name) if name in self.marks else None
+
+
+def test_whole_files_go_out_heaviest_first_and_the_spark_connect_tests_together_before_all() -> None:
+    assert _scope("tests/spark/test_sink.py::test_a[x]") == "tests/spark/test_sink.py"
+    assert _scope("tests/spark/test_connect.py::test_exactly_once_on_spark_connect") == SPARK_CONNECT
+    assert _scope("tests/spark/test_spark_faults.py::test_driver_killed[connect]") == SPARK_CONNECT
+    assert _scope("tests/cluster/test_api.py::test_connect_refused") == "tests/cluster/test_api.py"  # no Spark
+    spark = ("spark", "slow")
+    items = [
+        _Item("tests/a.py::test_1"),
+        _Item("tests/b.py::test_1", "slow"),
+        _Item("tests/spark/c.py::test_1", *spark),
+        _Item("tests/spark/c.py::test_on_connect", *spark),
+        _Item("tests/spark/c.py::test_2", *spark),
+        _Item("tests/spark/d.py::test_1", *spark),
+        _Item("tests/spark/e.py::test_1", *spark),
+        _Item("tests/spark/e.py::test_2", *spark),
+        _Item("tests/a.py::test_2"),
+    ]
+    order = [i.nodeid for i in _heaviest_files_first(items)]  # type: ignore[arg-type]
+    assert order == [  # Spark Connect's, then the most slow tests first, Spark and not Spark in turn
+        "tests/spark/c.py::test_on_connect",
+        "tests/spark/c.py::test_1",
+        "tests/spark/c.py::test_2",
+        "tests/b.py::test_1",
+        "tests/spark/e.py::test_1",
+        "tests/spark/e.py::test_2",
+        "tests/a.py::test_1",
+        "tests/a.py::test_2",
+        "tests/spark/d.py::test_1",
+    ]

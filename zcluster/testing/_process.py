@@ -57,6 +57,28 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port`` (from Linux's ``/proc``; True where
+    there is no ``/proc/net/tcp`` to tell)."""
+    if not os.path.exists("/proc/net/tcp"):
+        return True
+    inodes = set()
+    with contextlib.suppress(OSError):  # the process ended: it holds nothing
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[len("socket:[") : -1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:  # sl local_address rem_address st ... inode
+                fields = line.split()
+                listening = fields[3] == "0A"  # TCP_LISTEN
+                if listening and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                    return True
+    return False
+
+
 def cmdline(pid: int) -> str:
     """The command line of process ``pid``, its arguments joined by spaces; "" once it has ended."""
     try:

@@ -70,10 +70,10 @@ class LocalRedisCluster(LocalGroup):
         self._aof = aof
         try:
             for _ in range(masters):
-                self._new_server(_NODE_OPTIONS, aof=aof).start()
+                self._new_server(_NODE_OPTIONS, aof=aof)
             for i in range(masters):
                 for _ in range(replicas):
-                    self._new_server(_NODE_OPTIONS, aof=aof, replica_of=i).start()
+                    self._new_server(_NODE_OPTIONS, aof=aof, replica_of=i)
             self._form(timeout)
         except BaseException:
             self.close()
@@ -241,7 +241,6 @@ class LocalRedisCluster(LocalGroup):
         if seed is None:
             raise ZClusterError("no master of the Redis Cluster is running")
         node = self._new_server(_NODE_OPTIONS, aof=self._aof)
-        node.start()
         tool = _cli_for(cli)
         if tool is None:
             with node.client() as c:

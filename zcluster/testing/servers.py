@@ -61,12 +61,12 @@ class LocalShards(LocalGroup):
         try:
             self.tls = TlsFiles.generate(self.root / "tls") if tls else None
             for _ in range(n):
-                self._new_server(extra, self.tls, aof=aof).start()
+                self._new_server(extra, self.tls, aof=aof)
             link = [*(("--masterauth", password) if password else ()), *(("--tls-replication", "yes") if tls else ())]
             for i, master in enumerate(list(self.servers)):
                 for _ in range(replicas):
                     options = [*extra, *link, "--replicaof", "127.0.0.1", str(master.port)]
-                    self._new_server(options, self.tls, aof=aof, replica_of=i).start()
+                    self._new_server(options, self.tls, aof=aof, replica_of=i)
             self.wait_replicas(timeout)
         except BaseException:
             self.close()
