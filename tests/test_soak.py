@@ -68,6 +68,8 @@ def test_a_week_in_a_minute(tmp_path: Path) -> None:
         "malloc_free_mb",
     ]
     mine = [row for row in rss["series"] if row[1] == longest["pid"] and row[0] >= longest["start_at"]]
-    assert len(mine) >= 15 and all(row[2] > row[3] > 0 for row in mine), mine[:5]
+    # A sample taken before the new worker first wrote its status has no heap yet (a loaded machine's start).
+    heaps = [row for row in mine if row[3] is not None]
+    assert len(mine) >= 15 and len(heaps) >= 10 and all(row[2] > row[3] > 0 for row in heaps), mine[:5]
     assert longest["slope_mb_per_hour"] is not None
     assert (tmp_path / "soak-40s.png").stat().st_size > 0
