@@ -20,19 +20,12 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_a_run_over_both_budgets_warns_passes_and_ends_with_pytests_summary_line(tmp_path: Path) -> None:
-    done = _pytest(tmp_path, "-o", "budget_test_seconds=0", "-o", "budget_run_minutes=0", "--durations=5")
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    assert re.fullmatch(r"1 passed in [0-9.]+s", lines[-1]), lines[-3:]
-    assert any(line.startswith("WARNING: test_inner.py::test_passes took") for line in lines)
-    assert any(line.startswith("WARNING: the run took") for line in lines)
-    assert any(line.startswith("budget: this pytest run took") for line in lines)
-    assert any("slowest 5 durations" in line for line in lines)
-
-
-def test_under_xdist_the_controller_prints_the_budget_and_the_slowest_phases(tmp_path: Path) -> None:
-    done = _pytest(tmp_path, "-n", "2", "-o", "budget_test_seconds=0", "-o", "budget_run_minutes=0", "--durations=5")
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_run_over_both_budgets_warns_passes_and_ends_with_pytests_summary_line(
+    tmp_path: Path, workers: list[str]
+) -> None:
+    """In one process and under xdist (there the controller prints the budget and the slowest phases)."""
+    done = _pytest(tmp_path, *workers, "-o", "budget_test_seconds=0", "-o", "budget_run_minutes=0", "--durations=5")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     assert re.fullmatch(r"1 passed in [0-9.]+s", lines[-1]), lines[-3:]
