@@ -6,6 +6,12 @@ worker ends), so what the suite's processes put under the temporary directory by
 alone: the Spark home :func:`zcluster.spark.local_session` links there, and with it the ``work`` directory
 where ``local-cluster`` executors run and log (by application id, which two standalone masters started in
 the same second give alike).
+
+Every JVM the suite starts (Spark sessions, Spark Connect servers, drivers run as processes, ``local-cluster``
+executors) runs with the client compiler only and the serial collector (``JAVA_TOOL_OPTIONS``, unless set):
+they live seconds to a minute, and C2's compiler threads and G1's workers cost more CPU than they save on two
+cores (measured, CPU time of the process tree: ``tests/spark/test_sink.py`` 138 -> 104 s, a Spark Connect run
+55 -> 34 s). Library code never sets this: a long-lived job wants C2.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ pytest_plugins = ["zcluster.testing.plugin", "budget"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     worker = getattr(config, "workerinput", {}).get("workerid")
     if worker is None:
         return
