@@ -69,17 +69,10 @@ SLOW: dict[str, str] = {
     "tests/state/test_increments_faults.py::test_increment_calls_with_resends_through_sigkills_and_aof_restarts_count_each_position_once": (  # noqa: E501
         "repeated SIGKILLs and AOF restarts"
     ),
-    # Migration kill sweeps: the mover killed at every kill point, then resumed.
+    # Migration kill sweeps (also in SWEEPS): the mover killed at every kill point, then resumed.
     "tests/cluster/test_migration.py::test_the_mover_killed_at_random_points_and_in_its_cut_over_resumes_and_loses_nothing": (  # noqa: E501
         "a kill sweep"
     ),
-    "tests/cluster/test_migration.py::test_the_mover_killed_among_its_cut_overs_last_writes_finishes_them_when_run_again": (  # noqa: E501
-        "a kill sweep"
-    ),
-    "tests/cluster/test_migration_resume.py::test_the_mover_killed_after_each_marker_write_or_in_its_clean_up_resumes_and_loses_nothing": (  # noqa: E501
-        "a kill sweep"
-    ),
-    "tests/cluster/test_migration_interleavings.py": "movers paused, killed and taken over under load",
     "tests/cluster/test_migration_fence.py": "movers paused and taken over",
     # Chain fault runs: the shard holding the state SIGKILLed between and inside transactions.
     "tests/state/test_chains.py::test_the_shard_holding_the_state_sigkilled_between_and_inside_transactions": (
@@ -102,7 +95,23 @@ SLOW: dict[str, str] = {
     "tests/test_soak.py": "the soak: a week of traffic in a minute",
     "tests/test_wheel.py": "builds and installs the wheel in a fresh environment",
 }
-"""Slow tests besides the ``spark``-marked ones: a file, or ``file::test`` (every parametrization), with why."""
+"""Slow tests besides the ``spark``-marked ones and :data:`SWEEPS`: a file, or ``file::test`` (every
+parametrization), with why."""
+
+SWEEPS: dict[str, str] = {
+    "tests/cluster/test_migration.py::test_the_mover_killed_among_its_cut_overs_last_writes_finishes_them_when_run_again": (  # noqa: E501
+        "the mover killed at each of its cut-over's last writes"
+    ),
+    "tests/cluster/test_migration_resume.py::test_the_mover_killed_after_each_marker_write_or_in_its_clean_up_resumes_and_loses_nothing": (  # noqa: E501
+        "the mover killed after each marker write, for four kinds of target"
+    ),
+    "tests/cluster/test_migration_interleavings.py": "movers paused, killed and taken over in many interleavings",
+}
+"""Kill and interleaving sweeps, marked ``sweep`` (and ``slow``): one protocol of zcluster's own run again at
+each of its kill points or interleavings. ``./run test``'s Valkey pass leaves them out (``-m "not sweep"``):
+what could differ on another server is the commands a sweep sends, and the tier's other tests send those
+(a migration killed and resumed: ``test_migration.py``'s random kill points; movers fenced:
+``test_migration_fence.py``), while the sweep's repetitions test the client's protocol, which is the same on both."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -112,7 +121,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _check_slow_list() -> None:
     stale = []
-    for entry in SLOW:
+    for entry in [*SLOW, *SWEEPS]:
         path, _, name = entry.partition("::")
         file = REPO / path
         if not file.is_file() or (name and f"def {name}(" not in file.read_text()):
@@ -132,8 +141,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or "spark" in getattr(item, "fixturenames", ())
             or path in SLOW
             or f"{path}::{function}" in SLOW
+            or path in SWEEPS
+            or f"{path}::{function}" in SWEEPS
         ):
             item.add_marker(pytest.mark.slow)
+        if path in SWEEPS or f"{path}::{function}" in SWEEPS:
+            item.add_marker(pytest.mark.sweep)
     if hasattr(config, "workerinput"):  # an xdist worker: the controller hands out work in this order
         items[:] = _heaviest_files_first(items)
 
