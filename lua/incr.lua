@@ -25,7 +25,8 @@
 -- (applied before: a resend, a replay, a zombie), "k" the key is of another kind (nothing of its group
 -- applied; at or below the fence too, where no total's command tells the kind, so TYPE does), "o" the total would overflow (counters) or stop being a finite number (sums): not applied, and
 -- "s" after an "o" of its group: not sent to the server's totals, so that no later increment of a source
--- is ever applied before an earlier one. The fence always ends at the last increment applied. Any other
+-- is ever applied before an earlier one. The fence always ends at the last increment applied; a group with a
+-- "0" and nothing applied writes its fence again as it is (see below: a write, for the caller's WAIT). Any other
 -- error of a total's command (NOREPLICAS, OOM: refused at a script's first write, so before anything was
 -- written) fails the whole call, which the client resends.
 local sums = ARGV[1] == "s"
@@ -50,7 +51,7 @@ local function fence_in(totals, fences, source)
     return "other"
   end
   local c, m, j, n = string.match(f, "^(%d+):(%d+):(%d+):?(%d*)$")
-  return "mine", tonumber(c), tonumber(m), tonumber(j), tonumber(n) or 0
+  return "mine", tonumber(c), tonumber(m), tonumber(j), tonumber(n) or 0, f
 end
 
 local function fence_of(totals, fences, source)
@@ -60,7 +61,7 @@ local function fence_of(totals, fences, source)
   if type(f) == "table" and f.err then return totals, field, "other" end -- a sorted set: sums or a 2P-set
   if f then
     local c, m, j, n = string.match(f, "^(%d+):(%d+):(%d+):(%d+)$")
-    return totals, field, "mine", tonumber(c), tonumber(m), tonumber(j), tonumber(n)
+    return totals, field, "mine", tonumber(c), tonumber(m), tonumber(j), tonumber(n), f
   end
   -- A K- beside a hash K+ without this source's fence: the two-key layout (or a 2P-set's tombstones, which
   -- fence_in's HGET refuses: WRONGTYPE).
@@ -75,12 +76,13 @@ while pos <= #ARGV do
   local totals, fences = KEYS[2 * g + 1], KEYS[2 * g + 2]
   local source, n = ARGV[pos], tonumber(ARGV[pos + 1])
   local first, last = pos + 2, pos + 1 + 5 * n
-  local at, field, k, fc, fm, fj, fn = fence_of(totals, fences, source)
+  -- held: the fence as stored (when there is one), written again as it is below
+  local at, field, k, fc, fm, fj, fn, held = fence_of(totals, fences, source)
   if k == "other" then
     for _ = 1, n do out[#out + 1] = "k" end
   else
     -- A fence found in K+ proved it a hash: a counters key (a sums key's fences need TYPE, below).
-    local moved, failed, checked = false, false, at == totals and fc >= 0
+    local moved, failed, checked, fenced = false, false, at == totals and fc >= 0, false
     for i = first, last, 5 do
       if failed then
         out[#out + 1] = "s"
@@ -98,6 +100,7 @@ while pos <= #ARGV do
             end
           end
           out[#out + 1] = "0"
+          fenced = true
         else
           local r
           if sums then
@@ -121,6 +124,7 @@ while pos <= #ARGV do
             -- The other kind of aggregate (the group's first total command: nothing of it was applied).
             for _ = #out - (i - first) / 5 + 1, #out do out[_] = "k" end
             for _ = i, last, 5 do out[#out + 1] = "k" end
+            fenced = false
             break
           elseif type(r) == "table" and r.err then
             if not (string.find(r.err, "overflow", 1, true) or string.find(r.err, "not a number", 1, true)) then
@@ -144,6 +148,12 @@ while pos <= #ARGV do
         redis.call("EXPIRE", totals, ttl)
         if at == fences then redis.call("EXPIRE", fences, ttl) end
       end
+    elseif fenced then
+      -- Found at or below the fence: applied before, maybe by a call whose WAIT fell short, on another
+      -- connection (a reconnect, a retried task). On Valkey this call's WAIT covers only its connection's
+      -- writes: the fence written again as it is (a write, so replicated after that call's) makes it cover
+      -- those too, so the resend is confirmed only once the replicas hold what it found applied.
+      redis.call("HSET", at, field, held)
     end
   end
   pos = last + 1

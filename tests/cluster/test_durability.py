@@ -19,12 +19,15 @@ from zcluster import (
     Cluster,
     ClusterConfig,
     ConfigError,
+    Count,
     Delete,
     Durability,
     DurabilityError,
+    Incr,
     Insert,
     KeyScoreMember,
     PartialWriteError,
+    ShardFailure,
 )
 from zcluster._keys import KeyLayout
 from zcluster._retry import retrying
@@ -200,6 +203,43 @@ def test_the_wait_runs_on_the_connection_that_wrote() -> None:
             os.kill(replica.process.pid, signal.SIGCONT)
         assert c.insert([KSM("k", 2.0, "m")]).ok
         assert on(replica, "zc:", ["k"])["k"] == [KSM("k", 2.0, "m")]
+
+
+def test_increments_found_at_their_fences_are_confirmed_only_once_the_replica_holds_them() -> None:
+    """Increments applied on the master by a call whose WAIT fell short (the replica stopped), then resent on
+    another connection (a reconnect after a dropped connection, a redis-py retry, a pool's other connection):
+    the script finds them at their fences ("0": applied before) and used to write nothing, so the WAIT on the
+    resending connection covered none of the first call's writes and said 1 at once on Valkey (Redis 7.0
+    advances a connection's offset on any command): confirmed, though the replica held nothing of them (a
+    failover then would lose them, past the checkpoint that trusted the call). The script now writes the
+    fence again as it is, so that WAIT covers the first call's writes: unconfirmed while the replica is
+    stopped, confirmed once it holds them. Sums (fences in K-) and counters (fences in K+) alike."""
+    items = [(1, Count("ev", "f", 2)), (1, Incr("pts", "m", 0.5))]
+    with LocalShards(1, replicas=1) as s, Cluster.from_urls(s.urls, prefix="d:", durability=SHORT) as c:
+        sure = c.view("d:", durability=ONE)
+        assert sure.increment("src", [(0, Count("ev", "f", 1)), (0, Incr("pts", "m", 1.0))]).ok
+        replica = s.replicas_of(0)[0]
+        assert replica.process is not None
+        os.kill(replica.process.pid, signal.SIGSTOP)
+        try:
+            first = c.increment("src", items, raise_on_error=False)
+            assert first.failed_indices == [0, 1] and _short(first.failures)
+            c._transport.topology.shards[0].client.connection_pool.disconnect()  # the resend: a new connection
+            resent = c.increment("src", items, raise_on_error=False)
+            assert not any(resent.applied)  # at their fences: applied by the first call
+            assert resent.failed_indices == [0, 1] and _short(resent.failures)  # not confirmed: not replicated
+        finally:
+            os.kill(replica.process.pid, signal.SIGCONT)
+        resent = sure.increment("src", items)
+        assert resent.ok and not any(resent.applied)
+        with Cluster.from_urls([replica.url], prefix="d:") as r:  # what the replica alone holds
+            assert r.counters(["ev"])["ev"] == {"f": 3}
+            assert r.select(["pts"])["pts"] == [KSM("pts", 1.5, "m")]
+
+
+def _short(failures: list[ShardFailure]) -> bool:
+    """Every failure a shortfall of the replica's acknowledgement."""
+    return all(isinstance(f.error, DurabilityError) and f.error.replicas == 0 for f in failures)
 
 
 def test_a_view_asks_for_durability_its_cluster_does_not() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -192,6 +193,10 @@ def test_increments_during_a_slot_migration_count_once() -> None:
 
         t = threading.Thread(target=writer)
         t.start()
+        deadline = time.monotonic() + 120
+        while not rounds and not errors:  # every key exists before the migration lists the slot's keys
+            assert time.monotonic() < deadline, "the writer never finished its first round"
+            time.sleep(0.005)
         moved = rc.migrate_slot(slot, dst, batch=5, pause=0.05)
         stop.set()
         t.join(120)

@@ -612,4 +612,6 @@ def test_a_consumer_counts_increments_once_through_a_master_kill_and_failover(st
             assert consumer.poll().delivered == 0
         assert totals(c) == expected
         assert f"127.0.0.1:{heir.port}" in c.shards  # the failover happened under the consumer
+        with heir.client() as r:  # and the killed node came back as its replica, never over it
+            assert r.info("replication")["role"] == "master"
         assert len(stats) >= 2 and stats[-1].applied < stats[-1].increments  # the crash's replay: partly fenced

@@ -10,7 +10,7 @@ import redis
 
 from zcluster import TlsUnsupported
 from zcluster.errors import ZClusterError
-from zcluster.testing import LocalRedisCluster, LocalServer, LocalShards
+from zcluster.testing import LocalRedisCluster, LocalServer, LocalShards, redis_cluster
 
 ACKED_MS = 120_000  # WAIT's bound: it returns once the replicas acknowledged, a loaded machine took over 1 s
 
@@ -180,3 +180,63 @@ def test_a_redis_cluster_replica_takes_over_a_killed_master() -> None:
         with rc.servers[0].client() as c:
             info = c.info("replication")
             assert info["role"] == "slave" and info["master_port"] == replica.port
+
+
+@pytest.mark.parametrize("above", [1, 0], ids=["saved-epoch-above", "saved-epoch-tied"])
+def test_a_killed_master_is_not_started_over_a_successor_whose_epoch_is_not_above_its_saved_one(above: int) -> None:
+    """What a CI run met: a master killed, its replica promoted, and the master (no persistence: it comes back
+    empty) started again with a saved config epoch at or above its successor's. Redis Cluster gives it its
+    slots back (higher epoch; a tie goes to the lower node id) and the successor resyncs from it: every key of
+    the shard lost. A master's saved epoch ends above the one its replica is promoted with when it bumped it
+    (settling a collision) just before it died, unheard; here its nodes.conf is given that epoch. ``start``
+    refuses, and the shard keeps its data on the promoted replica. (Before, the node started and took the slots
+    back: the shard came out empty; with the tie, whenever the killed node's id was the lower.)"""
+    with LocalRedisCluster(3, replicas=1) as rc:
+        (heir,) = rc.replicas_of(0)
+        with rc.servers[0].client() as m:
+            keys = [f"{{06S}}k{i}" for i in range(100)]  # hash slot 0: master 0's
+            m.mset(dict.fromkeys(keys, "v"))
+            assert m.execute_command("WAIT", 1, ACKED_MS) == 1
+        rc.kill(0)
+        rc.wait_ok(rc.FAILOVER_WAIT)  # the replica promoted, every live node agrees
+        with heir.client() as r:
+            epoch = int(r.execute_command("CLUSTER", "INFO").decode().split("cluster_my_epoch:")[1].split()[0])
+        conf = rc.servers[0].directory / "nodes.conf"
+        rows = [line.split(" ") for line in conf.read_text().splitlines()]
+        for row in rows:
+            if len(row) > 8 and "myself" in row[2]:
+                assert int(row[6]) < epoch  # as the failover left it: below the successor's
+                row[6] = str(epoch + above)
+            elif row[0] == "vars":
+                row[row.index("currentEpoch") + 1] = str(epoch + above)
+        conf.write_text("\n".join(" ".join(row) for row in rows) + "\n")
+
+        with pytest.raises(ZClusterError, match=f"claims slot 0 with config epoch {epoch + above}.*epoch {epoch};"):
+            rc.start(0)
+        assert rc.servers[0].process is None  # nothing started
+        rc.wait_ok()
+        with heir.client() as r:
+            assert r.info("replication")["role"] == "master"
+            assert r.exists(*keys) == len(keys)
+
+
+def test_wait_ok_returns_once_a_config_epoch_collision_is_settled() -> None:
+    """A node joins as a master carrying the config epoch of one already there (``CLUSTER SET-CONFIG-EPOCH``
+    before its ``MEET``): Redis settles the collision by bumping one of them at their first gossip, and
+    ``wait_ok`` returns only after that, when every node sees every master's epoch alike and no two alike.
+    (Settled epochs are what keep a later failover from promoting a replica with the epoch its dead master
+    saved: see the test above.)"""
+    with LocalRedisCluster(3) as rc:
+        with rc.servers[1].client() as c:
+            taken = int(c.execute_command("CLUSTER", "INFO").decode().split("cluster_my_epoch:")[1].split()[0])
+        node = rc._new_server(redis_cluster._NODE_OPTIONS)
+        with node.client() as c:
+            c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", taken)
+            c.execute_command("CLUSTER", "MEET", "127.0.0.1", rc.servers[0].port)
+        rc.wait_ok()
+        views = []
+        for s in [*rc.servers]:
+            with s.client() as c:
+                views.append(redis_cluster._epochs(c.execute_command("CLUSTER", "NODES").decode()))
+        assert len(views[0]) == 4 and all(v == views[0] for v in views)
+        assert len(set(views[0].values())) == 4

@@ -4,6 +4,10 @@ Built on :mod:`zcluster.testing.servers` (the same binary discovery, temporary d
 besides starting and stopping nodes, it can move a hash slot between nodes the way ``redis-cli`` reshards,
 and grow the cluster as an operator does: :meth:`LocalRedisCluster.add_master`, then
 :meth:`LocalRedisCluster.reshard` (through ``redis-cli --cluster`` itself when it is installed).
+
+Why this module is long: one class holds everything a test does to a real Redis Cluster (forming it, waiting
+until every node agrees, killing and starting nodes without letting one take its slots back, resharding
+the built-in way and through redis-cli), each with the checks that keep a loaded machine from fooling it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,29 @@ def find_cli() -> str | None:
     """Path of ``redis-cli`` (or ``valkey-cli``) on PATH, or None: what :meth:`LocalRedisCluster.add_master`
     and :meth:`LocalRedisCluster.reshard` run when asked for the operator's own tool."""
     return shutil.which("redis-cli") or shutil.which("valkey-cli")
+
+
+def _epochs(nodes: str) -> dict[str, int]:
+    """``CLUSTER NODES`` as node id -> config epoch, for the masters (failed, handshake and noaddr ones left out)."""
+    rows = [line.split() for line in nodes.splitlines() if line.strip()]
+    out = {}
+    for r in rows:
+        flags = set(r[2].split(","))
+        if "master" in flags and not flags & {"fail", "handshake", "noaddr"}:
+            out[r[0]] = int(r[6])
+    return out
+
+
+def _saved_claim(nodes_conf: str) -> tuple[int, int] | None:
+    """(config epoch, first slot) of the slots a node's saved ``nodes.conf`` says it serves as a master; None
+    when it says it serves none (a replica, a master without slots)."""
+    for line in nodes_conf.splitlines():
+        r = line.split()
+        if len(r) > 8 and "myself" in r[2].split(",") and "master" in r[2].split(","):
+            spans = [s for s in r[8:] if not s.startswith("[")]  # "[slot->-id]": a migration's, not served
+            if spans:
+                return int(r[6]), int(spans[0].split("-")[0])
+    return None
 
 
 def _roles(nodes: str) -> dict[int, int | None]:
@@ -125,7 +152,11 @@ class LocalRedisCluster(LocalGroup):
         its data) is asked again, as one that does not agree yet.
 
         Live nodes (masters and replicas not killed or stopped) must all say ``cluster_state:ok``, see the
-        same slot map covering all 16384 slots, and list each live replica (a node whose own
+        same slot map covering all 16384 slots, see the same config epoch for every master, no two masters
+        alike (Redis settles a collision by bumping one, at its first gossip after they met: a master that
+        bumps unheard just before it is killed can leave its replica promoted with the old master's saved
+        epoch, and the old master, started again, would win the tie and take its slots back; see
+        :meth:`start`), and list each live replica (a node whose own
         ``CLUSTER NODES`` says ``slave``) under the same master; each of those replicas must be online: its
         ``INFO replication`` says ``master_link_status:up``, its master lists it with ``state=online``, and
         ``WAIT`` on its master counts it. A replica whose master was killed therefore holds this up until
@@ -134,25 +165,28 @@ class LocalRedisCluster(LocalGroup):
         deadline = time.monotonic() + timeout
         while True:
             live = [s for s in self._nodes() if s.process is not None]
-            states, maps, views, problems = [], [], [], []
+            states, maps, views, epochs, problems = [], [], [], [], []
             for s in live:
                 try:  # a node busy on a loaded machine (or still loading its data) is waited for, like the rest
                     with s.client(socket_timeout=5) as c:
                         info = c.execute_command("CLUSTER", "INFO").decode()
                         slots = sorted((r[0], r[1], r[2][1]) for r in c.execute_command("CLUSTER", "SLOTS"))
-                        view = _roles(c.execute_command("CLUSTER", "NODES").decode())
+                        nodes = c.execute_command("CLUSTER", "NODES").decode()
                 except redis.RedisError as exc:
                     problems.append(f"node on port {s.port}: {exc.__class__.__name__}: {exc}")
                     continue
                 states.append("cluster_state:ok" in info)
                 maps.append(slots)
-                views.append(view)
+                views.append(_roles(nodes))
+                epochs.append(_epochs(nodes))
             if not problems:
                 problems = [
                     f"node on port {s.port}: cluster_state not ok" for s, ok in zip(live, states, strict=True) if not ok
                 ]
                 if any(m != maps[0] for m in maps) or sum(r[1] - r[0] + 1 for r in maps[0]) != SLOTS:
                     problems.append("the nodes' slot maps differ or leave slots unassigned")
+                if any(e != epochs[0] for e in epochs) or len(set(epochs[0].values())) < len(epochs[0]):
+                    problems.append("the masters' config epochs are not settled (the nodes differ, or two are alike)")
                 replicas = [s for s, own in zip(live, views, strict=True) if own.get(s.port) is not None]
                 for s in replicas:
                     master = views[live.index(s)][s.port]
@@ -165,6 +199,53 @@ class LocalRedisCluster(LocalGroup):
             if time.monotonic() > deadline:
                 raise ZClusterError(f"Redis Cluster not ok after {timeout}s: " + "; ".join(problems))
             time.sleep(0.05)
+
+    def start(self, i: int) -> None:
+        """Start master ``i`` again on its port (after :meth:`kill` or :meth:`stop`).
+
+        Refused (:class:`ZClusterError`, nothing started) when the node's saved ``nodes.conf`` says it serves
+        slots that another node serves now (a replica promoted by failover) with a config epoch not above the
+        saved one. Started so, the node would take its slots back (a higher epoch wins; a tie goes to the
+        lower node id) and its successor would turn replica and resync from it: without persistence it
+        comes back empty, so every write acknowledged on that shard before the restart would be lost, by
+        Redis Cluster itself. (A failover after :meth:`wait_ok` promotes with an epoch above every saved
+        one; the check is there so that the day it does not, a test fails here instead of losing data.)
+        Not checked when no running node answers."""
+        conf = self.servers[i].directory / "nodes.conf"
+        claim = _saved_claim(conf.read_text(errors="replace")) if conf.exists() else None
+        if claim is not None:
+            self._check_takeback(i, *claim)
+        super().start(i)
+
+    def _check_takeback(self, i: int, saved: int, slot: int, timeout: float = 120.0) -> None:
+        """Raise when the node serving ``slot`` now is another one whose config epoch is not above ``saved``.
+        Nodes that do not answer (busy on a loaded machine) are asked again until ``timeout``."""
+        port = self.servers[i].port
+        deadline = time.monotonic() + timeout
+        while True:
+            live = [s for s in self._nodes() if s.process is not None]
+            try:
+                if not live:
+                    return
+                with live[0].client(socket_timeout=5) as c:
+                    owner = next((r[2] for r in c.execute_command("CLUSTER", "SLOTS") if r[0] <= slot <= r[1]), None)
+                if owner is None or int(owner[1]) == port:
+                    return  # still its own (no failover): it comes back as their master
+                successor = next(s for s in live if s.port == int(owner[1]))
+                with successor.client(socket_timeout=5) as c:
+                    info = c.execute_command("CLUSTER", "INFO").decode()
+                break
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        held = int(next(line for line in info.splitlines() if line.startswith("cluster_my_epoch:")).split(":")[1])
+        if held <= saved:
+            raise ZClusterError(
+                f"node on port {port} not started: its nodes.conf claims slot {slot} with config epoch {saved}, "
+                f"and port {owner[1]} serves it now with config epoch {held}; started so, it would take its "
+                "slots back and its successor would resync from it, losing every write acknowledged on that shard"
+            )
 
     def slot_owner(self, slot: int) -> int:
         """Index in ``servers`` of the master that owns ``slot`` according to the first live node.
