@@ -243,6 +243,7 @@ def _spark_home() -> str | None:
     return _bytecode_spark_home()
 
 
+@pytest.mark.own_connect_server  # a server started without the mappers' module on its path
 def test_connect_server_without_the_mappers_module_exactly_once(shards: LocalShards, tmp_path: Path) -> None:
     job = Job(tmp_path, shards, messages=30, seed=52)
     proc = job.start("--connect")

@@ -206,7 +206,8 @@ def _running(pid: int) -> bool:
 # -- 1. the driver process dies in the middle of a batch ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["classic", "connect"])
+# On Connect the driver starts a server of its own, killed with it (a server shared by runs would outlive it).
+@pytest.mark.parametrize("mode", ["classic", pytest.param("connect", marks=pytest.mark.own_connect_server)])
 def test_driver_killed_mid_batch_restarts_from_checkpoint_exactly_once(
     journals: Journals, shards: LocalShards, query_name: str, tmp_path: Path, mode: str
 ) -> None:
