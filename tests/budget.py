@@ -19,9 +19,10 @@ Loaded by ``tests/conftest.py``. Two parts:
 * **The schedule under pytest-xdist** (``./run test`` runs ``-n``, see ``run``):
   :func:`pytest_xdist_make_scheduler` hands out whole files (a module's Spark session and the per-worker
   session servers are started once a file), the files with the most ``slow`` tests first, Spark and not
-  Spark in turn (:func:`_heaviest_files_first`), so the long ones do not start last. The tests that start a local Spark
-  Connect server (:func:`is_spark_connect`) all go to one worker, one after another, first of all: Spark
-  Connect's local server listens on its fixed port, 15002, so two at once on one machine collide.
+  Spark in turn (:func:`_heaviest_files_first`), so the long ones do not start last. The Spark Connect tests
+  (:func:`is_spark_connect`) all go to one worker, one after another, first of all: most reuse that
+  worker's persistent Connect server (``tests/spark/conftest.py``), and the few that start one of their
+  own (``own_connect_server``) take its fixed port, 15002, so two at once on one machine would collide.
 """
 
 from __future__ import annotations
@@ -156,8 +157,9 @@ SPARK_CONNECT = "spark-connect"
 
 
 def is_spark_connect(nodeid: str) -> bool:
-    """Whether the test starts a local Spark Connect server: a test under ``tests/spark/`` whose name says
-    ``connect`` (every such test is named so; one that is not would collide with another on port 15002)."""
+    """Whether the test uses Spark Connect: a test under ``tests/spark/`` whose name says ``connect`` (every
+    such test is named so; one that is not would neither reuse its worker's Connect server nor be kept apart
+    from another on port 15002)."""
     path, _, name = nodeid.partition("::")
     return path.startswith("tests/spark/") and "connect" in name.lower()
 
