@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from budget import SPARK_CONNECT, _heaviest_files_first, _scope, budget_warnings
+from budget import SPARK_CONNECT, SWEEPS, _heaviest_files_first, _scope, budget_warnings
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -60,6 +60,27 @@ def test_spark_tests_and_the_listed_ones_are_slow_and_the_rest_is_not() -> None:
     fast, slow = ids("not slow"), ids("slow")
     assert fast and slow and all("test_failover.py::test_a_bad_" in i or "test_failover_timeout_" in i for i in fast)
     assert any("tests/spark/test_reader.py::" in i for i in slow) and any("test_soak.py::" in i for i in slow)
+
+
+def test_the_valkey_pass_leaves_out_the_sweeps_only() -> None:
+    """``-m "not sweep"`` (the Valkey pass's selection) drops each SWEEPS entry's tests, all of them slow, and
+    keeps the rest of those files: the migration tests that kill and resume a mover once stay."""
+    repo = Path(__file__).resolve().parents[1]
+    picks = ["tests/cluster/test_migration.py", "tests/cluster/test_migration_resume.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *picks]
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+
+    def ids(marks: str) -> set[str]:
+        done = subprocess.run([*cmd, "-m", marks], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 5), done.stdout + done.stderr  # 5: none selected
+        return {line for line in done.stdout.splitlines() if "::" in line}
+
+    sweeps, kept, slow = ids("sweep"), ids("not sweep"), ids("slow")
+    assert sweeps and sweeps <= slow and not sweeps & kept
+    mine = [entry for entry in SWEEPS if entry.split("::")[0] in picks]
+    assert len(mine) == 2 and all(any(i.startswith(entry) for i in sweeps) for entry in mine)
+    assert all(any(i.startswith(entry) for entry in mine) for i in sweeps)
+    assert any("test_the_mover_killed_at_random_points" in i for i in kept)
 
 
 class _Item:  # what the schedule reads of a pytest.Item
