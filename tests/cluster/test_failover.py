@@ -456,8 +456,10 @@ def test_a_durable_write_whose_shard_never_gets_a_replica_back_fails_after_the_d
         started = time.monotonic()
         with pytest.raises(PartialWriteError) as info:
             c.insert([KSM(k, 2.0, "after") for k in KEYS])
-        assert time.monotonic() - started >= durable.deadline  # it kept asking for the whole deadline
-        [failure] = info.value.result.failures
+        failures = info.value.result.failures
+        # it kept asking for the whole deadline (what it failed with, if not)
+        assert time.monotonic() - started >= durable.deadline, [(f.shard, repr(f.error)) for f in failures]
+        [failure] = failures
         assert set(failure.indices) == {i for i, k in enumerate(KEYS) if c.shard_of(k) == name(heir)}
         error = failure.error  # the failure is the shard the call was sent to; its error names the node that fell short
         assert isinstance(error, DurabilityError) and error.shard == name(heir) and error.replicas == 0
