@@ -309,9 +309,12 @@ class ClusterTopology:
         raise ShardError(f"no Redis Cluster node answered CLUSTER SLOTS: {detail}", failures)
 
     def _count_standbys(self, name: str) -> None:
-        """For each master that failed recently and still owns slots: how many replicas (not failed) could
+        """For each master that failed recently and still owns slots: how many nodes (not failed) could
         take over, from ``CLUSTER NODES`` of node ``name`` (``CLUSTER SLOTS`` leaves out replicas that have
-        not reported a replication offset yet). Unknown when that fails."""
+        not reported a replication offset yet): its replicas, and any other master already serving one of its
+        slots. That node may have learned of a promotion between our ``CLUSTER SLOTS`` and this call: the
+        promoted replica is then a master, no longer the dead one's replica, and counting replicas alone
+        took the failover under way for one that cannot come (seen under load). Unknown when that fails."""
         owners = {i for i in self._slots if i >= 0}
         dead = {i: self._ids[i] for i in owners if self._suspected(self.shards[i].name) and i in self._ids}
         if not dead:
@@ -320,9 +323,15 @@ class ClusterTopology:
             text = self._probe(name).execute_command("CLUSTER", "NODES")
         except (redis.RedisError, OSError):
             return
-        rows = [line.split() for line in _text(text).splitlines() if line.strip()]
+        rows = [r for r in (line.split() for line in _text(text).splitlines()) if len(r) > 7]
         for idx, node_id in dead.items():
-            alive = [r for r in rows if len(r) > 3 and r[3] == node_id and "fail" not in r[2].split(",")]
+            slot = self._slots.index(idx)
+            alive = [
+                r
+                for r in rows
+                if "fail" not in r[2].split(",")
+                and (r[3] == node_id or (r[0] != node_id and "master" in r[2].split(",") and _serves(r[8:], slot)))
+            ]
             self._standby[idx] = len(alive)
 
     def _install(self, ranges: Any) -> None:
@@ -419,6 +428,17 @@ def checked_failover_timeout(value: Any) -> float:
     if not 0 <= value < 1e6:
         raise ConfigError(f"failover_timeout must be >= 0 seconds (and below 10**6), got {value!r}")
     return float(value)
+
+
+def _serves(spans: list[str], slot: int) -> bool:
+    """Whether ``CLUSTER NODES`` slot fields ``spans`` (``5``, ``0-5460``; ``[...]`` migrations left out)
+    include ``slot``."""
+    for span in spans:
+        if not span.startswith("["):
+            lo, _, hi = span.partition("-")
+            if int(lo) <= slot <= int(hi or lo):
+                return True
+    return False
 
 
 def _text(raw: Any) -> str:

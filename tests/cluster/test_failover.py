@@ -351,6 +351,48 @@ def test_a_master_without_replicas_is_reported_at_once() -> None:
         assert set(failure.indices) == {i for i, k in enumerate(KEYS) if c.shard_of(k) == dead}
 
 
+def test_a_map_read_just_before_a_promotion_is_not_taken_for_a_master_without_replicas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The node a client reloads its map from answers ``CLUSTER SLOTS`` before it hears of the promotion (the
+    dead master still owns its slots) and ``CLUSTER NODES`` after (its replica is a master now, serving
+    them). The client once counted the dead master's replicas alone there: none, so a failover that had
+    already happened was taken for one that cannot come, and the call failed at once (seen once under
+    stress-ng, a durable write giving up in 56 ms). Forced here: the first ``CLUSTER SLOTS`` after the kill
+    is answered with the map from before it; the call waits for the next map and lands on the heir."""
+    with (
+        LocalRedisCluster(3, replicas=1) as rc,
+        Cluster.from_cluster_url(rc.url, failover_timeout=rc.FAILOVER_WAIT) as c,
+    ):
+        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
+        victim = master_index(rc, c, KEYS[0])
+        (heir,) = rc.replicas_of(victim)
+        topology = c._transport.topology
+        assert isinstance(topology, ClusterTopology)
+        other = next(s for i, s in enumerate(rc.servers) if i != victim and s.process is not None)
+        stale = topology._probe(name(other)).execute_command("CLUSTER", "SLOTS")
+        rc.kill(victim)
+        wait_role(heir, "master")
+        rc.wait_ok()  # every live node knows the heir serves the slots now
+        probe, answered = ClusterTopology._probe, []
+
+        class Late:  # a node answering CLUSTER SLOTS before the promotion reached it, the rest after
+            def __init__(self, client: Any) -> None:
+                self.client = client
+
+            def execute_command(self, *args: Any) -> Any:
+                if args == ("CLUSTER", "SLOTS") and not answered:
+                    answered.append(args)
+                    return stale
+                return self.client.execute_command(*args)
+
+        monkeypatch.setattr(ClusterTopology, "_probe", lambda self, node: Late(probe(self, node)))
+        assert c.insert([KSM(k, 2.0, "after") for k in KEYS]).ok
+        assert answered  # the stale map was given
+        assert members(c, KEYS) == {k: ["after", "before"] for k in KEYS}
+        assert name(heir) in {c.shard_of(k) for k in KEYS}
+
+
 def test_the_exactly_once_consumer_runs_through_a_failover_mid_poll(tmp_path: Path) -> None:
     store = FileJournals(tmp_path / "journals")
     journals = [f"timelines/part-{i:03d}" for i in range(3)]
