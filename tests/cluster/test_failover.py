@@ -357,7 +357,7 @@ def test_a_map_read_just_before_a_promotion_is_not_taken_for_a_master_without_re
     """The node a client reloads its map from answers ``CLUSTER SLOTS`` before it hears of the promotion (the
     dead master still owns its slots) and ``CLUSTER NODES`` after (its replica is a master now, serving
     them). The client once counted the dead master's replicas alone there: none, so a failover that had
-    already happened was taken for one that cannot come, and the call failed at once (seen once under
+    already happened was taken for one that cannot come, and the call failed at once (seen twice under
     stress-ng, a durable write giving up in 56 ms). Forced here: the first ``CLUSTER SLOTS`` after the kill
     is answered with the map from before it; the call waits for the next map and lands on the heir."""
     with (
