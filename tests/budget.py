@@ -49,6 +49,9 @@ SLOW: dict[str, str] = {
     ),
     "tests/cluster/test_failover.py::test_a_dead_master_causes_no_refresh_storm": "an election",
     "tests/cluster/test_failover.py::test_a_master_without_replicas_is_reported_at_once": "a cluster of its own",
+    "tests/cluster/test_failover.py::test_a_map_read_just_before_a_promotion_is_not_taken_for_a_master_without_replicas": (  # noqa: E501
+        "an election"
+    ),
     "tests/cluster/test_failover.py::test_the_exactly_once_consumer_runs_through_a_failover_mid_poll": "an election",
     "tests/cluster/test_failover.py::test_a_durable_write_rides_out_a_failover_until_the_killed_master_rejoins_as_a_replica": (  # noqa: E501
         "an election, then 15 s before the rejoin"
