@@ -39,7 +39,6 @@ _loads: Callable[[bytes], Any] = _lenient  # without orjson; it returns _UNPARSE
 with contextlib.suppress(ImportError):  # orjson (the spark extra) parses a frame in a third of the time
     from orjson import loads as _loads
 
-_new = object.__new__
 _fromhex = bytes.fromhex
 
 
@@ -109,20 +108,18 @@ class FrameDecoder:
             # would refuse, and anything unparsed, takes frame() for the same outcome and report.
             if type(record) is dict:
                 u = record.get(key)
-                raw = ZERO_UUID
+                raw: bytes | None = ZERO_UUID
                 if u is not None:
-                    raw = None  # type: ignore[assignment]
+                    raw = None
                     if type(u) is str and len(u) == 36 and u[8:24:5] == "----":
                         try:  # noqa: SIM105 (contextlib.suppress: two calls per message)
                             raw = _fromhex(u.replace("-", ""))
                         except ValueError:
                             pass
                 if raw is not None and len(raw) == 16:
-                    msg = _new(JsonMessage)
-                    msg.doc, msg._text, msg._uuid = record, u, raw
-                    env = _new(Envelope)
-                    env.journal, env.begin, env.end, env.message, env.uuid = journal, pos, end, msg, raw
-                    append(env)
+                    msg = JsonMessage(record)
+                    msg._text, msg._uuid = u, raw
+                    append(Envelope(journal, pos, end, msg, raw))
                     pos = end
                     continue
             append(self.frame(pos, end, line + b"\n"))

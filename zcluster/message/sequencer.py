@@ -206,9 +206,10 @@ class Sequencer:
             flags, clock = _OUTSIDE, 1
         else:
             key = (journal, producer)
-            partial = self._partials.get(key)  # type: ignore[assignment]
-            if partial is None:
-                partial = self._partials[key] = _Partial(journal, producer, clock - 1, clock - 1, -1)
+            found = self._partials.get(key)  # typed as found: compiled (zcluster._native), a type is checked
+            if found is None:
+                found = self._partials[key] = _Partial(journal, producer, clock - 1, clock - 1, -1)
+            partial = found
 
         # Decide the outcome; state changes happen below, by outcome.
         if flags == _CONTINUE:

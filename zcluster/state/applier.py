@@ -151,7 +151,9 @@ class Applier:
     def __post_init__(self) -> None:
         if self.publish is not None:
             check_store(self.cluster, self.app)
-            object.__setattr__(self, "publishing", Publishing(self.publish, self.retries))
+        # Always set (not left to the field's default): a class compiled by mypyc (zcluster._native) has none.
+        publishing = Publishing(self.publish, self.retries) if self.publish is not None else None
+        object.__setattr__(self, "publishing", publishing)
 
     def state(self) -> StateStore:
         return StateStore(self.cluster, self.app)
