@@ -39,8 +39,6 @@ _loads: Callable[[bytes], Any] = _lenient  # without orjson; it returns _UNPARSE
 with contextlib.suppress(ImportError):  # orjson (the spark extra) parses a frame in a third of the time
     from orjson import loads as _loads
 
-_fromhex = bytes.fromhex
-
 
 class FrameDecoder:
     """Decodes frames of ``journal`` (content type ``content_type``) into envelopes with ``decode`` (record ->
@@ -89,12 +87,11 @@ class FrameDecoder:
         """:meth:`frame` of each of ``lines`` (ndjson frames without their newlines, the first at offset
         ``begin``, each ``len(line) + 1`` bytes long), in order."""
         out: list[Envelope | None] = []
-        append, journal, pos = out.append, self.journal, begin
+        journal, pos = self.journal, begin  # out.append, not a bound local: a C call once compiled
         if not self.json_messages:
-            frame = self.frame
             for line in lines:
                 end = pos + len(line) + 1
-                append(frame(pos, end, line + b"\n"))
+                out.append(self.frame(pos, end, line + b"\n"))
                 pos = end
             return out
         key = JsonMessage.uuid_key
@@ -113,15 +110,15 @@ class FrameDecoder:
                     raw = None
                     if type(u) is str and len(u) == 36 and u[8:24:5] == "----":
                         try:  # noqa: SIM105 (contextlib.suppress: two calls per message)
-                            raw = _fromhex(u.replace("-", ""))
+                            raw = bytes.fromhex(u.replace("-", ""))
                         except ValueError:
                             pass
                 if raw is not None and len(raw) == 16:
                     msg = JsonMessage(record)
                     msg._text, msg._uuid = u, raw
-                    append(Envelope(journal, pos, end, msg, raw))
+                    out.append(Envelope(journal, pos, end, msg, raw))
                     pos = end
                     continue
-            append(self.frame(pos, end, line + b"\n"))
+            out.append(self.frame(pos, end, line + b"\n"))
             pos = end
         return out

@@ -246,7 +246,7 @@ class Applier:
         decoder: FrameDecoder | None = None  # of the frames' content type
         read_through = done = checkpoint.offset
         outcomes: dict[QueueOutcome, int] = {}
-        queue, step, outside, add = seq.queue_uncommitted, seq.step, seq.commit_outside, writes.add
+        # Methods called as methods, not bound to locals: compiled (zcluster._native), those are direct C calls.
         mapper: Callable[[str, Envelope], list[Any]] = self._map
         plain: Mapper | None = self.mapper  # called inline for the commonest case (a message committed by itself)
         claim: Claim | None = None
@@ -318,11 +318,11 @@ class Applier:
                     if env is None:
                         n_malformed += 1
                         continue
-                    outcome = outside(env)
+                    outcome = seq.commit_outside(env)
                     if outcome is _OUTSIDE_COMMIT:  # the commonest case: a message committed by itself
                         n_delivered += 1
                         if plain is None:
-                            add(mapper(journal, env), journal, env.begin, env.begin)
+                            writes.add(mapper(journal, env), journal, env.begin, env.begin)
                         else:
                             try:
                                 mapped = plain(env.message)
@@ -330,19 +330,19 @@ class Applier:
                                     mapped = list(mapped)
                             except Exception as exc:
                                 raise self._mapper_error(journal, env, exc) from exc
-                            add(mapped, journal, env.begin, env.begin)
+                            writes.add(mapped, journal, env.begin, env.begin)
                         n_outside += 1  # its outcome, counted (as below) once mapped, without a dict update
                         continue
                     if outcome is None:
-                        outcome = queue(env)
+                        outcome = seq.queue_uncommitted(env)
                         if outcome is _REPLAY:
                             seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
-                        while (out := step()) is not None:
+                        while (out := seq.step()) is not None:
                             if out.is_ack:
                                 n_acks += 1
                                 continue
                             n_delivered += 1
-                            add(mapper(journal, out), journal, out.begin, env.begin)  # delivered by env
+                            writes.add(mapper(journal, out), journal, out.begin, env.begin)  # delivered by env
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
         finally:
             if n_outside:
