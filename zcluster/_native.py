@@ -9,15 +9,20 @@ compares the two paths on random journal traffic.
 The build is optional. Without mypy or a C compiler it says why and leaves the package pure Python;
 ``ZCLUSTER_PURE=1`` makes the build step skip and the package ignore compiled modules (``import zcluster``
 installs :class:`_SourceFirst` before any of them loads), so the pure path stays testable beside a build.
+A build older than its sources (a compiled module's ``.py`` edited since: its digest differs from the one
+the build recorded) is ignored the same way, with a warning: an edit is never silently shadowed.
 ``python -m zcluster._native_build status`` says which path an interpreter runs; ``clean`` removes the build.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -45,11 +50,41 @@ and the helpers they call per message (UUID clocks, key layout)."""
 
 GROUP = "zcluster_native"  # the shared library's name: zcluster_native__mypyc.<abi>.so
 ROOT = Path(__file__).resolve().parent.parent  # the source tree (or site-packages, for a wheel)
+SUMS = "zcluster/_native.sums"
+"""Under :data:`ROOT`: each compiled module's source digest at build time (a build's outputs, like the .so)."""
+
+log = logging.getLogger("zcluster")
 
 
 def pure() -> bool:
     """True when ``ZCLUSTER_PURE`` asks for the pure-Python modules (set and not "0")."""
     return os.environ.get("ZCLUSTER_PURE", "") not in ("", "0")
+
+
+def source(name: str, root: Path = ROOT) -> Path:
+    """The ``.py`` file of module ``name`` under ``root``."""
+    return root.joinpath(*name.split(".")).with_suffix(".py")
+
+
+def digests(root: Path = ROOT) -> dict[str, str]:
+    """Each module of :data:`MODULES`: the SHA-256 of its source under ``root``."""
+    return {name: hashlib.sha256(source(name, root).read_bytes()).hexdigest() for name in MODULES}
+
+
+def built(root: Path = ROOT) -> bool:
+    """True when a build's shared library is under ``root``."""
+    return any(root.glob(f"{GROUP}__mypyc.*"))
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The modules whose source differs from the build's under ``root`` (none when nothing is built)."""
+    if not built(root):
+        return []
+    try:
+        recorded = json.loads((root / SUMS).read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    return [name for name, digest in digests(root).items() if recorded.get(name) != digest]
 
 
 def compiled() -> list[str]:
@@ -70,11 +105,22 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MODULES:
             return None
-        source = ROOT.joinpath(*fullname.split(".")).with_suffix(".py")
-        return importlib.util.spec_from_file_location(fullname, source) if source.exists() else None
+        py = source(fullname)
+        return importlib.util.spec_from_file_location(fullname, py) if py.exists() else None
 
 
 def install() -> None:
-    """Under ``ZCLUSTER_PURE``, make the compiled modules' sources win (called by ``import zcluster``)."""
-    if pure() and not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
-        sys.meta_path.insert(0, _SourceFirst())
+    """Make the compiled modules' sources win under ``ZCLUSTER_PURE`` or over a stale build (called by
+    ``import zcluster``, before any of them loads)."""
+    if any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+        return
+    if not pure():
+        outdated = stale()
+        if not outdated:
+            return
+        log.warning(
+            "zcluster: the compiled modules are older than their sources (%s): running pure Python; "
+            "rebuild with: python -m zcluster._native_build build",
+            ", ".join(outdated),
+        )
+    sys.meta_path.insert(0, _SourceFirst())

@@ -103,18 +103,22 @@ class FrameDecoder:
                 record = _lenient(line)
             # JsonMessage.from_json and parse_uuid, inline (this runs once per message); anything they
             # would refuse, and anything unparsed, takes frame() for the same outcome and report.
+            # Typed locals (doc, text): compiled (zcluster._native), their operations are native ones.
             if type(record) is dict:
-                u = record.get(key)
+                doc: dict[str, Any] = record
+                u = doc.get(key)
                 raw: bytes | None = ZERO_UUID
                 if u is not None:
                     raw = None
-                    if type(u) is str and len(u) == 36 and u[8:24:5] == "----":
-                        try:  # noqa: SIM105 (contextlib.suppress: two calls per message)
-                            raw = bytes.fromhex(u.replace("-", ""))
-                        except ValueError:
-                            pass
+                    if type(u) is str:
+                        text: str = u
+                        if len(text) == 36 and text[8:24:5] == "----":
+                            try:  # noqa: SIM105 (contextlib.suppress: two calls per message)
+                                raw = bytes.fromhex(text.replace("-", ""))
+                            except ValueError:
+                                pass
                 if raw is not None and len(raw) == 16:
-                    msg = JsonMessage(record)
+                    msg = JsonMessage(doc)
                     msg._text, msg._uuid = u, raw
                     out.append(Envelope(journal, pos, end, msg, raw))
                     pos = end

@@ -257,7 +257,7 @@ class Applier:
         n_frames = n_seen = n_malformed = n_acks = n_delivered = n_outside = 0
         stopped: OffsetOutOfRangeError | None = None  # the lost range this batch of the journal stops at
         skipped: list[tuple[int, OffsetOutOfRangeError]] = []  # lost ranges skipped: (offset reached, range)
-        envelopes: Iterable[Envelope | None]
+        envelopes: list[Envelope | None]  # a list: compiled (zcluster._native), iterated natively
         try:
             for row in frames:
                 if isinstance(row, LineRun):  # a run of whole ndjson lines (read_runs): decoded at once
@@ -312,7 +312,7 @@ class Applier:
                         n_malformed += 1
                         log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, end, error)
                         continue
-                    envelopes = (decoder.frame(row.begin, end, row.data),)
+                    envelopes = [decoder.frame(row.begin, end, row.data)]
                 for env in envelopes:
                     n_frames += 1
                     if env is None:
