@@ -41,6 +41,7 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
         "import zcluster._native as n\n"
         "print(r.applied, c.select(['k'])['k'][0].member, s.write_script().sha, len(n.compiled()))\n"
     )
+    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's package, not a checkout's
     with LocalShards(1) as shards:
         out = subprocess.run(
             [str(venv / "bin" / "python"), "-c", script, shards.urls[0]],
@@ -48,9 +49,12 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             cwd=tmp_path,
+            env=alone,
         ).stdout.split()
     assert out[:2] == ["[True]", "m"]
     assert int(out[3]) == (len(MODULES) if native else 0)  # the compiled modules are the ones loaded
     # click and rich are the cli extra: without them the command says so in one line (exit 2).
-    command = subprocess.run([str(venv / "bin" / "zcluster"), "keys"], capture_output=True, text=True, cwd=tmp_path)
+    command = subprocess.run(
+        [str(venv / "bin" / "zcluster"), "keys"], capture_output=True, text=True, cwd=tmp_path, env=alone
+    )
     assert command.returncode == 2 and "zcluster[cli]" in command.stderr and len(command.stderr.splitlines()) == 1
