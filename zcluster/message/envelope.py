@@ -62,6 +62,10 @@ class Envelope:
         uuid = self.uuid
         return ((uuid[8] << 8) | uuid[9]) & 0x3FF == _ACK_TXN  # get_flags, inlined: asked of every message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its constructor's arguments: compiled (zcluster._native), an instance is never made bare.
+        return (Envelope, (self.journal, self.begin, self.end, self.message, self.uuid))
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Envelope):
             return NotImplemented

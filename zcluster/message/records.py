@@ -121,6 +121,10 @@ class CsvRecord:
         # Same width as this record: a CSV journal's field count is fixed by its first record.
         return type(self)([format_uuid(ZERO_UUID)] + [""] * (len(self.fields) - 1))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its constructor's argument: compiled (zcluster._native), an instance is never made bare.
+        return (type(self), (self.fields,))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CsvRecord) and self.fields == other.fields
 

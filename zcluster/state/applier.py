@@ -148,6 +148,13 @@ class Applier:
     publish: JournalStore | None = None
     publishing: Publishing | None = field(default=None, init=False, repr=False, compare=False)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its constructor's arguments (a publishing applier's claims are this process's: a copy
+        starts without any). A compiled frozen dataclass (:mod:`zcluster._native`) cannot be unpickled
+        attribute by attribute: its ``__setattr__`` refuses."""
+        args = (self.cluster, self.app, self.mapper, self.journals, self.decode, self.ring, self.flush)
+        return (Applier, (*args, self.retries, self.prune_horizon, self.fail_on_data_loss, self.lag, self.publish))
+
     def __post_init__(self) -> None:
         if self.publish is not None:
             check_store(self.cluster, self.app)
