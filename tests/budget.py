@@ -97,7 +97,7 @@ SLOW: dict[str, str] = {
     ),
     # Whole-system runs.
     "tests/test_soak.py": "the soak: a week of traffic in a minute",
-    "tests/test_wheel.py": "builds and installs the wheel in a fresh environment",
+    "tests/test_wheel.py": "builds (compiling the hot path with mypyc) and installs the wheel in a fresh environment",
 }
 """Slow tests besides the ``spark``-marked ones and :data:`SWEEPS`: a file, or ``file::test`` (every
 parametrization), with why."""

@@ -55,6 +55,8 @@ LAYERS = [
     ["zcluster.spark"],
     ["zcluster.cli", "zcluster.testing"],
     ["zcluster.demo"],
+    # the compiled hot path: names (and, asked which are compiled, imports) modules of every layer
+    ["zcluster._native", "zcluster._native_build"],
 ]
 
 

@@ -1,14 +1,18 @@
-"""The built wheel carries the Lua scripts: install it into a fresh venv outside the checkout and write;
-without the ``cli`` extra, the ``zcluster`` command says how to get it."""
+"""The built wheel carries the Lua scripts and, where a C compiler is, the hot path compiled with mypyc
+(hatch_build.py): install it into a fresh venv outside the checkout and write; without the ``cli`` extra, the
+``zcluster`` command says how to get it."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from zcluster._native import MODULES
 from zcluster.testing import LocalShards
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,6 +28,8 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
         [sys.executable, "-m", "zipfile", "-l", str(wheel)], check=True, capture_output=True, text=True
     ).stdout
     assert "zcluster/lua/write.lua" in listing and "zcluster/py.typed" in listing
+    native = shutil.which("cc") is not None and not os.environ.get("ZCLUSTER_PURE")
+    assert ("zcluster_native__mypyc" in listing) == native, listing
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True)
@@ -32,8 +38,10 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
         "assert 'site-packages' in zcluster.__file__, zcluster.__file__\n"
         "c = zcluster.Cluster.from_urls([sys.argv[1]])\n"
         "r = c.insert([zcluster.KeyScoreMember('k', 1.0, 'm')])\n"
-        "print(r.applied, c.select(['k'])['k'][0].member, s.write_script().sha)\n"
+        "import zcluster._native as n\n"
+        "print(r.applied, c.select(['k'])['k'][0].member, s.write_script().sha, len(n.compiled()))\n"
     )
+    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's package, not a checkout's
     with LocalShards(1) as shards:
         out = subprocess.run(
             [str(venv / "bin" / "python"), "-c", script, shards.urls[0]],
@@ -41,8 +49,12 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             cwd=tmp_path,
+            env=alone,
         ).stdout.split()
     assert out[:2] == ["[True]", "m"]
+    assert int(out[3]) == (len(MODULES) if native else 0)  # the compiled modules are the ones loaded
     # click and rich are the cli extra: without them the command says so in one line (exit 2).
-    command = subprocess.run([str(venv / "bin" / "zcluster"), "keys"], capture_output=True, text=True, cwd=tmp_path)
+    command = subprocess.run(
+        [str(venv / "bin" / "zcluster"), "keys"], capture_output=True, text=True, cwd=tmp_path, env=alone
+    )
     assert command.returncode == 2 and "zcluster[cli]" in command.stderr and len(command.stderr.splitlines()) == 1

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zcluster import _lazy
+from zcluster import _lazy, _native
+
+_native.install()  # under ZCLUSTER_PURE, before any compiled module can load
 
 if TYPE_CHECKING:
     from zcluster.cluster import Cluster

@@ -162,7 +162,6 @@ class Encoder:
         layout, topo = self.layout, self.topology
         # Pass 1: validate, and group by logical key as flat [index, score, member, index, ...] lists.
         keyed: dict[bytes, list[Any]] = {}
-        get = keyed.get
         for j, item in enumerate(items):
             i = j if indices is None else indices[j]
             try:
@@ -189,7 +188,7 @@ class Encoder:
             except UnicodeEncodeError:  # a lone surrogate: blob() names the fault
                 kb, mb = blob(key, i, item, "key"), blob(member, i, item, "member")
             s = value if type(value) is float and value - value == 0.0 else score(value, i, item)
-            entry = get(kb)
+            entry = keyed.get(kb)
             if entry is None:
                 if not kb:
                     raise InvalidTupleError(i, item, "key must not be empty")
@@ -203,15 +202,14 @@ class Encoder:
         inline = node_calls and topo.single_slot_calls
         one_slot = topo.single_slot_calls and not inline
         only = 0 if len(topo.shards) == 1 and not topo.single_slot_calls else None  # one server: no routing
-        slot_of, shard_of, script_keys = layout.slot, topo.shard_of, layout.script_keys
         for kb, entry in keyed.items():
             if only is None:
-                slot = slot_of(kb)
-                shard = shard_of(kb, slot)
+                slot = layout.slot(kb)
+                shard = topo.shard_of(kb, slot)
                 group = shard * SLOTS + slot if one_slot else shard
             else:
                 shard = group = only
-            rkeys = script_keys(kb, floors)
+            rkeys = layout.script_keys(kb, floors)
             n = len(entry) // 3
             done = 0
             while done < n:

@@ -39,9 +39,6 @@ _loads: Callable[[bytes], Any] = _lenient  # without orjson; it returns _UNPARSE
 with contextlib.suppress(ImportError):  # orjson (the spark extra) parses a frame in a third of the time
     from orjson import loads as _loads
 
-_new = object.__new__
-_fromhex = bytes.fromhex
-
 
 class FrameDecoder:
     """Decodes frames of ``journal`` (content type ``content_type``) into envelopes with ``decode`` (record ->
@@ -90,12 +87,11 @@ class FrameDecoder:
         """:meth:`frame` of each of ``lines`` (ndjson frames without their newlines, the first at offset
         ``begin``, each ``len(line) + 1`` bytes long), in order."""
         out: list[Envelope | None] = []
-        append, journal, pos = out.append, self.journal, begin
+        journal, pos = self.journal, begin  # out.append, not a bound local: a C call once compiled
         if not self.json_messages:
-            frame = self.frame
             for line in lines:
                 end = pos + len(line) + 1
-                append(frame(pos, end, line + b"\n"))
+                out.append(self.frame(pos, end, line + b"\n"))
                 pos = end
             return out
         key = JsonMessage.uuid_key
@@ -107,24 +103,26 @@ class FrameDecoder:
                 record = _lenient(line)
             # JsonMessage.from_json and parse_uuid, inline (this runs once per message); anything they
             # would refuse, and anything unparsed, takes frame() for the same outcome and report.
+            # Typed locals (doc, text): compiled (zcluster._native), their operations are native ones.
             if type(record) is dict:
-                u = record.get(key)
-                raw = ZERO_UUID
+                doc: dict[str, Any] = record
+                u = doc.get(key)
+                raw: bytes | None = ZERO_UUID
                 if u is not None:
-                    raw = None  # type: ignore[assignment]
-                    if type(u) is str and len(u) == 36 and u[8:24:5] == "----":
-                        try:  # noqa: SIM105 (contextlib.suppress: two calls per message)
-                            raw = _fromhex(u.replace("-", ""))
-                        except ValueError:
-                            pass
+                    raw = None
+                    if type(u) is str:
+                        text: str = u
+                        if len(text) == 36 and text[8:24:5] == "----":
+                            try:  # noqa: SIM105 (contextlib.suppress: two calls per message)
+                                raw = bytes.fromhex(text.replace("-", ""))
+                            except ValueError:
+                                pass
                 if raw is not None and len(raw) == 16:
-                    msg = _new(JsonMessage)
-                    msg.doc, msg._text, msg._uuid = record, u, raw
-                    env = _new(Envelope)
-                    env.journal, env.begin, env.end, env.message, env.uuid = journal, pos, end, msg, raw
-                    append(env)
+                    msg = JsonMessage(doc)
+                    msg._text, msg._uuid = u, raw
+                    out.append(Envelope(journal, pos, end, msg, raw))
                     pos = end
                     continue
-            append(self.frame(pos, end, line + b"\n"))
+            out.append(self.frame(pos, end, line + b"\n"))
             pos = end
         return out

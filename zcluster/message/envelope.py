@@ -4,39 +4,21 @@ A message is any object with a UUID; the layer asks nothing else of it, except t
 Producer) needs ``set_uuid`` and ``new_acknowledgement`` and calls ``validate()`` when a message has one. An
 Envelope is a message read from a journal: where it came from (journal and byte range) plus its
 16-byte UUID, taken once from the message so sequencing never calls back into message code.
+
+The two protocols live in :mod:`zcluster.message.protocols` (this module is compiled by
+:mod:`zcluster._native`, and a compiled class cannot be a runtime-checkable protocol); they are named here too.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from zcluster.message.protocols import Message, Validator
 from zcluster.message.uuid import Flags, ProducerID, get_clock, get_flags, get_producer_id
 
 __all__ = ["Envelope", "Message", "Validator"]
 
 _ACK_TXN = int(Flags.ACK_TXN)
-
-
-@runtime_checkable
-class Message(Protocol):
-    def get_uuid(self) -> bytes:
-        """The message's 16-byte UUID (the all-zero UUID if it has none)."""
-        ...
-
-    def set_uuid(self, uuid: bytes) -> None:
-        """Store `uuid`; a Publisher calls this once the append order of the message is fixed."""
-        ...
-
-    def new_acknowledgement(self, journal: str) -> Message:
-        """Return a fresh message of the kind `journal` holds, to carry an ACK_TXN UUID."""
-        ...
-
-
-@runtime_checkable
-class Validator(Protocol):
-    def validate(self) -> None:
-        """Raise if the message must not be published."""
-        ...
 
 
 class Envelope:
@@ -79,6 +61,10 @@ class Envelope:
     def is_ack(self) -> bool:
         uuid = self.uuid
         return ((uuid[8] << 8) | uuid[9]) & 0x3FF == _ACK_TXN  # get_flags, inlined: asked of every message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its constructor's arguments: compiled (zcluster._native), an instance is never made bare.
+        return (Envelope, (self.journal, self.begin, self.end, self.message, self.uuid))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Envelope):

@@ -13,17 +13,24 @@ decode functions of their framings (readers given no ``decode`` use them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # no mypy installed: the decorator only speaks to mypyc, which compiles this module
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[type[Any]], type[Any]]:  # type: ignore[misc]
+        return lambda cls: cls
+
 
 from zcluster.message.framing import CONTENT_TYPE_CSV, CONTENT_TYPE_NDJSON, register_default_decode
 from zcluster.message.uuid import ZERO_UUID, format_uuid, parse_uuid
 
 __all__ = ["CsvRecord", "JsonMessage"]
 
-_new = object.__new__
 
-
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled by zcluster._native; applications subclass it
 class JsonMessage:
     """A JSON object message. A missing UUID member reads as the all-zero UUID (never sequenced)."""
 
@@ -49,11 +56,7 @@ class JsonMessage:
             if not isinstance(u, str):
                 raise ValueError(f"{cls.uuid_key} must be a string")
             raw = parse_uuid(u)
-        if cls is not JsonMessage:  # a subclass's __init__ may do more
-            msg = cls(value)
-        else:
-            msg = _new(cls)  # __init__'s work, without its defaults: called once per message read
-            msg.doc = value
+        msg = cls(value)
         msg._text, msg._uuid = u, raw
         return msg
 
@@ -117,6 +120,10 @@ class CsvRecord:
     def new_acknowledgement(self, journal: str) -> CsvRecord:
         # Same width as this record: a CSV journal's field count is fixed by its first record.
         return type(self)([format_uuid(ZERO_UUID)] + [""] * (len(self.fields) - 1))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its constructor's argument: compiled (zcluster._native), an instance is never made bare.
+        return (type(self), (self.fields,))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CsvRecord) and self.fields == other.fields

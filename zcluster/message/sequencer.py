@@ -58,6 +58,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _unpack = struct.Struct(">IHHH6s").unpack
+_UuidFields = tuple[int, int, int, int, bytes]
+"""What ``_unpack`` gives, declared: compiled (:mod:`zcluster._native`), the clock is then native integer math."""
 _OUTSIDE, _CONTINUE, _ACK = 0, 1, 2
 
 
@@ -195,7 +197,8 @@ class Sequencer:
         if ring[head] is not None:
             self._evict_head()
 
-        lo, mid, hi, seq, producer = _unpack(env.uuid)
+        fields: _UuidFields = _unpack(env.uuid)
+        lo, mid, hi, seq, producer = fields
         real_clock = clock = (lo << 4) | (mid << 36) | ((hi & 0xFFF) << 52) | ((seq >> 10) & 0xF)
         flags = seq & 0x3FF
         journal = env.journal
@@ -206,9 +209,10 @@ class Sequencer:
             flags, clock = _OUTSIDE, 1
         else:
             key = (journal, producer)
-            partial = self._partials.get(key)  # type: ignore[assignment]
-            if partial is None:
-                partial = self._partials[key] = _Partial(journal, producer, clock - 1, clock - 1, -1)
+            found = self._partials.get(key)  # typed as found: compiled (zcluster._native), a type is checked
+            if found is None:
+                found = self._partials[key] = _Partial(journal, producer, clock - 1, clock - 1, -1)
+            partial = found
 
         # Decide the outcome; state changes happen below, by outcome.
         if flags == _CONTINUE:
@@ -288,7 +292,8 @@ class Sequencer:
         uuid = env.uuid
         if ((uuid[8] << 8) | uuid[9]) & 0x3FF != _OUTSIDE or self._emit is not None:
             return None
-        lo, mid, hi, seq, producer = _unpack(uuid)
+        fields: _UuidFields = _unpack(uuid)
+        lo, mid, hi, seq, producer = fields
         clock = (lo << 4) | (mid << 36) | ((hi & 0xFFF) << 52) | ((seq >> 10) & 0xF)
         if clock == 0:
             return None

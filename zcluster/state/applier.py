@@ -148,10 +148,19 @@ class Applier:
     publish: JournalStore | None = None
     publishing: Publishing | None = field(default=None, init=False, repr=False, compare=False)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its constructor's arguments (a publishing applier's claims are this process's: a copy
+        starts without any). A compiled frozen dataclass (:mod:`zcluster._native`) cannot be unpickled
+        attribute by attribute: its ``__setattr__`` refuses."""
+        args = (self.cluster, self.app, self.mapper, self.journals, self.decode, self.ring, self.flush)
+        return (Applier, (*args, self.retries, self.prune_horizon, self.fail_on_data_loss, self.lag, self.publish))
+
     def __post_init__(self) -> None:
         if self.publish is not None:
             check_store(self.cluster, self.app)
-            object.__setattr__(self, "publishing", Publishing(self.publish, self.retries))
+        # Always set (not left to the field's default): a class compiled by mypyc (zcluster._native) has none.
+        publishing = Publishing(self.publish, self.retries) if self.publish is not None else None
+        object.__setattr__(self, "publishing", publishing)
 
     def state(self) -> StateStore:
         return StateStore(self.cluster, self.app)
@@ -244,7 +253,7 @@ class Applier:
         decoder: FrameDecoder | None = None  # of the frames' content type
         read_through = done = checkpoint.offset
         outcomes: dict[QueueOutcome, int] = {}
-        queue, step, outside, add = seq.queue_uncommitted, seq.step, seq.commit_outside, writes.add
+        # Methods called as methods, not bound to locals: compiled (zcluster._native), those are direct C calls.
         mapper: Callable[[str, Envelope], list[Any]] = self._map
         plain: Mapper | None = self.mapper  # called inline for the commonest case (a message committed by itself)
         claim: Claim | None = None
@@ -255,7 +264,7 @@ class Applier:
         n_frames = n_seen = n_malformed = n_acks = n_delivered = n_outside = 0
         stopped: OffsetOutOfRangeError | None = None  # the lost range this batch of the journal stops at
         skipped: list[tuple[int, OffsetOutOfRangeError]] = []  # lost ranges skipped: (offset reached, range)
-        envelopes: Iterable[Envelope | None]
+        envelopes: list[Envelope | None]  # a list: compiled (zcluster._native), iterated natively
         try:
             for row in frames:
                 if isinstance(row, LineRun):  # a run of whole ndjson lines (read_runs): decoded at once
@@ -310,17 +319,17 @@ class Applier:
                         n_malformed += 1
                         log.error("journal %s bytes %d..%d do not frame: %s", journal, row.begin, end, error)
                         continue
-                    envelopes = (decoder.frame(row.begin, end, row.data),)
+                    envelopes = [decoder.frame(row.begin, end, row.data)]
                 for env in envelopes:
                     n_frames += 1
                     if env is None:
                         n_malformed += 1
                         continue
-                    outcome = outside(env)
+                    outcome = seq.commit_outside(env)
                     if outcome is _OUTSIDE_COMMIT:  # the commonest case: a message committed by itself
                         n_delivered += 1
                         if plain is None:
-                            add(mapper(journal, env), journal, env.begin, env.begin)
+                            writes.add(mapper(journal, env), journal, env.begin, env.begin)
                         else:
                             try:
                                 mapped = plain(env.message)
@@ -328,19 +337,19 @@ class Applier:
                                     mapped = list(mapped)
                             except Exception as exc:
                                 raise self._mapper_error(journal, env, exc) from exc
-                            add(mapped, journal, env.begin, env.begin)
+                            writes.add(mapped, journal, env.begin, env.begin)
                         n_outside += 1  # its outcome, counted (as below) once mapped, without a dict update
                         continue
                     if outcome is None:
-                        outcome = queue(env)
+                        outcome = seq.queue_uncommitted(env)
                         if outcome is _REPLAY:
                             seq.start_replay(self._replay(journal, content_type, *seq.replay_range()[1:]))
-                        while (out := step()) is not None:
+                        while (out := seq.step()) is not None:
                             if out.is_ack:
                                 n_acks += 1
                                 continue
                             n_delivered += 1
-                            add(mapper(journal, out), journal, out.begin, env.begin)  # delivered by env
+                            writes.add(mapper(journal, out), journal, out.begin, env.begin)  # delivered by env
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
         finally:
             if n_outside:

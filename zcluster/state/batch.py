@@ -90,7 +90,8 @@ class BatchStats:
                 setattr(self, name, getattr(self, name) + value)
 
 
-_COUNTERS = frozenset(f.name for f in fields(BatchStats) if f.type == "int" and f.name != "batch_id")
+# By the default's type, not the annotation's: a compiled dataclass (zcluster._native) has no string annotations.
+_COUNTERS = frozenset(f.name for f in fields(BatchStats) if type(f.default) is int and f.name != "batch_id")
 
 
 class WriteBuffer:

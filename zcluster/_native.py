@@ -1,0 +1,126 @@
+"""The compiled hot path: the exactly-once Consumer's per-message modules, compiled with mypyc.
+
+The modules of :data:`MODULES` are plain, mypy-clean Python; ``python -m zcluster._native_build`` compiles
+them with mypyc (it ships with mypy) into extension modules beside their ``.py`` files (and one shared
+library, ``zcluster_native__mypyc.*.so``, at the source tree's root), which Python's import then prefers.
+Semantics are the source's: the ``.py`` files stay the reference, and ``tests/state/test_native.py``
+compares the two paths on random journal traffic.
+
+The build is optional. Without mypy or a C compiler it says why and leaves the package pure Python;
+``ZCLUSTER_PURE=1`` makes the build step skip and the package ignore compiled modules (``import zcluster``
+installs :class:`_SourceFirst` before any of them loads), so the pure path stays testable beside a build.
+A build older than its sources (a compiled module's ``.py`` edited since: its digest differs from the one
+the build recorded) is ignored the same way, with a warning: an edit is never silently shadowed.
+``python -m zcluster._native_build status`` says which path an interpreter runs; ``clean`` removes the build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["MODULES", "compiled", "pure"]
+
+MODULES = (
+    "zcluster._encode",
+    "zcluster._keys",
+    "zcluster._writes",
+    "zcluster.journal._filefmt",
+    "zcluster.journal.frames",
+    "zcluster.message.decoding",
+    "zcluster.message.envelope",
+    "zcluster.message.records",
+    "zcluster.message.sequencer",
+    "zcluster.message.uuid",
+    "zcluster.state.applier",
+    "zcluster.state.batch",
+)
+"""What is compiled: every module a committed message passes through from the journal's bytes to the write
+script's arguments (frames, decoding, envelope and message, sequencer, applier loop, write buffer, encoder),
+and the helpers they call per message (UUID clocks, key layout)."""
+
+GROUP = "zcluster_native"  # the shared library's name: zcluster_native__mypyc.<abi>.so
+ROOT = Path(__file__).resolve().parent.parent  # the source tree (or site-packages, for a wheel)
+SUMS = "zcluster/_native.sums"
+"""Under :data:`ROOT`: each compiled module's source digest at build time (a build's outputs, like the .so)."""
+
+log = logging.getLogger("zcluster")
+
+
+def pure() -> bool:
+    """True when ``ZCLUSTER_PURE`` asks for the pure-Python modules (set and not "0")."""
+    return os.environ.get("ZCLUSTER_PURE", "") not in ("", "0")
+
+
+def source(name: str, root: Path = ROOT) -> Path:
+    """The ``.py`` file of module ``name`` under ``root``."""
+    return root.joinpath(*name.split(".")).with_suffix(".py")
+
+
+def digests(root: Path = ROOT) -> dict[str, str]:
+    """Each module of :data:`MODULES`: the SHA-256 of its source under ``root``."""
+    return {name: hashlib.sha256(source(name, root).read_bytes()).hexdigest() for name in MODULES}
+
+
+def built(root: Path = ROOT) -> bool:
+    """True when a build's shared library is under ``root``."""
+    return any(root.glob(f"{GROUP}__mypyc.*"))
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The modules whose source differs from the build's under ``root`` (none when nothing is built)."""
+    if not built(root):
+        return []
+    try:
+        recorded = json.loads((root / SUMS).read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    return [name for name, digest in digests(root).items() if recorded.get(name) != digest]
+
+
+def compiled() -> list[str]:
+    """The modules of :data:`MODULES` this interpreter loaded from an extension module (imports them)."""
+    out = []
+    for name in MODULES:
+        module = importlib.import_module(name)
+        if not (module.__file__ or "").endswith(".py"):
+            out.append(name)
+    return out
+
+
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    """Finds the modules of :data:`MODULES` as source, ahead of the path finder (which prefers extensions)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MODULES:
+            return None
+        py = source(fullname)
+        return importlib.util.spec_from_file_location(fullname, py) if py.exists() else None
+
+
+def install() -> None:
+    """Make the compiled modules' sources win under ``ZCLUSTER_PURE`` or over a stale build (called by
+    ``import zcluster``, before any of them loads)."""
+    if any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+        return
+    if not pure():
+        outdated = stale()
+        if not outdated:
+            return
+        log.warning(
+            "zcluster: the compiled modules are older than their sources (%s): running pure Python; "
+            "rebuild with: python -m zcluster._native_build build",
+            ", ".join(outdated),
+        )
+    sys.meta_path.insert(0, _SourceFirst())
