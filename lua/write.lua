@@ -31,7 +31,10 @@
 --
 -- The floor (the highest score trimmed or forgotten for this set) only judges members without a record:
 -- a member still in K+ or K- has never had a newer record forgotten (a newer delete would have removed it
--- from K+, a newer insert would have replaced its tombstone), so its own record decides.
+-- from K+, a newer insert would have replaced its tombstone), so its own record decides. Two paths keep
+-- that true where a newer write leaves no record of its own: an insert refused by a full set (the floor
+-- rises to it) removes m's older tombstone, and a delete at or below the floor (no new tombstone) raises
+-- m's older one. Then a replay in any order finds every write it already took or refused stale.
 --
 -- Declared keys are surveyed first: one EXISTS per block of up to 64 groups over the keys that could make a
 -- tuple of the group stale (K- and the floor for an insert, K+ and the floor for a delete); a group whose
@@ -126,11 +129,17 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
             if nadds >= bound then
               local low = redis.call("ZRANGE", adds, 0, 0, "WITHSCORES")
               full = s < tonumber(low[2])
-              -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
+              -- As if added and trimmed at once: the floor remembers it, so a replay stays stale. The insert
+              -- would have replaced m's older tombstone: it goes too (after the floor's SET, which a migrating
+              -- slot may refuse), or it, not the floor, would judge a replay once the set has room.
               if full and (not floor or s > floor) then
                 redis.call("SET", floorkey, stext)
                 floorset = true
                 floor = s
+              end
+              if full and del then
+                redis.call("ZREM", rems, m)
+                if nrems then nrems = nrems - 1 end
               end
             end
           end
@@ -167,7 +176,10 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
           if nadds then nadds = nadds - 1 end
           ok = "1"
         end
-      elseif not (floor and s <= floor) and redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then
+      elseif floor and s <= floor then
+        -- The floor judges only members without a record: m's older tombstone rises (K- does not grow).
+        if redis.call("ZADD", rems, "XX", "GT", "CH", stext, m) == 1 then ok = "1" end
+      elseif redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then
         ok = "1"
         grew = true
         rems_exact = not nrems -- counted from here on: may be high if m was raised
@@ -230,8 +242,12 @@ local function single(adds, rems, floor, stext, m, clean)
       redis.call("ZREM", adds, m)
       return "1"
     end
-    -- a tombstone there is redundant: the floor rejects older inserts
-    if floor and tonumber(stext) <= floor then return "0" end
+    -- No new tombstone at or below the floor (it rejects older inserts), but the floor judges only members
+    -- without a record: m's older tombstone rises.
+    if floor and tonumber(stext) <= floor then
+      if redis.call("ZADD", rems, "XX", "GT", "CH", stext, m) == 1 then return "1" end
+      return "0"
+    end
   end
   if redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then return "1" end
   return "0"

@@ -247,6 +247,8 @@ def test_a_delete_at_or_below_a_floor_leaves_a_reused_key_s_totals_alone(any_clu
     c.increment("j", [(1, Incr("reused", "a", 5))])
     with pytest.raises(WriteRefusedError, match="aggregate"):
         c.delete([("reused", 7.0, "a")])
+    with pytest.raises(WriteRefusedError, match="aggregate"):
+        c.delete([("reused", 7.0, "b")])  # no total of b: refused too (it used to be reported stale)
     assert totals(c, "reused") == {"a": 5.0}
 
 

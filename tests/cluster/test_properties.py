@@ -116,6 +116,8 @@ def test_bounded_is_idempotent_and_never_shows_stale_members(
         first = state(c)
         apply(c, ops, batched=True)  # everything again, in another order
         assert state(c) == first
+        apply(c, data.draw(st.permutations(ops)), batched=data.draw(st.booleans()))  # and in a third one
+        assert state(c) == first
         for key, visible in first[0].items():
             assert len(visible) <= bound
             assert set(visible) <= set(expected[key]), "a visible member must be exactly where the model says"

@@ -1,4 +1,7 @@
 -- zcluster 2P-set write: many tuples per call, grouped by logical set.
+-- (The differential test's oracle: the script before issue #40, with one later change of rules applied
+-- to both: a full set's refused insert drops the member's older tombstone, and a delete at or below the
+-- floor raises the member's older tombstone; see docs/faults.md, "bounded set replays".)
 --
 -- KEYS, per group (stride 2, or 3 with floors): the add set K+, the remove set K-[, the floor].
 -- ARGV[1] = "+" (insert) or "-" (delete); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = the key mode:
@@ -30,7 +33,10 @@
 --
 -- The floor (the highest score trimmed or forgotten for this set) only judges members without a record:
 -- a member still in K+ or K- has never had a newer record forgotten (a newer delete would have removed it
--- from K+, a newer insert would have replaced its tombstone), so its own record decides.
+-- from K+, a newer insert would have replaced its tombstone), so its own record decides. Two paths keep
+-- that true where a newer write leaves no record of its own: an insert refused by a full set (the floor
+-- rises to it) removes m's older tombstone, and a delete at or below the floor (no new tombstone) raises
+-- m's older one. Then a replay in any order finds every write it already took or refused stale.
 --
 -- Scores are passed to ZADD as the client's own text: Lua prints numbers with 14 digits, which would
 -- round them. Comparisons use tonumber() of exact texts, so they are exact for every double.
@@ -129,10 +135,16 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
             if nadds >= bound then
               local low = redis.call("ZRANGE", adds, 0, 0, "WITHSCORES")
               full = s < tonumber(low[2])
-              -- As if added and trimmed at once: the floor remembers it, so a replay stays stale.
+              -- As if added and trimmed at once: the floor remembers it, so a replay stays stale. The insert
+              -- would have replaced m's older tombstone: it goes too (after the floor's SET, which a migrating
+              -- slot may refuse), or it, not the floor, would judge a replay once the set has room.
               if full and (not floor or s > floor) then
                 redis.call("SET", floorkey, stext)
                 floor = s
+              end
+              if full and del then
+                redis.call("ZREM", rems, m)
+                if nrems then nrems = nrems - 1 end
               end
             end
           end
@@ -167,7 +179,10 @@ local function bounded(adds, rems, floorkey, floor, pos, count, clean)
           if nadds then nadds = nadds - 1 end
           ok = "1"
         end
-      elseif not (floor and s <= floor) and redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then
+      elseif floor and s <= floor then
+        -- The floor judges only members without a record: m's older tombstone rises (K- does not grow).
+        if redis.call("ZADD", rems, "XX", "GT", "CH", stext, m) == 1 then ok = "1" end
+      elseif redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then
         ok = "1"
         grew = true
         rems_exact = not nrems -- counted from here on: may be high if m was raised
@@ -237,7 +252,8 @@ local function grouped(adds, rems, floor, pos, count)
           ok = "1"
         end
         -- At or below the floor a tombstone is redundant: the floor already rejects older inserts.
-        if not (floor and s <= floor) then
+        -- (The floor judges only members without a record: an older tombstone rises.)
+        if del[k] or not (floor and s <= floor) then
           del[k], deltext[k] = s, stext
           ok = "1"
         end
@@ -291,7 +307,10 @@ local function single(adds, rems, floor, stext, m, clean)
     redis.call("ZREM", adds, m)
     return "1"
   end
-  if floor and s <= floor then return "0" end  -- a tombstone there is redundant: the floor rejects older inserts
+  if floor and s <= floor then -- no new tombstone there (the floor rejects older inserts); an older one rises
+    if redis.call("ZADD", rems, "XX", "GT", "CH", stext, m) == 1 then return "1" end
+    return "0"
+  end
   if redis.call("ZADD", rems, "GT", "CH", stext, m) == 1 then return "1" end
   return "0"
 end
