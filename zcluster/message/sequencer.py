@@ -22,7 +22,8 @@ always committed at once and never tracked.
 
 A bounded ring holds recent envelopes. When an ACK commits a span that began before the ring's
 oldest entry, ``replay_range()`` names the exact journal byte range to read again, and
-``start_replay(iterator)`` supplies those envelopes; ``step()`` then resumes.
+``start_replay(iterator)`` supplies those envelopes; ``step()`` then resumes. A replay skips zero clocks
+(delivered when they were read; unlike Gazette's, which delivers one of the span's producer again).
 
 ``checkpoint()`` returns journal offsets and producer states from which a new Sequencer continues
 exactly where this one is: offsets never pass a commit whose span is not fully dequeued, and the
@@ -353,6 +354,10 @@ class Sequencer:
                     continue
                 env = env_or_none
                 clock = env.clock
+                if clock == 0:
+                    # Committed and delivered when read, never part of a span (the ring never links one to its
+                    # producer's). Gazette's Step delivers one of the span's own producer again here.
+                    continue
             self._dequeued = env
             self._dequeued_clock = clock
             if clock != 0 and clock <= emit.min_clock:
@@ -403,8 +408,8 @@ class Sequencer:
 
     def start_replay(self, envelopes: Iterable[Envelope]) -> None:
         """Supply the envelopes of ``replay_range()`` (read-uncommitted, in offset order; envelopes
-        of other producers and duplicates are skipped). Raises SequencerError if nothing is being
-        dequeued."""
+        of other producers, duplicates and zero clocks, delivered when read, are skipped). Raises
+        SequencerError if nothing is being dequeued."""
         if self._emit is None:
             raise SequencerError("no committed sequence to replay")
         self._replay_it = iter(envelopes)
