@@ -567,3 +567,21 @@ def test_a_zero_clock_message_inside_a_replayed_span_is_delivered_once(
     assert queue(seq, a2) == [QO.ACK_COMMIT_REPLAY]
     expect_replay(seq, a1.begin, a2.begin, a1, z)
     expect_dequeue(seq, a1, a2)
+
+
+@pytest.mark.parametrize("restore", [False, True])
+def test_a_replay_skips_a_clock_going_back_within_the_span_as_the_ring_does(generate: Gen, restore: bool) -> None:
+    # A CONTINUE_TXN below the span's max clock is dropped when queued (CONTINUE_TXN_CLOCK_LARGER); an ACK at its
+    # clock then commits nothing (the span's 48 is above it). Before the fix a replay (a small ring, or the ring
+    # restored empty) delivered the dropped message, then skipped the ACK as a duplicate of it.
+    A = new_producer_id()
+    a1, a4, a3, ack3 = generate(A, 1, OUT), generate(A, 4, CONT), generate(A, 3, CONT), generate(A, 3, ACK)
+    seq = Sequencer(buffer=4 if restore else 1)
+    assert queue(seq, a1) == [QO.OUTSIDE_COMMIT]
+    expect_dequeue(seq, a1)
+    assert queue(seq, a4, a3) == [QO.CONTINUE_BEGIN_SPAN, QO.CONTINUE_TXN_CLOCK_LARGER]
+    if restore:
+        seq = Sequencer(*seq.checkpoint(), buffer=4)
+    assert queue(seq, ack3) == [QO.ACK_COMMIT_REPLAY]
+    expect_replay(seq, a4.begin, ack3.begin, a4, a3)
+    expect_dequeue(seq, ack3)
