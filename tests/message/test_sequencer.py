@@ -544,3 +544,44 @@ def test_duplicate_straddling_a_checkpoint(generate: Gen, gazette_state: bool) -
     expect_replay(seq2, a1.begin, a1dup.begin if gazette_state else a2.begin, a1)
     expect_dequeue(seq1, a1, a2)
     expect_dequeue(seq2, a1, a2)  # The duplicate in seq2's ring is skipped, not delivered twice.
+
+
+@pytest.mark.parametrize("producer", ["own", "zero"])
+@pytest.mark.parametrize("restore", [False, True])
+def test_a_zero_clock_message_inside_a_replayed_span_is_delivered_once(
+    generate: Gen, producer: str, restore: bool
+) -> None:
+    # A zero clock commits its message at once (delivered when read) and never joins a span, even one of its
+    # own producer: the span's replay skips it, as the ring does. Before the fix the replay delivered it again.
+    # The span is replayed because the ring is too small, or because a checkpoint was restored between the zero
+    # clock and the ACK (a poll boundary): neither may change what is delivered.
+    A = new_producer_id() if producer == "own" else bytes(6)  # "zero": ZERO_UUID's producer, with a real span
+    a1, z, a2 = generate(A, 1, CONT), generate(A, 0, OUT), generate(A, 2, ACK)
+    if producer == "zero":  # a message without a UUID
+        z = Envelope(z.journal, z.begin, z.end, z.message, ZERO_UUID)
+    seq = Sequencer(buffer=4 if restore else 1)
+    assert queue(seq, a1, z) == [QO.CONTINUE_BEGIN_SPAN, QO.OUTSIDE_COMMIT]
+    expect_dequeue(seq, z)
+    if restore:
+        seq = Sequencer(*seq.checkpoint(), buffer=4)
+    assert queue(seq, a2) == [QO.ACK_COMMIT_REPLAY]
+    expect_replay(seq, a1.begin, a2.begin, a1, z)
+    expect_dequeue(seq, a1, a2)
+
+
+@pytest.mark.parametrize("restore", [False, True])
+def test_a_replay_skips_a_clock_going_back_within_the_span_as_the_ring_does(generate: Gen, restore: bool) -> None:
+    # A CONTINUE_TXN below the span's max clock is dropped when queued (CONTINUE_TXN_CLOCK_LARGER); an ACK at its
+    # clock then commits nothing (the span's 48 is above it). Before the fix a replay (a small ring, or the ring
+    # restored empty) delivered the dropped message, then skipped the ACK as a duplicate of it.
+    A = new_producer_id()
+    a1, a4, a3, ack3 = generate(A, 1, OUT), generate(A, 4, CONT), generate(A, 3, CONT), generate(A, 3, ACK)
+    seq = Sequencer(buffer=4 if restore else 1)
+    assert queue(seq, a1) == [QO.OUTSIDE_COMMIT]
+    expect_dequeue(seq, a1)
+    assert queue(seq, a4, a3) == [QO.CONTINUE_BEGIN_SPAN, QO.CONTINUE_TXN_CLOCK_LARGER]
+    if restore:
+        seq = Sequencer(*seq.checkpoint(), buffer=4)
+    assert queue(seq, ack3) == [QO.ACK_COMMIT_REPLAY]
+    expect_replay(seq, a4.begin, ack3.begin, a4, a3)
+    expect_dequeue(seq, ack3)

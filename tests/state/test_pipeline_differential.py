@@ -16,7 +16,7 @@ import itertools
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zcluster import Cluster, Insert
@@ -176,6 +176,32 @@ def _run(cluster: Cluster, store: InMemoryJournals, ring: int, cuts: list[int], 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=journals(), chunk=st.integers(1, 64), ring=st.integers(1, 6), cut=st.floats(0, 1))
+# Found here, reduced (each failed before the fix): a zero clock inside its own producer's span, delivered when
+# read, was delivered again by the span's replay (its ACK read in the next poll: the ring restored empty). The
+# model (one read, ring 4) has the span in its ring.
+@example(
+    lines=[
+        b'{"UUID":"00000001-0000-1000-8001-020202020202","id":"m0"}',  # producer 2, clock 16, CONTINUE_TXN
+        b'{"UUID":"00000000-0000-1000-8000-020202020202","id":"m1"}',  # producer 2, clock 0
+        b'{"UUID":"00000001-0000-1000-8002-020202020202","id":"m2"}',  # producer 2, clock 16, ACK_TXN
+    ],
+    chunk=1,
+    ring=4,
+    cut=0.5,  # a poll boundary after m1
+)
+# The same for a clock going back within a span (m2: dropped when queued), its ACK at that clock: the replay
+# delivered m2.
+@example(
+    lines=[
+        b'{"UUID":"00000001-0000-1000-8000-010101010101","id":"m0"}',  # producer 1, clock 16, OUTSIDE_TXN
+        b'{"UUID":"00000003-0000-1000-8001-010101010101","id":"m1"}',  # clock 48, CONTINUE_TXN
+        b'{"UUID":"00000002-0000-1000-8001-010101010101","id":"m2"}',  # clock 32, CONTINUE_TXN
+        b'{"UUID":"00000002-0000-1000-8002-010101010101","id":"m3"}',  # clock 32, ACK_TXN
+    ],
+    chunk=64,
+    ring=4,
+    cut=0.7,  # a poll boundary after m2
+)
 def test_the_pipeline_delivers_as_the_per_frame_path_and_the_sequencer(
     shards: Any, lines: list[bytes], chunk: int, ring: int, cut: float
 ) -> None:

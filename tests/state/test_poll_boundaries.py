@@ -281,3 +281,25 @@ def test_checkpoints_rank_by_position_not_by_clock(shards: LocalShards) -> None:
         assert state.load_journal("j").states == [rolled_back]
         raw = state.cluster.select(["ranks/journal/j"], limit=100)["ranks/journal/j"]
         assert len(raw) == 1  # superseded snapshots are forgotten, not left as tombstones
+
+
+def test_a_zero_clock_message_inside_a_span_is_delivered_once_whatever_the_polls(
+    journal_store: tuple[Any, str], shards: LocalShards
+) -> None:
+    """A zero clock commits its message when read; the open span it sits in, of its own producer, is replayed
+    from the journal when its ACK is read after a poll boundary (or past a small ring): the replay delivered it
+    again (the pipeline differential test's find, reduced)."""
+    store, _ = journal_store
+    p = b"\x02" * 6
+    h = History()
+    h.frames = [
+        _frame(p, 16, Flags.CONTINUE_TXN, "in-txn"),
+        _frame(p, 0, Flags.OUTSIDE_TXN, "zero-clock"),
+        _frame(p, 16, Flags.ACK_TXN, "ack"),
+    ]
+    name, ends = write_journal(store, h)
+    with Cluster.from_urls(shards.urls, prefix=f"pb{next(_ids)}:") as cluster:
+        for ring in (1, 8192):
+            assert read_in_polls(cluster, store, name, [ends[-1]], ring) == ["zero-clock", "in-txn"], ring
+            for polls in cuts_of(ends):
+                assert read_in_polls(cluster, store, name, polls, ring) == ["zero-clock", "in-txn"], (ring, polls)

@@ -22,7 +22,9 @@ always committed at once and never tracked.
 
 A bounded ring holds recent envelopes. When an ACK commits a span that began before the ring's
 oldest entry, ``replay_range()`` names the exact journal byte range to read again, and
-``start_replay(iterator)`` supplies those envelopes; ``step()`` then resumes.
+``start_replay(iterator)`` supplies those envelopes; ``step()`` then resumes. A replay delivers exactly what
+the ring would have: it skips what ``queue_uncommitted`` dropped (duplicates, clocks going back within the
+span) or committed alone (zero clocks), where Gazette's delivers those above the last ACK.
 
 ``checkpoint()`` returns journal offsets and producer states from which a new Sequencer continues
 exactly where this one is: offsets never pass a commit whose span is not fully dequeued, and the
@@ -166,6 +168,7 @@ class Sequencer:
         self._dequeued: Envelope | None = None
         self._dequeued_clock = 0
         self._replay_it: Iterator[Envelope] | None = None
+        self._replay_max = 0  # The largest clock of the span's producer replayed so far (see step)
         self._cap = cap
         self._head = 0
         self._ring: list[Envelope | None] = [None] * cap
@@ -358,6 +361,12 @@ class Sequencer:
                     continue
                 env = env_or_none
                 clock = env.clock
+                if clock <= self._replay_max:
+                    # Not in the span: queue_uncommitted dropped it (a duplicate, a clock going back within the
+                    # span) or committed it alone when read (a zero clock). Gazette's Step delivers those of
+                    # them above the last ACK and not above the ACK's clock: what the ring never holds.
+                    continue
+                self._replay_max = clock  # what queue_uncommitted took as the span's max_clock
             self._dequeued = env
             self._dequeued_clock = clock
             if clock != 0 and clock <= emit.min_clock:
@@ -408,11 +417,14 @@ class Sequencer:
 
     def start_replay(self, envelopes: Iterable[Envelope]) -> None:
         """Supply the envelopes of ``replay_range()`` (read-uncommitted, in offset order; envelopes
-        of other producers and duplicates are skipped). Raises SequencerError if nothing is being
-        dequeued."""
+        of other producers, duplicates, clocks going back within the span and zero clocks are skipped,
+        as ``queue_uncommitted`` skipped them). Raises SequencerError if nothing is being dequeued."""
         if self._emit is None:
             raise SequencerError("no committed sequence to replay")
         self._replay_it = iter(envelopes)
+        # The replay starts at the span's first message not yet processed: every clock the span took before
+        # it is at most the last processed one.
+        self._replay_max = self._emit.min_clock
 
     def has_pending(self) -> bool:
         """True if a span was begun or extended since the last checkpoint: more messages are likely coming."""
