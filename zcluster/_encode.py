@@ -37,7 +37,7 @@ def check_score(value: object) -> float:
             as_float = float(value)
         except OverflowError:
             raise ValueError(f"integer score of {value.bit_length()} bits is beyond the range of a double") from None
-        if as_float == value:
+        if int(as_float) == value:  # compared as ints: compiled (zcluster._native), int == float compares as floats
             return as_float
         shown = value if value.bit_length() <= 256 else f"of {value.bit_length()} bits"
         raise ValueError(f"integer score {shown} is not exact as a double (|x| > 2**53)")
