@@ -72,9 +72,9 @@ def blob(value: object, index: int, item: object, what: str) -> bytes:
 
 def listed_keys(keys: Iterable[Blob]) -> list[Blob]:
     """``keys`` as a list; a single str or bytes is a TypeError (iterating it would ask one key per character)."""
-    if isinstance(keys, str | bytes):
-        shown = repr(keys)  # not {keys!r}: compiled (zcluster._native), that conversion takes bytes for a str
-        raise TypeError(f"keys must be an iterable of keys, not a single {type(keys).__name__}: use [{shown}]")
+    whole: object = keys  # mypy narrows an Iterable[Blob] to str only, and compiled (zcluster._native) bytes fail it
+    if isinstance(whole, str | bytes):
+        raise TypeError(f"keys must be an iterable of keys, not a single {type(whole).__name__}: use [{whole!r}]")
     return list(keys)
 
 
