@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from bounded_helpers import bounded_cluster
 
 from zcluster import Cluster, KeyMember, KeyScoreMember, Presence
 
@@ -19,12 +20,8 @@ KSM = KeyScoreMember
 @pytest.fixture(params=["shards", "cluster"])
 def one(request: pytest.FixtureRequest, prefix: str) -> Iterator[Cluster]:
     """A cluster with max_size=1 over either topology."""
-    if request.param == "shards":
-        c = Cluster.from_urls(request.getfixturevalue("shards").urls, prefix=prefix, max_size=1)
-    else:
-        c = Cluster.from_cluster_url(request.getfixturevalue("redis_cluster").url, prefix=prefix, max_size=1)
-    yield c
-    c.close()
+    with bounded_cluster(request, prefix, 1) as c:
+        yield c
 
 
 def members(c: Cluster, key: str) -> list[tuple[str, float]]:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterator
 
 import pytest
+from bounded_helpers import bounded_cluster
 
 from zcluster import Cluster, Cursor, InvalidTupleError, KeyMember, KeyScoreMember, Presence
 
@@ -15,12 +16,8 @@ KSM = KeyScoreMember
 @pytest.fixture(params=["shards", "cluster"])
 def bounded(request: pytest.FixtureRequest, prefix: str) -> Iterator[Cluster]:
     """A cluster with max_size=5 over either topology."""
-    if request.param == "shards":
-        c = Cluster.from_urls(request.getfixturevalue("shards").urls, prefix=prefix, max_size=5)
-    else:
-        c = Cluster.from_cluster_url(request.getfixturevalue("redis_cluster").url, prefix=prefix, max_size=5)
-    yield c
-    c.close()
+    with bounded_cluster(request, prefix, 5) as c:
+        yield c
 
 
 def members(c: Cluster, key: str, limit: int = 100) -> list[tuple[str, float]]:
