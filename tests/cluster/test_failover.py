@@ -11,11 +11,13 @@ only by :data:`WAIT` or ``LocalRedisCluster.FAILOVER_WAIT``: an election on a lo
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,23 @@ def name(server: LocalServer) -> str:
 def master_index(rc: LocalRedisCluster, c: Cluster, key: str) -> int:
     """Index in ``rc.servers`` of the master holding ``key`` (one of the first masters)."""
     return [name(s) for s in rc.servers].index(c.shard_of(key))
+
+
+@contextlib.contextmanager
+def before_a_kill(
+    failover: bool = True, **options: Any
+) -> Iterator[tuple[LocalRedisCluster, Cluster, int, LocalServer]]:
+    """A 3-master Redis Cluster with a replica each, a client (``options``; ``failover``: it waits out a failover
+    for ``FAILOVER_WAIT``) that wrote every key of KEYS at 1.0 ("before"), KEYS[0]'s master (the test's victim)
+    and that master's one replica (its heir)."""
+    with LocalRedisCluster(3, replicas=1) as rc:
+        if failover:
+            options["failover_timeout"] = rc.FAILOVER_WAIT
+        with Cluster.from_cluster_url(rc.url, **options) as c:
+            assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
+            victim = master_index(rc, c, KEYS[0])
+            (heir,) = rc.replicas_of(victim)
+            yield rc, c, victim, heir
 
 
 def topology(c: Cluster) -> ClusterTopology:
@@ -149,14 +168,8 @@ def test_a_killed_master_is_followed_and_writes_confirmed_by_a_replica_survive()
 
 
 def test_a_hung_master_times_out_and_is_followed() -> None:
-    with (
-        LocalRedisCluster(3, replicas=1) as rc,
-        # socket_timeout: short enough to notice the hung master, long enough for a live node on a loaded machine
-        Cluster.from_cluster_url(rc.url, connection={"socket_timeout": 5.0}, failover_timeout=rc.FAILOVER_WAIT) as c,
-    ):
-        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
-        victim = master_index(rc, c, KEYS[0])
-        (heir,) = rc.replicas_of(victim)
+    # socket_timeout: short enough to notice the hung master, long enough for a live node on a loaded machine
+    with before_a_kill(connection={"socket_timeout": 5.0}) as (rc, c, victim, heir):
         process = rc.servers[victim].process
         assert process is not None
         os.kill(process.pid, signal.SIGSTOP)  # connections open, nothing answers: every call times out
@@ -173,13 +186,7 @@ def test_a_hung_master_times_out_and_is_followed() -> None:
 
 
 def test_a_call_waits_out_clusterdown_until_a_replica_takes_over() -> None:
-    with (
-        LocalRedisCluster(3, replicas=1) as rc,
-        Cluster.from_cluster_url(rc.url, failover_timeout=rc.FAILOVER_WAIT) as c,
-    ):
-        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
-        victim = master_index(rc, c, KEYS[0])
-        (heir,) = rc.replicas_of(victim)
+    with before_a_kill() as (rc, c, victim, heir):
         survivors = [s for i, s in enumerate(rc.servers) if i != victim]
         survivor = survivors[0]
         on_survivors = [k for k in KEYS if c.shard_of(k) != name(rc.servers[victim])]
@@ -360,13 +367,7 @@ def test_a_map_read_just_before_a_promotion_is_not_taken_for_a_master_without_re
     already happened was taken for one that cannot come, and the call failed at once (seen twice under
     stress-ng, a durable write giving up in 56 ms). Forced here: the first ``CLUSTER SLOTS`` after the kill
     is answered with the map from before it; the call waits for the next map and lands on the heir."""
-    with (
-        LocalRedisCluster(3, replicas=1) as rc,
-        Cluster.from_cluster_url(rc.url, failover_timeout=rc.FAILOVER_WAIT) as c,
-    ):
-        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
-        victim = master_index(rc, c, KEYS[0])
-        (heir,) = rc.replicas_of(victim)
+    with before_a_kill() as (rc, c, victim, heir):
         topology = c._transport.topology
         assert isinstance(topology, ClusterTopology)
         other = next(s for i, s in enumerate(rc.servers) if i != victim and s.process is not None)
@@ -489,10 +490,7 @@ def test_a_durable_write_rides_out_a_failover_until_the_killed_master_rejoins_as
 
 def test_a_durable_write_whose_shard_never_gets_a_replica_back_fails_after_the_deadline_saying_what_to_do() -> None:
     durable = Durability(replicas=1, timeout=0.5, deadline=3.0)
-    with LocalRedisCluster(3, replicas=1) as rc, Cluster.from_cluster_url(rc.url, durability=durable) as c:
-        assert c.insert([KSM(k, 1.0, "before") for k in KEYS]).ok
-        victim = master_index(rc, c, KEYS[0])
-        (heir,) = rc.replicas_of(victim)
+    with before_a_kill(failover=False, durability=durable) as (rc, c, victim, heir):
         rc.kill(victim)
         wait_role(heir, "master")
         started = time.monotonic()
