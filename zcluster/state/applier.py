@@ -43,7 +43,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from zcluster._retry import retrying
@@ -152,8 +152,7 @@ class Applier:
         """Pickled as its constructor's arguments (a publishing applier's claims are this process's: a copy
         starts without any). A compiled frozen dataclass (:mod:`zcluster._native`) cannot be unpickled
         attribute by attribute: its ``__setattr__`` refuses."""
-        args = (self.cluster, self.app, self.mapper, self.journals, self.decode, self.ring, self.flush)
-        return (Applier, (*args, self.retries, self.prune_horizon, self.fail_on_data_loss, self.lag, self.publish))
+        return (Applier, tuple(getattr(self, f.name) for f in fields(self) if f.init))
 
     def __post_init__(self) -> None:
         if self.publish is not None:
