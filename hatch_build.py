@@ -3,6 +3,8 @@
 The wheel then carries each compiled module's extension beside its ``.py`` and the shared library
 ``zcluster_native__mypyc.*.so`` at its root, and is tagged for this interpreter and platform. Without a C
 compiler (or mypyc failing), or with ``ZCLUSTER_PURE=1``, the wheel is the pure-Python one, said on stderr.
+A source tree with a current in-place build (``python -m zcluster._native_build build``, as ``./run`` makes:
+same sources, same interpreter) gives the wheel those files rather than compile them again.
 """
 
 from __future__ import annotations
@@ -30,20 +32,24 @@ class NativeHook(BuildHookInterface):  # type: ignore[misc]
         root = Path(self.root)
         sys.path.insert(0, str(root))
         try:
-            from zcluster._native_build import compile_into
+            from zcluster._native_build import compile_into, current
 
-            self.scratch = Path(tempfile.mkdtemp(prefix="zcluster-wheel-native-"))
-            outputs = compile_into(root, self.scratch)
+            reused = current(root)
+            if reused is None:
+                self.scratch = Path(tempfile.mkdtemp(prefix="zcluster-wheel-native-"))
+                outputs, base, how = compile_into(root, self.scratch), self.scratch, "compiled"
+            else:
+                outputs, base, how = reused, root, "taken from the current in-place build"
         except (Exception, SystemExit) as exc:  # no compiler, no mypyc: the pure wheel still works
             print(f"zcluster wheel: not compiled ({exc!r}): a pure-Python wheel", file=sys.stderr)
             return
         finally:
             sys.path.remove(str(root))
         for rel in outputs:
-            build_data["force_include"][str(self.scratch / rel)] = str(rel)
+            build_data["force_include"][str(base / rel)] = str(rel)
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
-        print(f"zcluster wheel: {len(outputs)} compiled files", file=sys.stderr)
+        print(f"zcluster wheel: {len(outputs)} compiled files, {how}", file=sys.stderr)
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         if self.scratch is not None:

@@ -4,6 +4,7 @@ compile leaves the package pure Python, said on stderr in one line (mypy's own r
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import pickle
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from zcluster import _native
-from zcluster._native_build import build
+from zcluster._native_build import build, current
 from zcluster.message.envelope import Envelope
 from zcluster.message.records import JsonMessage
 from zcluster.state import Applier, BatchStats
@@ -68,6 +69,28 @@ def test_digests_name_exactly_the_changed_sources(tmp_path: Path) -> None:
     assert _native.stale(tmp_path) == []
     _native.source("zcluster._encode", tmp_path).write_text("# changed\n")
     assert _native.stale(tmp_path) == ["zcluster._encode"]
+
+
+def test_the_wheel_takes_only_a_whole_current_build_for_this_interpreter(tmp_path: Path) -> None:
+    """What the wheel's build hook reuses instead of compiling (hatch_build.py): all of a build made from
+    these sources with this interpreter's extension suffix, or nothing."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name in _native.MODULES:
+        target = _native.source(name, tmp_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f"# {name}\n")
+    assert current(tmp_path) is None  # nothing built
+    (tmp_path / f"{_native.GROUP}__mypyc{suffix}").write_bytes(b"")
+    for name in _native.MODULES[1:]:
+        _native.source(name, tmp_path).with_suffix(suffix).write_bytes(b"")
+    (tmp_path / _native.SUMS).write_text(json.dumps(_native.digests(tmp_path)))
+    assert current(tmp_path) is None  # one module's extension missing
+    _native.source(_native.MODULES[0], tmp_path).with_suffix(suffix).write_bytes(b"")
+    outputs = current(tmp_path)
+    assert outputs is not None and len(outputs) == len(_native.MODULES) + 2
+    assert all((tmp_path / rel).is_file() and not rel.is_absolute() for rel in outputs)
+    _native.source("zcluster._keys", tmp_path).write_text("# edited since\n")
+    assert current(tmp_path) is None  # stale
 
 
 @pytest.mark.timeout(600)

@@ -8,14 +8,15 @@ the modules this interpreter loads compiled.
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import sys
 from pathlib import Path
 
-from zcluster._native import GROUP, MODULES, ROOT, SUMS, compiled, digests, pure, source, stale
+from zcluster._native import GROUP, MODULES, ROOT, SUMS, built, compiled, digests, pure, source, stale
 
-__all__ = ["build", "clean", "compile_into"]
+__all__ = ["build", "clean", "compile_into", "current"]
 
 
 def _outputs(root: Path) -> list[Path]:
@@ -25,6 +26,20 @@ def _outputs(root: Path) -> list[Path]:
         parent, leaf = root.joinpath(*name.split(".")[:-1]), name.rsplit(".", 1)[1]
         out += sorted(parent.glob(leaf + ".*.so")) + sorted(parent.glob(leaf + ".*.pyd"))
     return out + ([root / SUMS] if (root / SUMS).exists() else [])
+
+
+def current(root: Path = ROOT) -> list[Path] | None:
+    """The outputs of an in-place build under ``root`` (paths relative to it) if that build is whole, made
+    from these very sources and for this interpreter (its extension suffix); otherwise None. The wheel's
+    build hook copies them rather than compile the same sources a second time."""
+    if not built(root) or stale(root):
+        return None
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    wanted = [root / f"{GROUP}__mypyc{suffix}"]
+    wanted += [source(name, root).with_suffix(suffix) for name in MODULES]
+    if not all(path.is_file() for path in wanted):
+        return None
+    return [path.relative_to(root) for path in [*wanted, root / SUMS]]
 
 
 def clean(root: Path = ROOT) -> int:
