@@ -12,10 +12,12 @@ Loaded by ``tests/conftest.py``. Two parts:
   section, the one place the numbers live). After a run the terminal summary prints the run's wall time and
   a WARNING line for each test over ``budget_test_seconds`` (setup, call and teardown together) and for a
   run over ``budget_run_minutes``. A warning never fails a test or the run: a machine's speed varies
-  twofold. ``./run test`` adds ``--durations=25`` (the 25 slowest phases). The only guard that fails a test
-  on time is pytest-timeout's per-test ``timeout`` (against a hang). Under ``./run test`` the run's time is
-  counted from the start of its first pass (``ZCLUSTER_TEST_STARTED``, epoch seconds), so the Valkey pass
-  reports both passes together. Under pytest-xdist the summary is the controller's, over every worker's tests.
+  twofold. ``./run test`` adds ``--durations=25`` (the 25 slowest phases). Under pytest-xdist a line gives
+  each worker's busy time and when it finished (one idle long before the others: the schedule's fault). The
+  only guard that fails a test on time is pytest-timeout's per-test ``timeout`` (against a hang). Under
+  ``./run test`` the run's time is counted from the start of its first pass (``ZCLUSTER_TEST_STARTED``,
+  epoch seconds), so the Valkey pass reports both passes together. Under pytest-xdist the summary is the
+  controller's, over every worker's tests.
 * **The schedule under pytest-xdist** (``./run test`` runs ``-n``, see ``run``):
   :func:`pytest_xdist_make_scheduler` hands out whole files (a module's Spark session and the per-worker
   session servers are started once a file), the files with the most ``slow`` tests first, Spark and not
@@ -213,16 +215,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 _started = time.time()
 _spent: dict[str, float] = {}
+_workers: dict[str, list[float]] = {}  # xdist worker -> [seconds busy, when its last test phase ended]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _started
     _started = time.time()
     _spent.clear()
+    _workers.clear()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _spent[report.nodeid] = _spent.get(report.nodeid, 0.0) + report.duration
+    node = getattr(report, "node", None)  # set by pytest-xdist on the controller
+    if node is not None:
+        busy = _workers.setdefault(node.gateway.id, [0.0, 0.0])
+        busy[0] += report.duration
+        busy[1] = max(busy[1], report.stop)
 
 
 def _minutes(seconds: float) -> str:
@@ -239,6 +248,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     if run != this_pass:
         line += f"; ./run test's passes so far {_minutes(run)}"
     terminalreporter.write_line(line)
+    if _workers:  # an idle worker at the end means the schedule, not the machine, set the pass's length
+        shares = [
+            f"{w} busy {_minutes(busy)}, done at {_minutes(last - _started)}"
+            for w, (busy, last) in sorted(_workers.items())
+        ]
+        terminalreporter.write_line(f"budget: workers: {'; '.join(shares)}")
     test_budget, run_budget = config.getini("budget_test_seconds"), config.getini("budget_run_minutes")
     for warning in budget_warnings(_spent, run, test_budget, run_budget):
         terminalreporter.write_line(warning, yellow=True, bold=True)

@@ -45,7 +45,7 @@ def _loaded(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
 def test_a_build_older_than_its_sources_is_ignored_with_a_warning(tmp_path: Path) -> None:
     root = _copy(tmp_path)
     done = _loaded(root)
-    assert done.stdout.split()[-1] == str(len(_native.MODULES)) and "older than" not in done.stderr
+    assert done.stdout.split()[-1] == str(len(_native.MODULES + _native.EXTENSIONS)) and "older than" not in done.stderr
     pure = _loaded(root, ZCLUSTER_PURE="1")
     assert pure.stdout.split()[-1] == "0" and "older than" not in pure.stderr
     edited = _native.source("zcluster.message.sequencer", root)
@@ -58,13 +58,13 @@ def test_a_build_older_than_its_sources_is_ignored_with_a_warning(tmp_path: Path
 
 
 def test_digests_name_exactly_the_changed_sources(tmp_path: Path) -> None:
-    for name in _native.MODULES:
+    for name in _native.MODULES + _native.EXTENSIONS:
         target = _native.source(name, tmp_path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(f"# {name}\n")
     assert _native.stale(tmp_path) == []  # nothing built: nothing stale
     (tmp_path / f"{_native.GROUP}__mypyc.test.so").write_bytes(b"")
-    assert _native.stale(tmp_path) == list(_native.MODULES)  # built, but no digests recorded
+    assert _native.stale(tmp_path) == list(_native.MODULES + _native.EXTENSIONS)  # built, but no digests recorded
     (tmp_path / _native.SUMS).write_text(json.dumps(_native.digests(tmp_path)))
     assert _native.stale(tmp_path) == []
     _native.source("zcluster._encode", tmp_path).write_text("# changed\n")
@@ -75,19 +75,20 @@ def test_the_wheel_takes_only_a_whole_current_build_for_this_interpreter(tmp_pat
     """What the wheel's build hook reuses instead of compiling (hatch_build.py): all of a build made from
     these sources with this interpreter's extension suffix, or nothing."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    for name in _native.MODULES:
+    everything = _native.MODULES + _native.EXTENSIONS
+    for name in everything:
         target = _native.source(name, tmp_path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(f"# {name}\n")
     assert current(tmp_path) is None  # nothing built
     (tmp_path / f"{_native.GROUP}__mypyc{suffix}").write_bytes(b"")
-    for name in _native.MODULES[1:]:
+    for name in everything[1:]:
         _native.source(name, tmp_path).with_suffix(suffix).write_bytes(b"")
     (tmp_path / _native.SUMS).write_text(json.dumps(_native.digests(tmp_path)))
     assert current(tmp_path) is None  # one module's extension missing
-    _native.source(_native.MODULES[0], tmp_path).with_suffix(suffix).write_bytes(b"")
+    _native.source(everything[0], tmp_path).with_suffix(suffix).write_bytes(b"")
     outputs = current(tmp_path)
-    assert outputs is not None and len(outputs) == len(_native.MODULES) + 2
+    assert outputs is not None and len(outputs) == len(everything) + 2
     assert all((tmp_path / rel).is_file() and not rel.is_absolute() for rel in outputs)
     _native.source("zcluster._keys", tmp_path).write_text("# edited since\n")
     assert current(tmp_path) is None  # stale

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zcluster._native import MODULES
+from zcluster._native import EXTENSIONS, MODULES
 from zcluster.testing import LocalShards
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
             env=alone,
         ).stdout.split()
     assert out[:2] == ["[True]", "m"]
-    assert int(out[3]) == (len(MODULES) if native else 0)  # the compiled modules are the ones loaded
+    assert int(out[3]) == (len(MODULES + EXTENSIONS) if native else 0)  # the compiled modules are the ones loaded
     # click and rich are the cli extra: without them the command says so in one line (exit 2).
     command = subprocess.run(
         [str(venv / "bin" / "zcluster"), "keys"], capture_output=True, text=True, cwd=tmp_path, env=alone

@@ -12,6 +12,10 @@ installs :class:`_SourceFirst` before any of them loads), so the pure path stays
 A build older than its sources (a compiled module's ``.py`` edited since: its digest differs from the one
 the build recorded) is ignored the same way, with a warning: an edit is never silently shadowed.
 ``python -m zcluster._native_build status`` says which path an interpreter runs; ``clean`` removes the build.
+
+The same build compiles :data:`EXTENSIONS`, written in C; they have no ``.py`` twin, so their callers ask
+:func:`extension` and fall back to a dependency's equivalent (hiredis) when it gives None: under
+``ZCLUSTER_PURE``, over a stale build, or with none.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
-__all__ = ["MODULES", "compiled", "pure"]
+__all__ = ["EXTENSIONS", "MODULES", "compiled", "extension", "pure"]
 
 MODULES = (
     "zcluster._encode",
@@ -48,6 +53,9 @@ MODULES = (
 script's arguments (frames, decoding, envelope and message, sequencer, applier loop, write buffer, encoder),
 and the helpers they call per message (UUID clocks, key layout)."""
 
+EXTENSIONS = ("zcluster._resp",)
+"""C extension modules of the build (``zcluster/_resp.c``: commands packed into RESP for the pipelines)."""
+
 GROUP = "zcluster_native"  # the shared library's name: zcluster_native__mypyc.<abi>.so
 ROOT = Path(__file__).resolve().parent.parent  # the source tree (or site-packages, for a wheel)
 SUMS = "zcluster/_native.sums"
@@ -62,13 +70,13 @@ def pure() -> bool:
 
 
 def source(name: str, root: Path = ROOT) -> Path:
-    """The ``.py`` file of module ``name`` under ``root``."""
-    return root.joinpath(*name.split(".")).with_suffix(".py")
+    """The source file of module ``name`` under ``root``: its ``.py``, or its ``.c`` for :data:`EXTENSIONS`."""
+    return root.joinpath(*name.split(".")).with_suffix(".c" if name in EXTENSIONS else ".py")
 
 
 def digests(root: Path = ROOT) -> dict[str, str]:
-    """Each module of :data:`MODULES`: the SHA-256 of its source under ``root``."""
-    return {name: hashlib.sha256(source(name, root).read_bytes()).hexdigest() for name in MODULES}
+    """Each module of :data:`MODULES` and :data:`EXTENSIONS`: the SHA-256 of its source under ``root``."""
+    return {name: hashlib.sha256(source(name, root).read_bytes()).hexdigest() for name in MODULES + EXTENSIONS}
 
 
 def built(root: Path = ROOT) -> bool:
@@ -88,13 +96,25 @@ def stale(root: Path = ROOT) -> list[str]:
 
 
 def compiled() -> list[str]:
-    """The modules of :data:`MODULES` this interpreter loaded from an extension module (imports them)."""
+    """The modules of :data:`MODULES` this interpreter loaded from an extension module (imports them), and
+    those of :data:`EXTENSIONS` that :func:`extension` gives."""
     out = []
     for name in MODULES:
         module = importlib.import_module(name)
         if not (module.__file__ or "").endswith(".py"):
             out.append(name)
-    return out
+    return out + [name for name in EXTENSIONS if extension(name) is not None]
+
+
+def extension(name: str) -> ModuleType | None:
+    """The C extension module ``name`` (of :data:`EXTENSIONS`), or None when its caller must do without it:
+    under ``ZCLUSTER_PURE``, when the build is stale (any of its sources edited since) or absent."""
+    if pure() or stale():
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):

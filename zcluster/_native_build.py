@@ -1,6 +1,7 @@
 """The build step of :mod:`zcluster._native`: ``python -m zcluster._native_build [build | clean | status]``.
 
-``build`` compiles :data:`zcluster._native.MODULES` with mypyc in place (run by ``./run`` after the editable
+``build`` compiles :data:`zcluster._native.MODULES` with mypyc (and :data:`~zcluster._native.EXTENSIONS`
+with the C compiler) in place (run by ``./run`` after the editable
 install); it never fails the caller: without mypyc or a C compiler, or under ``ZCLUSTER_PURE``, it says so on
 stderr and the package stays pure Python. ``clean`` removes the build's outputs; ``status`` says how many of
 the modules this interpreter loads compiled.
@@ -14,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from zcluster._native import GROUP, MODULES, ROOT, SUMS, built, compiled, digests, pure, source, stale
+from zcluster._native import EXTENSIONS, GROUP, MODULES, ROOT, SUMS, built, compiled, digests, pure, source, stale
 
 __all__ = ["build", "clean", "compile_into", "current"]
 
@@ -22,7 +23,7 @@ __all__ = ["build", "clean", "compile_into", "current"]
 def _outputs(root: Path) -> list[Path]:
     """The build's outputs under ``root``: the shared library, each module's extension, the digests."""
     out = sorted(root.glob(f"{GROUP}__mypyc.*"))
-    for name in MODULES:
+    for name in MODULES + EXTENSIONS:
         parent, leaf = root.joinpath(*name.split(".")[:-1]), name.rsplit(".", 1)[1]
         out += sorted(parent.glob(leaf + ".*.so")) + sorted(parent.glob(leaf + ".*.pyd"))
     return out + ([root / SUMS] if (root / SUMS).exists() else [])
@@ -36,7 +37,7 @@ def current(root: Path = ROOT) -> list[Path] | None:
         return None
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     wanted = [root / f"{GROUP}__mypyc{suffix}"]
-    wanted += [source(name, root).with_suffix(suffix) for name in MODULES]
+    wanted += [source(name, root).with_suffix(suffix) for name in MODULES + EXTENSIONS]
     if not all(path.is_file() for path in wanted):
         return None
     return [path.relative_to(root) for path in [*wanted, root / SUMS]]
@@ -58,7 +59,7 @@ def compile_into(root: Path, dest: Path) -> list[Path]:
     import tempfile
 
     from mypyc.build import mypycify
-    from setuptools import Distribution
+    from setuptools import Distribution, Extension
 
     work = Path(tempfile.mkdtemp(prefix="zcluster-native-"))
     cwd = Path.cwd()
@@ -70,6 +71,10 @@ def compile_into(root: Path, dest: Path) -> list[Path]:
             shutil.copy2(root / "pyproject.toml", work / "pyproject.toml")
         paths = [str(source(name, work).relative_to(work)) for name in MODULES]
         modules = mypycify(paths, opt_level="3", debug_level="0", group_name=GROUP)
+        modules += [
+            Extension(name, [str(source(name, work).relative_to(work))], extra_compile_args=["-O2"])
+            for name in EXTENSIONS
+        ]
         dist = Distribution({"name": "zcluster-native", "ext_modules": modules})
         cmd = dist.get_command_obj("build_ext")
         cmd.inplace = True
@@ -104,7 +109,7 @@ def build(root: Path = ROOT) -> bool:
         clean(root)
         print(f"zcluster._native: compiling failed ({exc!r}): the package runs pure Python", file=sys.stderr)
         return False
-    print(f"zcluster._native: compiled {len(MODULES)} modules with mypyc", file=sys.stderr)
+    print(f"zcluster._native: compiled {len(MODULES)} modules with mypyc, {len(EXTENSIONS)} in C", file=sys.stderr)
     return True
 
 
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "status":
         names = compiled()
         why = " (ZCLUSTER_PURE)" if pure() else f" (stale: {', '.join(stale())})" if stale() else ""
-        print(f"compiled: {len(names)} of {len(MODULES)} modules{why}")
+        print(f"compiled: {len(names)} of {len(MODULES + EXTENSIONS)} modules{why}")
         return 0
     print("usage: python -m zcluster._native_build [build | clean | status]", file=sys.stderr)
     return 2

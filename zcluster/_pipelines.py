@@ -9,6 +9,8 @@ from typing import Any
 
 import redis
 
+from zcluster import _native
+
 Command = tuple[Any, ...]
 
 _pack_command: Callable[[Command], bytes] | None
@@ -16,6 +18,7 @@ try:  # a dependency of redis[hiredis]; without it, redis-py's packer
     from hiredis import pack_command as _pack_command
 except ImportError:  # pragma: no cover
     _pack_command = None
+_resp = _native.extension("zcluster._resp")  # the same bytes as hiredis', packed in C for a fraction of its cost
 
 
 class _Chunk(list[Command]):
@@ -47,10 +50,13 @@ def pipeline(client: redis.Redis, commands: Sequence[Command]) -> list[Any]:
     return list(pipe.execute(raise_on_error=False))
 
 
-def _hiredis_packed(commands: list[Command]) -> list[bytes]:
+def _packed(commands: list[Command]) -> list[bytes]:
     """The RESP bytes of ``commands`` (whose arguments are str, bytes, int or float, as every command
-    built here), one hiredis call each: redis-py's own packer first walks every argument in Python,
-    which took about a fifth of the client's profiled time for calls of many small arguments."""
+    built here) by zcluster._resp, else one hiredis call each: redis-py's own packer first walks every
+    argument in Python, which took about a fifth of the client's profiled time for calls of many small
+    arguments, and hiredis' costs about four times zcluster._resp's (bench/README.md)."""
+    if _resp is not None:
+        return [_resp.pack_commands(commands)]
     assert _pack_command is not None
     return [b"".join([_pack_command(command) for command in commands])]
 
@@ -68,7 +74,7 @@ def streamed(
     """
     pool = client.connection_pool
     conn = pool.get_connection()
-    packer = conn.pack_commands if _pack_command is None else _hiredis_packed
+    packer = conn.pack_commands if _pack_command is None and _resp is None else _packed
 
     def pack(chunk: list[Command]) -> Any:
         if type(chunk) is not _Chunk:

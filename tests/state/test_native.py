@@ -158,7 +158,7 @@ def test_the_compiled_path_applies_as_the_pure_one(tmp_path: Path, shards: Local
     # Apart: a checkpoint is stored under its application's name (not the cluster's prefix).
     pure = _run({**job, "prefix": f"pure{tag}:", "app": f"pure{tag}"}, pure=True)
     native = _run({**job, "prefix": f"native{tag}:", "app": f"native{tag}"}, pure=False)
-    assert pure["compiled"] == [] and native["compiled"] == list(_native.MODULES)
+    assert pure["compiled"] == [] and native["compiled"] == list(_native.MODULES + _native.EXTENSIONS)
     assert pure["counters"]["lost_skipped"] == 1  # the damaged fragment was met, and skipped, by both
     assert pure["counters"]["malformed"] > 0 and pure["counters"]["rollbacks"] > 0
     assert pure["counters"]["duplicates"] > 0 and pure["counters"]["replays"] > 0
