@@ -14,13 +14,21 @@ from pathlib import Path
 import pytest
 
 import zcluster
+from zcluster._native import EXTENSIONS
 from zcluster.errors import ZClusterError
 
 ROOT = Path(zcluster.__file__).parent
 
 # Layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = [
-    ["zcluster.errors", "zcluster.types", "zcluster.instrumentation", "zcluster._lazy", "zcluster._reporting"],
+    [
+        "zcluster.errors",
+        "zcluster.types",
+        "zcluster.instrumentation",
+        "zcluster._lazy",
+        "zcluster._reporting",
+        "zcluster._resp",  # C (zcluster/_resp.c), imports nothing
+    ],
     ["zcluster.message"],
     [
         "zcluster._keys",
@@ -61,9 +69,11 @@ LAYERS = [
 
 
 def _modules() -> list[str]:
+    """The package's Python modules (a compiled build's C extensions, which have no ``.py``, aside)."""
     names = ["zcluster"]
     for info in pkgutil.walk_packages([str(ROOT)], "zcluster."):
-        names.append(info.name)
+        if info.name not in EXTENSIONS:
+            names.append(info.name)
     return sorted(names)
 
 

@@ -11,9 +11,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from zcluster import _native, _pipelines
+from zcluster import _pipelines
 
-resp = _native.extension("zcluster._resp")
+try:
+    from zcluster import _resp as resp
+except ImportError:
+    resp = None
 pytestmark = pytest.mark.skipif(
     resp is None, reason="no current compiled build here (python -m zcluster._native_build)"
 )

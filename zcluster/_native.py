@@ -13,9 +13,9 @@ A build older than its sources (a compiled module's ``.py`` edited since: its di
 the build recorded) is ignored the same way, with a warning: an edit is never silently shadowed.
 ``python -m zcluster._native_build status`` says which path an interpreter runs; ``clean`` removes the build.
 
-The same build compiles :data:`EXTENSIONS`, written in C; they have no ``.py`` twin, so their callers ask
-:func:`extension` and fall back to a dependency's equivalent (hiredis) when it gives None: under
-``ZCLUSTER_PURE``, over a stale build, or with none.
+The same build compiles :data:`EXTENSIONS`, written in C. They have no ``.py`` twin: under ``ZCLUSTER_PURE``
+or over a stale build importing one is a ModuleNotFoundError, as with no build, and their callers fall
+back to a dependency's equivalent (hiredis).
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
-__all__ = ["EXTENSIONS", "MODULES", "compiled", "extension", "pure"]
+__all__ = ["EXTENSIONS", "MODULES", "compiled", "pure"]
 
 MODULES = (
     "zcluster._encode",
@@ -96,33 +95,32 @@ def stale(root: Path = ROOT) -> list[str]:
 
 
 def compiled() -> list[str]:
-    """The modules of :data:`MODULES` this interpreter loaded from an extension module (imports them), and
-    those of :data:`EXTENSIONS` that :func:`extension` gives."""
+    """The modules of :data:`MODULES` this interpreter loaded from an extension module, and those of
+    :data:`EXTENSIONS` it can import (imports them)."""
     out = []
     for name in MODULES:
         module = importlib.import_module(name)
         if not (module.__file__ or "").endswith(".py"):
             out.append(name)
-    return out + [name for name in EXTENSIONS if extension(name) is not None]
-
-
-def extension(name: str) -> ModuleType | None:
-    """The C extension module ``name`` (of :data:`EXTENSIONS`), or None when its caller must do without it:
-    under ``ZCLUSTER_PURE``, when the build is stale (any of its sources edited since) or absent."""
-    if pure() or stale():
-        return None
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
+    for name in EXTENSIONS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        out.append(name)
+    return out
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):
-    """Finds the modules of :data:`MODULES` as source, ahead of the path finder (which prefers extensions)."""
+    """Finds the modules of :data:`MODULES` as source, ahead of the path finder (which prefers extensions),
+    and none of :data:`EXTENSIONS` (no source to fall back on: their callers do without)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: object = None
     ) -> importlib.machinery.ModuleSpec | None:
+        if fullname in EXTENSIONS:
+            why = "not loaded under ZCLUSTER_PURE or over a stale build"
+            raise ModuleNotFoundError(f"{fullname}: {why}", name=fullname)
         if fullname not in MODULES:
             return None
         py = source(fullname)

@@ -9,8 +9,6 @@ from typing import Any
 
 import redis
 
-from zcluster import _native
-
 Command = tuple[Any, ...]
 
 _pack_command: Callable[[Command], bytes] | None
@@ -18,7 +16,10 @@ try:  # a dependency of redis[hiredis]; without it, redis-py's packer
     from hiredis import pack_command as _pack_command
 except ImportError:  # pragma: no cover
     _pack_command = None
-_resp = _native.extension("zcluster._resp")  # the same bytes as hiredis', packed in C for a fraction of its cost
+try:  # built with the compiled hot path (zcluster._native): hiredis' bytes, packed for a fraction of its cost
+    from zcluster import _resp
+except ImportError:  # no build, a stale one, or ZCLUSTER_PURE
+    _resp = None  # type: ignore[assignment]
 
 
 class _Chunk(list[Command]):
