@@ -114,10 +114,11 @@ SWEEPS: dict[str, str] = {
     "tests/cluster/test_migration_interleavings.py": "movers paused, killed and taken over in many interleavings",
 }
 """Kill and interleaving sweeps, marked ``sweep`` (and ``slow``): one protocol of zcluster's own run again at
-each of its kill points or interleavings. ``./run test``'s Valkey pass leaves them out (``-m "not sweep"``):
-what could differ on another server is the commands a sweep sends, and the tier's other tests send those
-(a migration killed and resumed: ``test_migration.py``'s random kill points; movers fenced:
-``test_migration_fence.py``), while the sweep's repetitions test the client's protocol, which is the same on both."""
+each of its kill points or interleavings. ``./run test``'s Valkey pass leaves them out (``-m "not sweep and not
+spark"``): what could differ on another server is the commands a sweep sends, and the tier's other tests send
+those (a migration killed and resumed: ``test_migration.py``'s random kill points; movers fenced:
+``test_migration_fence.py``), while the sweep's repetitions test the client's protocol, which is the same on
+both."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
