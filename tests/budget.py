@@ -12,12 +12,15 @@ Loaded by ``tests/conftest.py``. Two parts:
   section, the one place the numbers live). After a run the terminal summary prints the run's wall time and
   a WARNING line for each test over ``budget_test_seconds`` (setup, call and teardown together) and for a
   run over ``budget_run_minutes``. A warning never fails a test or the run: a machine's speed varies
-  twofold. ``./run test`` adds ``--durations=25`` (the 25 slowest phases). Under pytest-xdist a line gives
-  each worker's busy time and when it finished (one idle long before the others: the schedule's fault). The
-  only guard that fails a test on time is pytest-timeout's per-test ``timeout`` (against a hang). Under
-  ``./run test`` the run's time is counted from the start of its first pass (``ZCLUSTER_TEST_STARTED``,
-  epoch seconds), so the Valkey pass reports both passes together. Under pytest-xdist the summary is the
-  controller's, over every worker's tests.
+  twofold. ``./run test`` adds ``--durations=25`` (the 25 slowest phases). A line gives the CPU the tests
+  used (their processes, and the child processes they reaped: servers and JVMs stopped within a test, not
+  the session-wide ones) and the 10 costliest files: on a 2-core machine with more workers than cores, CPU,
+  not a test's wall time, is what the run pays. Under pytest-xdist another gives each worker's busy time and
+  when it finished (one idle long before the others: the schedule's fault). The only guard that fails a
+  test on time is pytest-timeout's per-test ``timeout`` (against a hang). Under ``./run test`` the run's
+  time is counted from the start of its first pass (``ZCLUSTER_TEST_STARTED``, epoch seconds), so the
+  Valkey pass reports both passes together. Under pytest-xdist the summary is the controller's, over every
+  worker's tests.
 * **The schedule under pytest-xdist** (``./run test`` runs ``-n``, see ``run``):
   :func:`pytest_xdist_make_scheduler` hands out whole files (a module's Spark session and the per-worker
   session servers are started once a file), the files with the most ``slow`` tests first, Spark and not
@@ -30,7 +33,9 @@ Loaded by ``tests/conftest.py``. Two parts:
 from __future__ import annotations
 
 import os
+import resource
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +222,29 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 _started = time.time()
 _spent: dict[str, float] = {}
 _workers: dict[str, list[float]] = {}  # xdist worker -> [seconds busy, when its last test phase ended]
+_cpu_by_file: dict[str, float] = {}
+_CPU_AT = pytest.StashKey[float]()
+CPU = "cpu_seconds"
+"""A report's user property: the CPU its phase used in the test process and the child processes it reaped."""
+
+
+def _cpu() -> float:
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    item.stash[_CPU_AT] = _cpu()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    now = _cpu()
+    outcome.get_result().user_properties.append((CPU, now - item.stash.get(_CPU_AT, now)))
+    item.stash[_CPU_AT] = now
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -224,10 +252,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _started = time.time()
     _spent.clear()
     _workers.clear()
+    _cpu_by_file.clear()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _spent[report.nodeid] = _spent.get(report.nodeid, 0.0) + report.duration
+    file = report.nodeid.partition("::")[0]
+    for name, value in report.user_properties:
+        if name == CPU:
+            _cpu_by_file[file] = _cpu_by_file.get(file, 0.0) + float(value)
     node = getattr(report, "node", None)  # set by pytest-xdist on the controller
     if node is not None:
         busy = _workers.setdefault(node.gateway.id, [0.0, 0.0])
@@ -255,6 +288,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
             for w, (busy, last) in sorted(_workers.items())
         ]
         terminalreporter.write_line(f"budget: workers: {'; '.join(shares)}")
+    if _cpu_by_file:  # what a 2-core machine pays for, when the workers outnumber the cores
+        top = sorted(_cpu_by_file.items(), key=lambda kv: -kv[1])[:10]
+        terminalreporter.write_line(
+            f"budget: CPU {_minutes(sum(_cpu_by_file.values()))} in all (test processes and the children they "
+            f"reaped); the 10 costliest files: {', '.join(f'{f} {c:.0f} s' for f, c in top)}"
+        )
     test_budget, run_budget = config.getini("budget_test_seconds"), config.getini("budget_run_minutes")
     for warning in budget_warnings(_spent, run, test_budget, run_budget):
         terminalreporter.write_line(warning, yellow=True, bold=True)

@@ -25,6 +25,7 @@ def test_a_run_over_both_budgets_warns_passes_and_ends_with_pytests_summary_line
     tmp_path: Path, workers: list[str]
 ) -> None:
     """In one process and under xdist (there the controller prints the budget and the slowest phases)."""
+    workers_given = bool(workers)
     done = _pytest(tmp_path, *workers, "-o", "budget_test_seconds=0", "-o", "budget_run_minutes=0", "--durations=5")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.strip()]
@@ -33,6 +34,12 @@ def test_a_run_over_both_budgets_warns_passes_and_ends_with_pytests_summary_line
     assert any(line.startswith("WARNING: the run took") for line in lines)
     assert any(line.startswith("budget: this pytest run took") for line in lines)
     assert any("slowest 5 durations" in line for line in lines)
+    cpu = [line for line in lines if line.startswith("budget: CPU ")]
+    assert len(cpu) == 1 and re.search(r"the 10 costliest files: test_inner\.py \d+ s$", cpu[0]), cpu
+    workers = [line for line in lines if line.startswith("budget: workers: ")]
+    assert len(workers) == (1 if workers_given else 0), lines
+    if workers_given:  # the one test ran on one of the two
+        assert re.fullmatch(r"budget: workers: gw[01] busy 0 min \d+ s, done at \d+ min \d+ s", workers[0])
 
 
 def test_a_run_within_its_budgets_warns_of_nothing(tmp_path: Path) -> None:
