@@ -30,12 +30,18 @@ first-call costs (lazy imports, script loading, caches) fall in neither size.
     * ``insert``: ``Cluster.insert`` per tuple (spread keys), the tuples built before the counted part.
     Goal (issue #40): consumer <= 25,000 instructions per committed message.
 
-Results: ``bench/results/instructions[-LABEL][-quick].{json,png}``; ``--label before`` run with
-``PYTHONPATH`` at another checkout counts that checkout's code (its ``lua/`` comes with its package).
+(c) Not counted: the ``consumer`` and the ``hand`` loop of (b) again in this process, without callgrind,
+    alternately, in committed messages per second on one thread, by wall time (the local server's work
+    included) and by the client's CPU time; medians of 5 runs each (issue #40 asks for the rate too).
 
-    python bench/bench_instructions.py                 # both sides (~10 min on a quiet machine)
+Results: ``bench/results/instructions[-rate][-LABEL][-quick].{json,png}`` (``-rate`` with ``--only rate``, no
+plot); ``--label before`` run with ``PYTHONPATH`` at another checkout counts that checkout's code (its ``lua/``
+comes with its package).
+
+    python bench/bench_instructions.py                 # (a), (b) and (c) (~12 min on a quiet machine)
     python bench/bench_instructions.py --quick         # smaller sizes (~3 min)
     python bench/bench_instructions.py --only client   # or --only server
+    python bench/bench_instructions.py --only rate     # (c) only: messages/s, no callgrind (~2 min)
 """
 
 from __future__ import annotations
@@ -417,6 +423,45 @@ def client_side(steps: tuple[int, int], insert_sizes: tuple[int, int], users: in
     return {"workloads": out, "ratios": ratios}
 
 
+def client_rates(steps: int, users: int, repeat: int) -> dict[str, Any]:
+    """Committed messages per second on one thread, not under callgrind: the ``consumer`` and the ``hand``
+    loop of :func:`client_side` over the same journals in this process, alternately, ``repeat`` times each
+    after one uncounted pair (imports, script loading); by wall time (the server's work included, as a user
+    sees it) and by this process's CPU time (the client's own cost). Medians, and consumer / hand."""
+    from statistics import median
+
+    from zcluster.testing import LocalShards
+
+    runs: dict[str, list[dict[str, float]]] = {"consumer": [], "hand": []}
+    with tempfile.TemporaryDirectory(prefix="zc-rate-") as tmp, LocalShards(1) as shards:
+        job = publish_timelines(Path(tmp) / "j", steps, users, seed=7)
+        committed = job["committed"]
+        for r in range(repeat + 1):
+            for kind in runs:
+                run = _client_run(kind, shards.urls[0], job, 1_000 + r)  # fresh keys and application per run
+                wall, cpu = time.perf_counter(), time.process_time()
+                run()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                if r:
+                    runs[kind].append({"wall_s": wall, "cpu_s": cpu})
+    out: dict[str, Any] = {"committed": committed, "repeat": repeat}
+    for kind, samples in runs.items():
+        out[kind] = {
+            "samples": samples,
+            "per_s": median(committed / x["wall_s"] for x in samples),
+            "per_cpu_s": median(committed / x["cpu_s"] for x in samples),
+        }
+        print(
+            f"  rate {kind:<26} {out[kind]['per_s']:>10,.0f} messages/s "
+            f"({out[kind]['per_cpu_s']:,.0f} per second of client CPU)"
+        )
+    out["ratios"] = {
+        "consumer/hand by wall": out["consumer"]["per_s"] / out["hand"]["per_s"],
+        "consumer/hand by client CPU": out["consumer"]["per_cpu_s"] / out["hand"]["per_cpu_s"],
+    }
+    return out
+
+
 # -- report ----------------------------------------------------------------------------------------------------
 
 
@@ -454,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=("server", "client"))
+    ap.add_argument("--only", choices=("server", "client", "rate"), help="rate: messages/s, no callgrind")
     ap.add_argument("--label", default="", help="results file suffix, e.g. before / after")
     ap.add_argument("--spread", type=int, default=10_000, help="keys of the spread shape (server side)")
     ap.add_argument("--hot", type=int, default=100, help="keys of the hot shape (server side)")
@@ -473,22 +518,25 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
     }
     print(f"counting zcluster from {report['zcluster']}", flush=True)
-    if args.only != "client":
+    if args.only in (None, "server"):
         sizes = (5_000, 15_000) if args.quick else (10_000, 30_000)
         select = tuple(p for p in args.select.split(",") if p)
         report["server"] = server_side(sizes, args.spread, args.hot, select)
         report["server"]["sizes"] = sizes
-    if args.only != "server":
+    if args.only in (None, "client"):
         steps = (150, 600) if args.quick else (500, 2_000)
         inserts = (2_000, 8_000) if args.quick else (5_000, 20_000)
         report["client"] = client_side(steps, inserts, users=20_000)
-    for side in ("server", "client"):
+    if args.only in (None, "rate"):
+        report["rate"] = client_rates(600 if args.quick else 5_000, users=20_000, repeat=1 if args.quick else 5)
+    for side in ("server", "client", "rate"):
         for name, ratio in report.get(side, {}).get("ratios", {}).items():
             print(f"  ratio {name:<28} {ratio:.2f}")
     RESULTS.mkdir(exist_ok=True)
-    stem = "instructions" + (f"-{args.label}" if args.label else "") + ("-quick" if args.quick else "")
+    stem = "instructions" + ("-rate" if args.only == "rate" else "")
+    stem += (f"-{args.label}" if args.label else "") + ("-quick" if args.quick else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    if not args.no_plot:
+    if not args.no_plot and ("server" in report or "client" in report):
         plot(RESULTS / f"{stem}.png", report)
     print(f"saved {RESULTS / stem}.json")
     return 0
