@@ -148,7 +148,12 @@ def test_a_leaderboard_on_a_farm_stops_while_a_replica_is_dead_and_ends_exact_on
 
             servers.kill(1)  # already dead: reaps it
             servers.start(1)  # empty: no persistence
-            assert farm.clusters[1].fences(["leaderboard"])["leaderboard"] is None
+            # A task of the failed batch that Spark cancelled may still be running its write retries (its
+            # Python worker outlives the cancel): it can put some of batch 1's increments and their fences on
+            # the new server, never batch 0's, which every other replica holds. The replay and the walker
+            # below must converge from there too.
+            points = [sum(score for _, score in board(c)) for c in farm.clusters]
+            assert points[1] < min(points[0], points[2]), points
             run_available_now(spark, sink, url, tmp_path / "ckpt")  # batch 1 again, replica1 back
             assert all(state.load_journal(n).offset == store.end(n) for n in names)
             assert board(farm) == traffic.leaderboard()  # exactly once, read from a leading replica
