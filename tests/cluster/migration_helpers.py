@@ -19,6 +19,10 @@ from zcluster import Cluster, Incr, PartialReadError, PartialWriteError
 from zcluster._topology import jump_hash
 
 WAIT = 300.0  # outer bound of a wait on a state the run must reach: only a broken run reaches it, not a slow one
+# The running writer's pause between steps (of 120 writes): a busy client, not one flat out. Flat out, each
+# writer took a core from the suite's other workers (a third of all the CPU the tests used), and wrote no
+# differently: what a test needs written while the mover works, it waits for with ``advance``.
+PACE = 0.01
 
 
 class Writer:
@@ -68,6 +72,7 @@ class Writer:
         try:
             while not self.stop.is_set():
                 self.step()
+                self.stop.wait(PACE)
         except BaseException as exc:  # reported by the test
             self.error = exc
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 from running_query import journals, start_query, state, wait_for
+from sessions import own_session
 
 from zcluster import Cluster, ClusterConfig, LayoutMovedError
 from zcluster.migration import migrate
@@ -35,11 +36,8 @@ PREFIX = "mgs:"
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from zcluster.spark import local_session
-
-    session = local_session("local[2]")  # no task retries: a task that failed would fail the batch
-    yield session
-    session.stop()
+    with own_session("local[2]") as session:  # no task retries: a task that failed would fail the batch
+        yield session
 
 
 class SlowMapper:
