@@ -6,6 +6,7 @@ applications test_poll_boundaries.py leaves on the shared servers, one scrape to
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,16 @@ from zcluster import Cluster, PollError
 from zcluster.metrics import ProgressCollector
 from zcluster.state import Consumer, StateStore
 from zcluster.testing import LocalShards, free_port
+
+
+@pytest.fixture(scope="module")
+def shards() -> Iterator[LocalShards]:
+    """Servers of this module's own. A scrape reads every application's checkpoint in the state namespace,
+    and the worker's shared servers hold what its earlier tests left (thousands of applications after
+    test_poll_boundaries.py): on them a scrape's cost, and this module's time, depended on which files ran
+    before it on the same worker (18 s to 39 s of CPU)."""
+    with LocalShards(2) as s:
+        yield s
 
 
 def test_the_lag_of_an_application_stopped_before_a_lost_range_then_past_it(
