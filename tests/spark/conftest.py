@@ -1,10 +1,11 @@
 """A local SparkSession shared by the Spark tests of one test process, and a Spark Connect server shared by a
 test process's Spark Connect tests.
 
-Each test process starts one JVM for the ``spark`` fixture and keeps it, instead of one per module: a JVM
-costs about 14 s of CPU to start, and the suite's modules started about twenty. A module hands the session
-on as it found it: its streaming queries stopped, its settings restored. A module that needs a session of
-another kind (``local[2]``: no task retries) takes one with :func:`sessions.own_session`, which stops the shared one
+Each test process keeps one SparkContext for the ``spark`` fixture, instead of starting one per module
+(the JVM itself, py4j's gateway, lives as long as the process either way): a new context, its executors'
+Python workers and its first jobs took about 1.5 s a module. A module hands the session on as it found it:
+its streaming queries stopped, its settings restored. A module that needs a session of another kind
+(``local[2]``: no task retries) takes one with :func:`sessions.own_session`, which stops the shared one
 first (a process holds one SparkContext); the next module starts the shared one again.
 
 Every Spark Connect test runs its Spark code in a process of its own (a driver, a script), which would start
