@@ -22,7 +22,7 @@ Loaded by ``tests/conftest.py``. Two parts:
   Valkey pass reports both passes together. Under pytest-xdist the summary is the controller's, over every
   worker's tests.
 * **The schedule under pytest-xdist** (``./run test`` runs ``-n``, see ``run``):
-  :func:`pytest_xdist_make_scheduler` hands out whole files (a module's servers and the per-worker
+  :func:`pytest_xdist_make_scheduler` hands out whole files (a module's Spark session and the per-worker
   session servers are started once a file), the files with the most ``slow`` tests first, Spark and not
   Spark in turn (:func:`_heaviest_files_first`), so the long ones do not start last. The Spark Connect tests
   (:func:`is_spark_connect`) all go to one worker, one after another, first of all: most reuse that
@@ -269,7 +269,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+    whole = round(seconds)  # rounded once: 659.6 s is "11 min 0 s", never "10 min 60 s"
+    return f"{whole // 60} min {whole % 60} s"
 
 
 @pytest.hookimpl(trylast=True)  # after --durations, before the short summary and the closing line

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from budget import SPARK_CONNECT, SWEEPS, _heaviest_files_first, _scope, budget_warnings
+from budget import SPARK_CONNECT, SWEEPS, _heaviest_files_first, _minutes, _scope, budget_warnings
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -126,4 +126,15 @@ def test_whole_files_go_out_heaviest_first_and_the_spark_connect_tests_together_
         "tests/a.py::test_1",
         "tests/a.py::test_2",
         "tests/spark/d.py::test_1",
+    ]
+
+
+def test_a_duration_is_rounded_once_so_no_minute_shows_60_seconds() -> None:
+    assert [_minutes(s) for s in (0.4, 59.4, 59.6, 659.6, 660.4, 3599.7)] == [
+        "0 min 0 s",
+        "0 min 59 s",
+        "1 min 0 s",
+        "11 min 0 s",
+        "11 min 0 s",
+        "60 min 0 s",
     ]

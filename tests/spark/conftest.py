@@ -1,12 +1,5 @@
-"""A local SparkSession shared by the Spark tests of one test process, and a Spark Connect server shared by a
-test process's Spark Connect tests.
-
-Each test process keeps one SparkContext for the ``spark`` fixture, instead of starting one per module
-(the JVM itself, py4j's gateway, lives as long as the process either way): a new context, its executors'
-Python workers and its first jobs took about 1.5 s a module. A module hands the session on as it found it:
-its streaming queries stopped, its settings restored. A module that needs a session of another kind
-(``local[2]``: no task retries) takes one with :func:`sessions.own_session`, which stops the shared one
-first (a process holds one SparkContext); the next module starts the shared one again.
+"""A local SparkSession shared by the Spark tests of one module, and a Spark Connect server shared by a test
+process's Spark Connect tests.
 
 Every Spark Connect test runs its Spark code in a process of its own (a driver, a script), which would start
 a local Connect server of its own: a JVM, about 15 s of CPU, for each run. Instead those processes reuse one
@@ -28,7 +21,6 @@ from typing import Any
 
 import pytest
 from budget import is_spark_connect
-from sessions import SHARED, alive
 
 from zcluster.testing import free_port
 
@@ -44,28 +36,13 @@ spark.stop()  # the client session only: the server stays
 """
 
 
-@pytest.fixture(scope="session")
-def _shared_spark() -> Iterator[list[Any]]:
-    """The holder of the shared session (:data:`sessions.SHARED`); stops it when the test process ends."""
-    yield SHARED
-    if SHARED and alive(SHARED[0]):
-        SHARED[0].stop()
-
-
 @pytest.fixture(scope="module")
-def spark(_shared_spark: list[Any]) -> Iterator[Any]:
-    """The test process's shared ``local[2,4]`` session (4: task retries allowed, as on a real cluster),
-    started if none is running. After the module: any streaming query it left running stopped (a failed test
-    leaves one), so that the next module finds the session idle."""
+def spark() -> Iterator[Any]:
     from zcluster.spark import local_session
 
-    if not (_shared_spark and alive(_shared_spark[0])):
-        _shared_spark[:] = [local_session("local[2,4]")]
-    session = _shared_spark[0]
+    session = local_session("local[2,4]")  # 4: task retries allowed, as on a real cluster
     yield session
-    if alive(session):
-        for query in session.streams.active:
-            query.stop()
+    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 from running_query import journals, model, start_query, state, wait_for
-from sessions import own_session
 
 from zcluster import Cluster, ClusterConfig, Durability
 from zcluster.spark import ZClusterSink
@@ -41,8 +40,11 @@ REJOIN_AFTER = 15.0  # seconds from the promotion to the killed node's restart (
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    with own_session("local[2]") as session:  # no task retries: a failed task fails the batch (and the query)
-        yield session
+    from zcluster.spark import local_session
+
+    session = local_session("local[2]")  # no task retries: a failed task fails the batch, and the query
+    yield session
+    session.stop()
 
 
 class SlowMapper:

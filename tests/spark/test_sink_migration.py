@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 from running_query import journals, start_query, state, wait_for
-from sessions import own_session
 
 from zcluster import Cluster, ClusterConfig, LayoutMovedError
 from zcluster.migration import migrate
@@ -36,8 +35,11 @@ PREFIX = "mgs:"
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    with own_session("local[2]") as session:  # no task retries: a task that failed would fail the batch
-        yield session
+    from zcluster.spark import local_session
+
+    session = local_session("local[2]")  # no task retries: a task that failed would fail the batch
+    yield session
+    session.stop()
 
 
 class SlowMapper:
