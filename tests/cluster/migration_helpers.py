@@ -19,9 +19,10 @@ from zcluster import Cluster, Incr, PartialReadError, PartialWriteError
 from zcluster._topology import jump_hash
 
 WAIT = 300.0  # outer bound of a wait on a state the run must reach: only a broken run reaches it, not a slow one
-# The running writer's pause between steps (of 120 writes): a busy client, not one flat out. Flat out, each
-# writer took a core from the suite's other workers (a third of all the CPU the tests used), and wrote no
-# differently: what a test needs written while the mover works, it waits for with ``advance``.
+# The running writer's pause between steps (of 120 writes): a busy client, not one flat out. Flat out, its
+# thread took a core from the suite's other workers (test_migration_resume.py: 195 s of CPU, 102-121 s
+# paced), and wrote no differently: what a test needs written while the mover works, it waits for with
+# ``advance``.
 PACE = 0.01
 
 
