@@ -4,6 +4,7 @@ it cannot send; the pipelines use it whenever the build is current."""
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import hiredis
@@ -28,6 +29,7 @@ arguments = st.one_of(
     st.floats(allow_nan=False),  # NaN: both print "nan"; no Redis command takes it
     st.integers(min_value=-(10**17), max_value=10**17).map(float),  # around the whole-number fast path's edge
     st.sampled_from([0.0, -0.0, 1e16, -1e16, 9999999999999998.0, 1e15 + 0.5, 5e-324, 1.7976931348623157e308]),
+    st.builds(lambda d, k: d / 10**k, st.integers(-(2**53), 2**53), st.integers(1, 18)),  # few decimals
 )
 commands = st.lists(st.lists(arguments, min_size=1, max_size=8).map(tuple), max_size=6)
 
@@ -38,6 +40,28 @@ commands = st.lists(st.lists(arguments, min_size=1, max_size=8).map(tuple), max_
 def test_the_bytes_are_hiredis_bytes(cmds: list[tuple[Any, ...]]) -> None:
     assert resp is not None
     assert resp.pack_commands(cmds) == b"".join(hiredis.pack_command(c) for c in cmds)
+
+
+def test_scores_are_repr_at_every_edge() -> None:
+    """The shortest-digits path (1e-3 <= |v| < 2^53, exact integer arithmetic) against repr on about 1.6
+    million values of every shape: full-precision doubles at every binary exponent of the range, a few
+    decimals (1..18), the neighbours of each (one ulp away: 16-17 digits), powers of two and their
+    neighbours (a narrower lower side), and the range's edges, where repr's own search takes over."""
+    assert resp is not None
+    rng = random.Random(40)
+    values: list[float] = [2.0**53 - 0.5, 2.0**52 + 0.5, 0.001, -0.001, 0.0011, 0.00099, 1e-4, 2.0**-10, 2.0**-9]
+    for exp in range(-10, 53):
+        values += [2.0**exp, -(2.0**exp), math.nextafter(2.0**exp, 0), math.nextafter(2.0**exp, math.inf)]
+        values += [rng.uniform(2.0**exp, 2.0 ** (exp + 1)) for _ in range(8_000)]
+    for _ in range(200_000):
+        k = rng.randint(1, 18)
+        v = rng.randint(-(2**53), 2**53) / 10**k
+        if rng.random() < 0.5:
+            v = rng.randint(-(10 ** rng.randint(1, 16)), 10 ** rng.randint(1, 16)) / 10**k
+        values += [v, math.nextafter(v, math.inf), math.nextafter(v, -math.inf)]
+    values += [rng.uniform(-0.01, 0.01) for _ in range(100_000)]
+    for v in values:
+        assert resp.pack_commands([(v,)]) == hiredis.pack_command((v,)), repr(v)
 
 
 def test_a_float_subclass_is_sent_as_its_value_and_a_list_is_a_command() -> None:
