@@ -79,6 +79,11 @@ TMP_PREFIX = ".tmp-"
 LOST_PREFIX = "_lost-"
 
 MAGIC = b"ZJOPEN1\x00"
+try:  # built with the compiled hot path (zcluster._native): the records scanned in C
+    from zcluster.journal import _scan
+except ImportError:  # no build, a stale one, or ZCLUSTER_PURE
+    _scan = None  # type: ignore[assignment]
+
 HEADER = struct.Struct(">8sQd")  # magic, begin offset, creation time (Unix seconds)
 RECORD = struct.Struct(">II")  # payload length, CRC-32 of the payload
 _UNPACK_RECORD = RECORD.unpack_from
@@ -178,8 +183,17 @@ def scan_payloads(buf: bytes | memoryview, collect: bool = True) -> Scan:
     Scanning stops at the first record that is incomplete or fails its CRC: bytes from there on are not
     (yet) a record. An empty record is never written (empty appends write nothing), so one is damage (e.g.
     zeroed bytes). The same records as :func:`scan_records` finds, faster: this is the hot loop of every
-    scan of an open fragment (one unpack, one slice and one CRC per record).
+    scan of an open fragment. With the compiled build it runs in C (:mod:`zcluster.journal._scan`, no Python
+    object per record); :func:`_scan_payloads` is the reference, and the path without it.
     """
+    if _scan is not None:
+        records, used, payloads = _scan.scan_payloads(buf, collect)
+        return Scan(records, used, payloads)
+    return _scan_payloads(buf, collect)
+
+
+def _scan_payloads(buf: bytes | memoryview, collect: bool) -> Scan:
+    """:func:`scan_payloads` in Python: one unpack, one slice and one CRC per record."""
     view = memoryview(buf)
     data = buf if isinstance(buf, bytes) else view  # unpacking from bytes is a little cheaper
     unpack, crc32, hsize = _UNPACK_RECORD, zlib.crc32, RECORD.size

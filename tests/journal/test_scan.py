@@ -1,0 +1,87 @@
+"""zcluster.journal._scan (C, in the compiled build) finds exactly the records the pure scan finds, on
+random and damaged open-fragment bytes; the file journals read through it whenever the build is current."""
+
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zcluster.journal import _filefmt
+
+try:
+    from zcluster.journal import _scan as scan
+except ImportError:
+    scan = None
+pytestmark = pytest.mark.skipif(
+    scan is None, reason="no current compiled build here (python -m zcluster._native_build)"
+)
+
+
+def _record(payload: bytes) -> bytes:
+    return struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
+
+
+def _both(buf: bytes | bytearray | memoryview, collect: bool) -> None:
+    assert scan is not None
+    want = _filefmt._scan_payloads(buf, collect)
+    assert scan.scan_payloads(buf, collect) == tuple(want)
+    assert _filefmt.scan_payloads(buf, collect) == want
+
+
+damage = st.one_of(
+    st.none(),
+    st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(1, 255)),  # one byte changed
+    st.tuples(st.just("cut"), st.integers(0, 10**6), st.just(0)),  # a torn tail
+    st.tuples(st.just("zeros"), st.integers(0, 10**6), st.integers(1, 16)),  # zeroed bytes (an empty record)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=12), damage, st.integers(0, 9), st.booleans())
+def test_the_records_are_the_pure_scans_on_damaged_bytes(
+    payloads: list[bytes], harm: tuple[str, int, int] | None, skip: int, collect: bool
+) -> None:
+    buf = bytearray(b"".join(_record(p) for p in payloads if p))
+    if harm is not None and buf:
+        kind, at, value = harm
+        at %= len(buf)
+        if kind == "flip":
+            buf[at] ^= value
+        elif kind == "cut":
+            del buf[at:]
+        else:
+            buf[at : at + value] = bytes(value)
+    for form in (bytes(buf), buf, memoryview(bytes(buf))[skip % (len(buf) + 1) :]):
+        _both(form, collect)
+
+
+def test_checksums_of_every_length_and_alignment_match_zlib() -> None:
+    """The CRC runs eight bytes at a time: every length 1..200 at every offset 0..7 of the buffer, valid
+    and with the last byte changed (a failing CRC ends the scan)."""
+    rng = random.Random(40)
+    for size in range(1, 201):
+        payload = rng.randbytes(size)
+        for lead in range(8):
+            good = _record(payload)
+            bad = good[:-1] + bytes([good[-1] ^ 1])
+            for body, records in ((good, 1), (bad, 0)):
+                buf = memoryview(bytes(lead) + body + _record(b"next"))[lead:]
+                assert scan is not None
+                assert scan.scan_payloads(buf, True)[0] == records + (records == 1)
+                _both(buf, True)
+
+
+def test_what_is_not_a_buffer_is_a_type_error_and_nothing_is_a_scan_of_nothing() -> None:
+    assert scan is not None
+    with pytest.raises(TypeError):
+        scan.scan_payloads("text", True)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        scan.scan_payloads(b"")  # type: ignore[call-arg]
+    assert scan.scan_payloads(b"", True) == (0, 0, bytearray())
+    assert scan.scan_payloads(b"\x00" * 7, False) == (0, 0, None)
+    assert _filefmt._scan is scan
