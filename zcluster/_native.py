@@ -52,9 +52,10 @@ MODULES = (
 script's arguments (frames, decoding, envelope and message, sequencer, applier loop, write buffer, encoder),
 and the helpers they call per message (UUID clocks, key layout)."""
 
-EXTENSIONS = ("zcluster._resp", "zcluster.journal._scan")
+EXTENSIONS = ("zcluster._resp", "zcluster.journal._scan", "zcluster.message._uuidhex")
 """C extension modules of the build (``zcluster/_resp.c``: commands packed into RESP for the pipelines;
-``zcluster/journal/_scan.c``: a file journal's open fragment scanned for whole, CRC-valid records)."""
+``zcluster/journal/_scan.c``: a file journal's open fragment scanned for whole, CRC-valid records;
+``zcluster/message/_uuidhex.c``: a UUID's canonical text parsed)."""
 
 GROUP = "zcluster_native"  # the shared library's name: zcluster_native__mypyc.<abi>.so
 ROOT = Path(__file__).resolve().parent.parent  # the source tree (or site-packages, for a wheel)

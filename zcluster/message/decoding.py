@@ -18,7 +18,7 @@ from typing import Any
 from zcluster.message.envelope import Envelope
 from zcluster.message.framing import FramingError, JsonFraming, framing_for
 from zcluster.message.records import JsonMessage
-from zcluster.message.uuid import ZERO_UUID
+from zcluster.message.uuid import ZERO_UUID, bytes16
 
 __all__ = ["FrameDecoder"]
 
@@ -111,13 +111,8 @@ class FrameDecoder:
                 if u is not None:
                     raw = None
                     if type(u) is str:
-                        text: str = u
-                        if len(text) == 36 and text[8:24:5] == "----":
-                            try:  # noqa: SIM105 (contextlib.suppress: two calls per message)
-                                raw = bytes.fromhex(text.replace("-", ""))
-                            except ValueError:
-                                pass
-                if raw is not None and len(raw) == 16:
+                        raw = bytes16(u)
+                if raw is not None:
                     msg = JsonMessage(doc)
                     msg._text, msg._uuid = u, raw
                     out.append(Envelope(journal, pos, end, msg, raw))

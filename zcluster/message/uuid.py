@@ -20,9 +20,11 @@ the Sequencer's hot path cheap.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import IntEnum
 from typing import NewType
@@ -63,6 +65,26 @@ _LAYOUT = struct.Struct(">IHHH6s")
 _pack = _LAYOUT.pack
 _unpack = _LAYOUT.unpack
 _fromhex = bytes.fromhex
+
+
+def _bytes16(text: str) -> bytes | None:
+    """The 16 bytes of ``text`` when it is exactly a UUID's canonical form (36 characters, dashes at 8, 13,
+    18 and 23, hex digits of either case elsewhere), else None. The reference of the compiled build's C
+    twin (:mod:`zcluster.message._uuidhex`), and the path without it."""
+    if len(text) != 36 or text[8:24:5] != "----":  # the dashes at 8, 13, 18 and 23, in one slice
+        return None
+    try:
+        out = _fromhex(text.replace("-", ""))  # a stray dash elsewhere leaves too few digits: caught below
+    except ValueError:
+        return None
+    return out if len(out) == 16 else None  # fromhex skips whitespace, so a space could hide a missing digit
+
+
+bytes16: Callable[[str], bytes | None] = _bytes16
+# Built with the compiled hot path (zcluster._native): the same in C, with no object but the result; without
+# a build, over a stale one or under ZCLUSTER_PURE, the import fails and the reference stays.
+with contextlib.suppress(ImportError):
+    from zcluster.message._uuidhex import bytes16
 
 
 class Flags(IntEnum):
@@ -136,13 +158,8 @@ def format_uuid(uuid: bytes) -> str:
 
 def parse_uuid(text: str) -> bytes:
     """Parse the canonical 36-character text form (any case). Raises ValueError otherwise."""
-    if len(text) != 36 or text[8:24:5] != "----":  # the dashes at 8, 13, 18 and 23, in one slice
-        raise ValueError(f"invalid UUID {text!r}")
-    try:
-        out = _fromhex(text.replace("-", ""))  # a stray dash elsewhere leaves too few digits: caught below
-    except ValueError:
-        raise ValueError(f"invalid UUID {text!r}") from None
-    if len(out) != 16:  # fromhex skips whitespace, so a space could hide a missing digit.
+    out = bytes16(text)
+    if out is None:
         raise ValueError(f"invalid UUID {text!r}")
     return out
 
