@@ -325,7 +325,10 @@ def _sum_delta(i: int, item: Incr) -> str:
         raise InvalidTupleError(i, item, f"delta must be int or float, not {type(d).__name__}")
     if isinstance(d, float) and not math.isfinite(d):
         raise InvalidTupleError(i, item, f"delta must be a finite number, got {d!r}")
-    f = float(d)
+    try:
+        f = float(d)
+    except OverflowError:  # an int beyond the largest double (about 1.8e308)
+        f = math.inf
     if f != d:
         raise InvalidTupleError(i, item, f"integer delta {d} is not exact as a double (|x| > 2**53)")
     return repr(f)

@@ -106,6 +106,7 @@ def test_bad_increments_are_clear_errors_and_nothing_is_sent(any_cluster: Cluste
         [(1, Incr("k", "m", "3"))],  # type: ignore[arg-type]
         [(1, Incr("k", "m", True))],
         [(1, Incr("k", "m", 2**60 + 1))],  # not exact as a double
+        [(1, Incr("k", "m", 10**400))],  # beyond any double (float() overflows)
         [(1, Count("k", "f", 1.5))],  # type: ignore[arg-type]
         [(1, Count("k", "f", 2**63))],
         [(1, Incr("", "m", 1))],
