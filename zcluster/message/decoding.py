@@ -101,9 +101,9 @@ class FrameDecoder:
                 record = _loads(line)
             except ValueError:
                 record = _lenient(line)
-            # JsonMessage.from_json and parse_uuid, inline (this runs once per message); anything they
-            # would refuse, and anything unparsed, takes frame() for the same outcome and report.
-            # Typed locals (doc, text): compiled (zcluster._native), their operations are native ones.
+            # JsonMessage.from_json and parse_uuid's check (uuid.bytes16), inline (this runs once per message);
+            # anything they would refuse, and anything unparsed, takes frame() for the same outcome and report.
+            # A typed local (doc): compiled (zcluster._native), its operations are native ones.
             if type(record) is dict:
                 doc: dict[str, Any] = record
                 u = doc.get(key)
