@@ -14,13 +14,7 @@ from hypothesis import strategies as st
 
 from zcluster import _pipelines
 
-try:
-    from zcluster import _resp as resp
-except ImportError:
-    resp = None
-pytestmark = pytest.mark.skipif(
-    resp is None, reason="no current compiled build here (python -m zcluster._native_build)"
-)
+resp = pytest.importorskip("zcluster._resp", reason="no current compiled build here (python -m zcluster._native_build)")
 
 arguments = st.one_of(
     st.binary(max_size=40),
@@ -38,7 +32,6 @@ commands = st.lists(st.lists(arguments, min_size=1, max_size=8).map(tuple), max_
 @given(commands)
 @example([("EVALSHA", "a" * 40, 2, b"t:k+", b"t:k-", "+", 0, "0", 1, 1732800000.25, b"m")])
 def test_the_bytes_are_hiredis_bytes(cmds: list[tuple[Any, ...]]) -> None:
-    assert resp is not None
     assert resp.pack_commands(cmds) == b"".join(hiredis.pack_command(c) for c in cmds)
 
 
@@ -47,7 +40,6 @@ def test_scores_are_repr_at_every_edge() -> None:
     million values of every shape: full-precision doubles at every binary exponent of the range, a few
     decimals (1..18), the neighbours of each (one ulp away: 16-17 digits), powers of two and their
     neighbours (a narrower lower side), and the range's edges, where repr's own search takes over."""
-    assert resp is not None
     rng = random.Random(40)
     values: list[float] = [2.0**53 - 0.5, 2.0**52 + 0.5, 0.001, -0.001, 0.0011, 0.00099, 1e-4, 2.0**-10, 2.0**-9]
     for exp in range(-10, 53):
@@ -65,7 +57,6 @@ def test_scores_are_repr_at_every_edge() -> None:
 
 
 def test_a_float_subclass_is_sent_as_its_value_and_a_list_is_a_command() -> None:
-    assert resp is not None
 
     class Score(float):
         def __repr__(self) -> str:
@@ -89,7 +80,6 @@ def test_a_float_subclass_is_sent_as_its_value_and_a_list_is_a_command() -> None
     ],
 )
 def test_what_cannot_be_sent_is_named(cmds: Any, error: type[Exception], says: str) -> None:
-    assert resp is not None
     with pytest.raises(error) as raised:
         resp.pack_commands(cmds)
     assert says in str(raised.value)

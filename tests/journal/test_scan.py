@@ -13,12 +13,8 @@ from hypothesis import strategies as st
 
 from zcluster.journal import _filefmt
 
-try:
-    from zcluster.journal import _scan as scan
-except ImportError:
-    scan = None
-pytestmark = pytest.mark.skipif(
-    scan is None, reason="no current compiled build here (python -m zcluster._native_build)"
+scan = pytest.importorskip(
+    "zcluster.journal._scan", reason="no current compiled build here (python -m zcluster._native_build)"
 )
 
 
@@ -27,7 +23,6 @@ def _record(payload: bytes) -> bytes:
 
 
 def _both(buf: bytes | bytearray | memoryview, collect: bool) -> None:
-    assert scan is not None
     want = _filefmt._scan_payloads(buf, collect)
     assert scan.scan_payloads(buf, collect) == tuple(want)
     assert _filefmt.scan_payloads(buf, collect) == want
@@ -71,13 +66,11 @@ def test_checksums_of_every_length_and_alignment_match_zlib() -> None:
             bad = good[:-1] + bytes([good[-1] ^ 1])
             for body, records in ((good, 1), (bad, 0)):
                 buf = memoryview(bytes(lead) + body + _record(b"next"))[lead:]
-                assert scan is not None
                 assert scan.scan_payloads(buf, True)[0] == records + (records == 1)
                 _both(buf, True)
 
 
 def test_what_is_not_a_buffer_is_a_type_error_and_nothing_is_a_scan_of_nothing() -> None:
-    assert scan is not None
     with pytest.raises(TypeError):
         scan.scan_payloads("text", True)
     with pytest.raises(TypeError, match="takes 2 arguments"):

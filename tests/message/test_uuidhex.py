@@ -12,17 +12,12 @@ from hypothesis import strategies as st
 
 from zcluster.message import uuid
 
-try:
-    from zcluster.message import _uuidhex as native
-except ImportError:
-    native = None
-pytestmark = pytest.mark.skipif(
-    native is None, reason="no current compiled build here (python -m zcluster._native_build)"
+native = pytest.importorskip(
+    "zcluster.message._uuidhex", reason="no current compiled build here (python -m zcluster._native_build)"
 )
 
 
 def _same(text: str) -> None:
-    assert native is not None
     assert native.bytes16(text) == uuid._bytes16(text), repr(text)
 
 
@@ -33,7 +28,7 @@ def test_every_position_changed_to_every_kind_of_character_is_decided_alike() ->
     for _ in range(200):
         text = "".join(c.upper() if rng.random() < 0.5 else c for c in str(std.UUID(bytes=rng.randbytes(16))))
         _same(text)
-        assert native is not None and native.bytes16(text) == std.UUID(text).bytes
+        assert native.bytes16(text) == std.UUID(text).bytes
         for i in range(36):
             for c in ("7", "F", "g", "-", " ", "\t", "\u0661", "\U0001f600"):
                 _same(text[:i] + c + text[i + 1 :])
@@ -48,7 +43,6 @@ def test_random_texts_are_decided_alike(text: str) -> None:
 
 
 def test_the_module_uses_it_and_what_is_not_a_str_is_a_type_error() -> None:
-    assert native is not None
     assert uuid.bytes16 is native.bytes16
     with pytest.raises(TypeError, match="takes a str, got bytes"):
         native.bytes16(b"01234567-89ab-cdef-0123-456789abcdef")  # type: ignore[arg-type]
