@@ -16,11 +16,12 @@ import itertools
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zcluster import Cluster, Insert
-from zcluster.journal.frames import LineRun, read_range_frames, read_runs
+from zcluster.journal.frames import RUN_LINES, LineRun, read_range_frames, read_runs
 from zcluster.message import (
     CONTENT_TYPE_NDJSON,
     Envelope,
@@ -126,6 +127,23 @@ def test_runs_decode_as_the_reference_reader(lines: list[bytes], chunk: int) -> 
             got.append(_shown(env, pos))
             pos += len(line) + 1
     assert got == _reference(store)
+
+
+@pytest.mark.parametrize("n", [RUN_LINES, 3 * RUN_LINES + 5])
+def test_a_chunk_of_many_lines_comes_in_runs_of_at_most_run_lines_that_tile_it(n: int) -> None:
+    """One chunk read holds every line: the runs cut it in order, each beginning where the last ended."""
+    lines = [b'{"id":"m%d"}' % i + b" " * (i % 7) for i in range(n)]
+    store = _store(lines, 1 << 20)
+    runs = list(read_runs(store, JOURNAL, CONTENT_TYPE_NDJSON, 0, store.end(JOURNAL)))
+    assert all(isinstance(run, LineRun) for run in runs)
+    assert [len(run.lines) for run in runs] == [RUN_LINES] * (n // RUN_LINES) + (
+        [n % RUN_LINES] if n % RUN_LINES else []
+    )
+    pos = 0
+    for run in runs:
+        assert run.begin == pos
+        pos += sum(len(line) + 1 for line in run.lines)
+    assert pos == store.end(JOURNAL) and [line for run in runs for line in run.lines] == lines
 
 
 def _model(store: InMemoryJournals, ring: int) -> list[Any]:

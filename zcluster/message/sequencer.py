@@ -20,11 +20,12 @@ messages are released as soon as their ACK is read, whatever other producers sti
 head-of-line blocking. Envelopes whose clock is zero (e.g. the all-zero UUID) opt out: they are
 always committed at once and never tracked.
 
-A bounded ring holds recent envelopes. When an ACK commits a span that began before the ring's
-oldest entry, ``replay_range()`` names the exact journal byte range to read again, and
-``start_replay(iterator)`` supplies those envelopes; ``step()`` then resumes. A replay delivers exactly what
-the ring would have: it skips what ``queue_uncommitted`` dropped (duplicates, clocks going back within the
-span) or committed alone (zero clocks), where Gazette's delivers those above the last ACK.
+A bounded ring indexes the most recent envelopes; an entry holds its envelope until it is dequeued or
+evicted. When an ACK commits a span that began before the ring's oldest entry, ``replay_range()`` names the
+exact journal byte range to read again, and ``start_replay(iterator)`` supplies those envelopes; ``step()``
+then resumes. A replay delivers exactly what the ring would have: it skips what ``queue_uncommitted`` dropped
+(duplicates, clocks going back within the span) or committed alone (zero clocks), where Gazette's delivers
+those above the last ACK.
 
 ``checkpoint()`` returns journal offsets and producer states from which a new Sequencer continues
 exactly where this one is: offsets never pass a commit whose span is not fully dequeued, and the
@@ -308,25 +309,15 @@ class Sequencer:
         elif partial.begin != -1 or partial.ring_stop != -1:
             return None  # an open span: rolled back by this message, and logged, on the general path
         head = self._head
-        ring = self._ring
-        if ring[head] is not None:
-            owner = self._ring_owner[head]
-            if owner is not None and owner.ring_start == head:  # the oldest entry of an open span: see _evict_head
-                self._evict_head()
-            elif clock <= partial.min_clock:  # dropped: the entry stays evicted, as _evict_head leaves it
-                ring[head] = self._ring_owner[head] = None
-                self._next[head] = -1
-            # else: every field of the entry is written below, as _evict_head then _add_at_head would leave it
+        if self._ring[head] is not None:
+            self._evict_head()
         if clock <= partial.min_clock:
             self._offsets[journal] = env.end
             return _OUTSIDE_ALREADY_ACKED
-        # queue_uncommitted's OUTSIDE_COMMIT indexes the envelope at the head; step() then dequeues it
-        # (unlinking it from the producer: an evicted entry of no span) and, once done, moves the offset.
-        ring[head] = env
+        # queue_uncommitted's OUTSIDE_COMMIT indexes the envelope at the head; step() then dequeues it,
+        # releasing its entry (see step), and, once done, moves the offset: the entry keeps its clock and begin.
         self._ring_clock[head] = clock
         self._ring_begin[head] = env.begin
-        self._ring_owner[head] = partial
-        self._next[head] = -1
         head += 1
         self._head = 0 if head == self._cap else head
         partial.min_clock = partial.max_clock = clock
@@ -355,6 +346,11 @@ class Sequencer:
                 env: Envelope = ring[idx]  # type: ignore[assignment]
                 clock = self._ring_clock[idx]
                 emit.ring_start = self._next[idx]
+                # Released once dequeued (nothing reads a dequeued entry again): a delivered envelope and its
+                # message are freed when the application drops them, not a ring's length later, so the
+                # garbage collector never sees them grow old (most of its cost per message, before).
+                ring[idx] = self._ring_owner[idx] = None
+                self._next[idx] = -1
             else:
                 env_or_none = self._next_replayed(emit)
                 if env_or_none is None:
