@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import itertools
+import random
+import struct
 import threading
 import uuid as std_uuid
 from datetime import UTC, datetime, timedelta, timezone
@@ -34,6 +36,25 @@ def test_issue_acceptance_vector() -> None:
     u = build_uuid(P, 160, 1)
     assert format_uuid(u) == "0000000a-0000-1000-8001-010203040506"
     assert (get_clock(u), get_flags(u), get_producer_id(u)) == (160, 1, P)
+
+
+def test_the_clock_is_read_from_the_rfc_4122_fields_of_any_16_bytes() -> None:
+    """time_low << 4 | time_mid << 36 | time_hi's 12 bits << 52 | the counter (the clock sequence's bits 10-13),
+    as Gazette's 64-bit arithmetic reads it: every byte at every value, and random UUIDs with every high bit."""
+    layout = struct.Struct(">IHHH6s")
+
+    def reference(u: bytes) -> int:
+        lo, mid, hi, seq, _ = layout.unpack(u)
+        return int((lo << 4) | (mid << 36) | ((hi & 0xFFF) << 52) | ((seq >> 10) & 0xF))
+
+    rng = random.Random(14)
+    cases = [bytes(i * [0] + [b] + (15 - i) * [0]) for i in range(16) for b in range(256)]
+    cases += [rng.randbytes(16) for _ in range(20_000)] + [b"\xff" * 16]
+    for u in cases:
+        assert get_clock(u) == reference(u), u.hex()
+    for size in (0, 15, 17):
+        with pytest.raises(ValueError, match=f"a UUID is 16 bytes, not {size}"):
+            get_clock(bytes(size))
 
 
 @pytest.mark.parametrize(

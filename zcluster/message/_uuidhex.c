@@ -9,12 +9,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static int nibble(unsigned char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
+/* 0x10 | a hex digit's value, 0 for any other character: one load a character instead of three range checks
+ * (the parse cost about 850 instructions a message with them). */
+static const unsigned char HEX[256] = {
+    ['0'] = 0x10, ['1'] = 0x11, ['2'] = 0x12, ['3'] = 0x13, ['4'] = 0x14, ['5'] = 0x15, ['6'] = 0x16,
+    ['7'] = 0x17, ['8'] = 0x18, ['9'] = 0x19, ['a'] = 0x1A, ['b'] = 0x1B, ['c'] = 0x1C, ['d'] = 0x1D,
+    ['e'] = 0x1E, ['f'] = 0x1F, ['A'] = 0x1A, ['B'] = 0x1B, ['C'] = 0x1C, ['D'] = 0x1D, ['E'] = 0x1E,
+    ['F'] = 0x1F,
+};
 
 static PyObject *bytes16(PyObject *module, PyObject *text) {
     if (!PyUnicode_Check(text)) {
@@ -23,19 +25,16 @@ static PyObject *bytes16(PyObject *module, PyObject *text) {
     }
     if (PyUnicode_GET_LENGTH(text) != 36 || !PyUnicode_IS_ASCII(text)) Py_RETURN_NONE;
     const unsigned char *s = PyUnicode_1BYTE_DATA(text);
-    unsigned char out[16];
-    int k = 0;
-    for (int i = 0; i < 36;) {
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (s[i] != '-') Py_RETURN_NONE;
-            i++;
-            continue;
-        }
-        int hi = nibble(s[i]), lo = nibble(s[i + 1]);
-        if (hi < 0 || lo < 0) Py_RETURN_NONE;
-        out[k++] = (unsigned char)(hi << 4 | lo);
-        i += 2;
+    if (s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-') Py_RETURN_NONE;
+    /* where each byte's two digits start: the dashes skipped */
+    static const unsigned char at[16] = {0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34};
+    unsigned char out[16], valid = 0x10;
+    for (int k = 0; k < 16; k++) {
+        unsigned char hi = HEX[s[at[k]]], lo = HEX[s[at[k] + 1]];
+        valid &= hi & lo; /* bit 4 cleared by any character that is not a hex digit */
+        out[k] = (unsigned char)((hi & 0x0F) << 4 | (lo & 0x0F));
     }
+    if (!valid) Py_RETURN_NONE;
     return PyBytes_FromStringAndSize((const char *)out, 16);
 }
 

@@ -11,14 +11,14 @@ The two protocols live in :mod:`zcluster.message.protocols` (this module is comp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from zcluster.message.protocols import Message, Validator
 from zcluster.message.uuid import Flags, ProducerID, get_clock, get_flags, get_producer_id
 
 __all__ = ["Envelope", "Message", "Validator"]
 
-_ACK_TXN = int(Flags.ACK_TXN)
+_ACK_TXN: Final = int(Flags.ACK_TXN)  # Final: compiled (zcluster._native), a C static, not a dict lookup
 
 
 class Envelope:

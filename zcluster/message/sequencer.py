@@ -38,14 +38,13 @@ private state; split up, each part would reach into the others' internals.
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Iterable, Iterator, Mapping
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from zcluster.message.envelope import Envelope
 from zcluster.message.errors import ReplayError, ReplayRequiredError, SequencerError
-from zcluster.message.uuid import ProducerID, clock_span, format_uuid
+from zcluster.message.uuid import ProducerID, clock_span, format_uuid, get_clock
 
 __all__ = [
     "Checkpoint",
@@ -60,10 +59,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_unpack = struct.Struct(">IHHH6s").unpack
-_UuidFields = tuple[int, int, int, int, bytes]
-"""What ``_unpack`` gives, declared: compiled (:mod:`zcluster._native`), the clock is then native integer math."""
-_OUTSIDE, _CONTINUE, _ACK = 0, 1, 2
+_OUTSIDE: Final = 0
+_CONTINUE: Final = 1
+_ACK: Final = 2
 
 
 class QueueOutcome(IntEnum):
@@ -81,19 +79,20 @@ class QueueOutcome(IntEnum):
     ACK_COMMIT_REPLAY = 9
 
 
-# The members as module globals: reading an Enum member as a class attribute costs ~50 ns (Python 3.11),
-# a global ~5, and queue_uncommitted names several per message.
-_OUTSIDE_ALREADY_ACKED = QueueOutcome.OUTSIDE_ALREADY_ACKED
-_OUTSIDE_COMMIT = QueueOutcome.OUTSIDE_COMMIT
-_CONTINUE_ALREADY_ACKED = QueueOutcome.CONTINUE_ALREADY_ACKED
-_CONTINUE_TXN_CLOCK_LARGER = QueueOutcome.CONTINUE_TXN_CLOCK_LARGER
-_CONTINUE_BEGIN_SPAN = QueueOutcome.CONTINUE_BEGIN_SPAN
-_CONTINUE_EXTEND_SPAN = QueueOutcome.CONTINUE_EXTEND_SPAN
-_ACK_ROLLBACK = QueueOutcome.ACK_ROLLBACK
-_ACK_EMPTY = QueueOutcome.ACK_EMPTY
-_ACK_COMMIT_RING = QueueOutcome.ACK_COMMIT_RING
-_ACK_COMMIT_REPLAY = QueueOutcome.ACK_COMMIT_REPLAY
-_COMMITS = frozenset({_OUTSIDE_COMMIT, _ACK_EMPTY, _ACK_COMMIT_RING, _ACK_COMMIT_REPLAY})
+# The members as Final module globals: reading an Enum member as a class attribute costs ~50 ns (Python 3.11),
+# a global ~5, and queue_uncommitted names several per message; compiled (zcluster._native), a Final one is a
+# C static, where any other global is a dict lookup at each use.
+_OUTSIDE_ALREADY_ACKED: Final = QueueOutcome.OUTSIDE_ALREADY_ACKED
+_OUTSIDE_COMMIT: Final = QueueOutcome.OUTSIDE_COMMIT
+_CONTINUE_ALREADY_ACKED: Final = QueueOutcome.CONTINUE_ALREADY_ACKED
+_CONTINUE_TXN_CLOCK_LARGER: Final = QueueOutcome.CONTINUE_TXN_CLOCK_LARGER
+_CONTINUE_BEGIN_SPAN: Final = QueueOutcome.CONTINUE_BEGIN_SPAN
+_CONTINUE_EXTEND_SPAN: Final = QueueOutcome.CONTINUE_EXTEND_SPAN
+_ACK_ROLLBACK: Final = QueueOutcome.ACK_ROLLBACK
+_ACK_EMPTY: Final = QueueOutcome.ACK_EMPTY
+_ACK_COMMIT_RING: Final = QueueOutcome.ACK_COMMIT_RING
+_ACK_COMMIT_REPLAY: Final = QueueOutcome.ACK_COMMIT_REPLAY
+_COMMITS: Final = frozenset({_OUTSIDE_COMMIT, _ACK_EMPTY, _ACK_COMMIT_RING, _ACK_COMMIT_REPLAY})
 
 
 class ProducerState(NamedTuple):
@@ -201,10 +200,10 @@ class Sequencer:
         if ring[head] is not None:
             self._evict_head()
 
-        fields: _UuidFields = _unpack(env.uuid)
-        lo, mid, hi, seq, producer = fields
-        real_clock = clock = (lo << 4) | (mid << 36) | ((hi & 0xFFF) << 52) | ((seq >> 10) & 0xF)
-        flags = seq & 0x3FF
+        uuid = env.uuid
+        real_clock = clock = get_clock(uuid)
+        flags = ((uuid[8] & 0x03) << 8) | uuid[9]
+        producer = uuid[10:16]
         journal = env.journal
 
         if clock == 0:
@@ -296,11 +295,10 @@ class Sequencer:
         uuid = env.uuid
         if ((uuid[8] << 8) | uuid[9]) & 0x3FF != _OUTSIDE or self._emit is not None:
             return None
-        fields: _UuidFields = _unpack(uuid)
-        lo, mid, hi, seq, producer = fields
-        clock = (lo << 4) | (mid << 36) | ((hi & 0xFFF) << 52) | ((seq >> 10) & 0xF)
+        clock = get_clock(uuid)
         if clock == 0:
             return None
+        producer = uuid[10:16]
         journal = env.journal
         key = (journal, producer)
         partial = self._partials.get(key)

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Final
 
 from zcluster._retry import backoff, waited_out
 from zcluster.errors import InvalidTupleError, MapperError, PartialWriteError
@@ -20,6 +20,11 @@ from zcluster.types import Count, Delete, Incr, Increment, Insert, Store, Write,
 __all__ = ["BatchStats", "WriteBuffer"]
 
 log = logging.getLogger("zcluster.state")
+
+# The write types the commonest message is checked against, as Final globals: compiled (zcluster._native), a
+# C static each, where an imported name is a dict lookup at each use.
+_INSERT: Final = Insert
+_DELETE: Final = Delete
 
 untrack: Callable[[object], bool] | None = None
 # Built with the compiled hot path (zcluster._native): buffered Inserts and Deletes taken off the cyclic garbage
@@ -136,7 +141,7 @@ class WriteBuffer:
         out, incs = self.writes, self.increments
         if type(writes) is list and len(writes) == 1:  # the commonest message: one write or one increment
             kind = type(w := writes[0])
-            if kind is Insert or kind is Delete:
+            if kind is _INSERT or kind is _DELETE:
                 out.append(w)
                 if self.untrack is not None:
                     self.untrack(w)
