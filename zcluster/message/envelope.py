@@ -40,10 +40,12 @@ class Envelope:
         self.end = end
         self.message = message
         if uuid is None:
-            uuid = message.get_uuid()
+            uuid = bytes(message.get_uuid())
         if len(uuid) != 16:
             raise ValueError(f"a UUID is 16 bytes, not {len(uuid)}")
-        self.uuid = uuid
+        # Declared: compiled (zcluster._native), reading its bytes (is_ack, the Sequencer's clock and flags) is
+        # then native, where an undeclared value (a message's get_uuid() is Any) takes generic operations.
+        self.uuid: bytes = uuid
 
     @property
     def clock(self) -> int:
