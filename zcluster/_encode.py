@@ -197,8 +197,10 @@ class Encoder:
                 if not kb:
                     raise InvalidTupleError(i, item, "key must not be empty")
                 keyed[kb] = [i, s, mb]
-            else:
-                entry += (i, s, mb)
+            else:  # three appends: compiled (zcluster._native), a C call each, where += of a tuple makes one
+                entry.append(i)
+                entry.append(s)
+                entry.append(mb)
         # Pass 2: route each key once and pack its tuples into calls of its shard (or slot).
         per_shard: dict[int, list[Call]] = {}
         filling: dict[int, Call] = {}
