@@ -161,8 +161,8 @@ class Encoder:
         atomically.
         """
         layout, topo = self.layout, self.topology
-        # Pass 1: validate, and group by logical key as flat [index, score, member, index, ...] lists.
-        keyed: dict[bytes, list[Any]] = {}
+        # Pass 1: validate, and group by logical key: its tuples' indices, and their [score, member, ...] flat.
+        keyed: dict[bytes, tuple[list[int], list[Any]]] = {}
         for j, item in enumerate(items):
             i = j if indices is None else indices[j]
             try:
@@ -196,11 +196,12 @@ class Encoder:
             if entry is None:
                 if not kb:
                     raise InvalidTupleError(i, item, "key must not be empty")
-                keyed[kb] = [i, s, mb]
-            else:  # three appends: compiled (zcluster._native), a C call each, where += of a tuple makes one
-                entry.append(i)
-                entry.append(s)
-                entry.append(mb)
+                keyed[kb] = ([i], [s, mb])
+            else:  # appends: compiled (zcluster._native), a C call each, where += of a tuple makes one
+                entry[0].append(i)
+                pairs = entry[1]
+                pairs.append(s)
+                pairs.append(mb)
         # Pass 2: route each key once and pack its tuples into calls of its shard (or slot).
         per_shard: dict[int, list[Call]] = {}
         filling: dict[int, Call] = {}
@@ -208,7 +209,7 @@ class Encoder:
         inline = node_calls and topo.single_slot_calls
         one_slot = topo.single_slot_calls and not inline
         only = 0 if len(topo.shards) == 1 and not topo.single_slot_calls else None  # one server: no routing
-        for kb, entry in keyed.items():
+        for kb, (idx, pairs) in keyed.items():
             if only is None:
                 slot = layout.slot(kb)
                 shard = topo.shard_of(kb, slot)
@@ -216,7 +217,7 @@ class Encoder:
             else:
                 shard = group = only
             rkeys = layout.script_keys(kb, floors)
-            n = len(entry) // 3
+            n = len(idx)
             done = 0
             while done < n:
                 call = filling.get(group)
@@ -228,13 +229,12 @@ class Encoder:
                 else:
                     call.keys += rkeys
                 if take == 1:
-                    call.argv += (b"1", entry[3 * done + 1], entry[3 * done + 2])  # bytes: the packer sends them as is
-                    call.indices.append(entry[3 * done])
+                    call.argv += (b"1", pairs[2 * done], pairs[2 * done + 1])  # bytes: the packer sends them as is
+                    call.indices.append(idx[done])
                 else:
-                    run = entry[3 * done : 3 * (done + take)]
                     call.argv.append(take)
-                    call.argv += [x for k in range(0, len(run), 3) for x in (run[k + 1], run[k + 2])]
-                    call.indices += run[0::3]
+                    call.argv += pairs[2 * done : 2 * (done + take)]
+                    call.indices += idx[done : done + take]
                 done += take
                 if len(call.indices) >= size:
                     per_shard.setdefault(shard, []).append(filling.pop(group))
