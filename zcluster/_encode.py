@@ -161,8 +161,9 @@ class Encoder:
         atomically.
         """
         layout, topo = self.layout, self.topology
-        # Pass 1: validate, and group by logical key: its tuples' indices, and their [score, member, ...] flat.
-        keyed: dict[bytes, tuple[list[int], list[Any]]] = {}
+        # Pass 1: validate, and group by logical key as [indices, score, member, score, member, ...] lists (one
+        # list and the indices' per key: most keys of spread writes have one tuple).
+        keyed: dict[bytes, list[Any]] = {}
         for j, item in enumerate(items):
             i = j if indices is None else indices[j]
             try:
@@ -196,12 +197,11 @@ class Encoder:
             if entry is None:
                 if not kb:
                     raise InvalidTupleError(i, item, "key must not be empty")
-                keyed[kb] = ([i], [s, mb])
+                keyed[kb] = [[i], s, mb]
             else:  # appends: compiled (zcluster._native), a C call each, where += of a tuple makes one
                 entry[0].append(i)
-                pairs = entry[1]
-                pairs.append(s)
-                pairs.append(mb)
+                entry.append(s)
+                entry.append(mb)
         # Pass 2: route each key once and pack its tuples into calls of its shard (or slot).
         per_shard: dict[int, list[Call]] = {}
         filling: dict[int, Call] = {}
@@ -209,7 +209,8 @@ class Encoder:
         inline = node_calls and topo.single_slot_calls
         one_slot = topo.single_slot_calls and not inline
         only = 0 if len(topo.shards) == 1 and not topo.single_slot_calls else None  # one server: no routing
-        for kb, (idx, pairs) in keyed.items():
+        for kb, entry in keyed.items():
+            idx: list[int] = entry[0]
             if only is None:
                 slot = layout.slot(kb)
                 shard = topo.shard_of(kb, slot)
@@ -229,11 +230,11 @@ class Encoder:
                 else:
                     call.keys += rkeys
                 if take == 1:
-                    call.argv += (b"1", pairs[2 * done], pairs[2 * done + 1])  # bytes: the packer sends them as is
+                    call.argv += (b"1", entry[1 + 2 * done], entry[2 + 2 * done])  # bytes: the packer sends them as is
                     call.indices.append(idx[done])
                 else:
                     call.argv.append(take)
-                    call.argv += pairs[2 * done : 2 * (done + take)]
+                    call.argv += entry[1 + 2 * done : 1 + 2 * (done + take)]
                     call.indices += idx[done : done + take]
                 done += take
                 if len(call.indices) >= size:
