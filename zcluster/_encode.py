@@ -57,9 +57,19 @@ def score(value: object, index: int, item: object) -> float:
 
 
 def blob(value: object, index: int, item: object, what: str) -> bytes:
-    """A key or member as stored bytes; anything but str/bytes is :class:`InvalidTupleError`."""
+    """A key or member as stored bytes (a str as UTF-8, its surrogate escapes as the bytes they stand for);
+    anything but str/bytes is :class:`InvalidTupleError`."""
     if type(value) is bytes:
         return value
+    if type(value) is str:
+        text: str = value
+        # Strict UTF-8 first: compiled (zcluster._native), one C call, where a method call with an error handler
+        # costs about 600 instructions (writes call this twice a tuple); it raises for any surrogate. A try, not
+        # contextlib.suppress: compiled, a with statement is two method calls on a new object.
+        try:
+            return text.encode()
+        except UnicodeEncodeError:
+            pass
     try:
         if type(value) is str:
             return value.encode("utf-8", "surrogateescape")
@@ -170,28 +180,7 @@ class Encoder:
                 key, value, member = item
             except (TypeError, ValueError):
                 raise InvalidTupleError(i, item, "expected a (key, score, member) tuple") from None
-            # blob(), inline for exact str and bytes: this loop runs once per tuple. Strict UTF-8 first (typed
-            # locals: compiled, zcluster._native, that is one C call where a method call with an error handler
-            # costs about 600 instructions); it raises for any surrogate, and blob() then encodes the escaped
-            # bytes of surrogateescape or names the fault, so the bytes are the same either way.
-            kt, mt = type(key), type(member)
-            try:
-                if kt is bytes:
-                    kb = key
-                elif kt is str:
-                    ktext: str = key
-                    kb = ktext.encode()
-                else:
-                    kb = blob(key, i, item, "key")
-                if mt is bytes:
-                    mb = member
-                elif mt is str:
-                    mtext: str = member
-                    mb = mtext.encode()
-                else:
-                    mb = blob(member, i, item, "member")
-            except UnicodeEncodeError:  # a surrogate: escaped bytes, or a lone one that blob() names
-                kb, mb = blob(key, i, item, "key"), blob(member, i, item, "member")
+            kb, mb = blob(key, i, item, "key"), blob(member, i, item, "member")
             s = value if type(value) is float and value - value == 0.0 else score(value, i, item)
             entry = keyed.get(kb)
             if entry is None:
