@@ -26,7 +26,7 @@ from zcluster import Cluster, InvalidTupleError, KeyScoreMember
 from zcluster.journal import FileJournals
 from zcluster.metrics import ApplierMetrics, ProgressCollector, PrometheusInstrumentation
 from zcluster.state import Consumer
-from zcluster.testing import LocalShards, free_port
+from zcluster.testing import LocalShards, closed_port
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -111,9 +111,11 @@ def exported(shards: LocalShards, tmp_path_factory: pytest.TempPathFactory) -> d
     registry = CollectorRegistry()
     hook = PrometheusInstrumentation(registry)
     prefix = f"dm{uuid.uuid4().hex[:8]}:"
-    dead = f"127.0.0.1:{free_port()}"
     failing = CollectorRegistry()  # the progress of a cluster with a shard down (its own: the same names)
-    with Cluster.from_urls([shards.urls[0], f"redis://{dead}"], prefix=prefix, instrumentation=hook) as broken:
+    with (
+        closed_port() as dead,
+        Cluster.from_urls([shards.urls[0], f"redis://127.0.0.1:{dead}"], prefix=prefix, instrumentation=hook) as broken,
+    ):
         assert broken.insert([KeyScoreMember(f"k{i}", 1.0, "m") for i in range(10)], raise_on_error=False).failures
         with pytest.raises(InvalidTupleError):
             broken.insert([KeyScoreMember("", 1.0, "m")])  # raises before any shard answered

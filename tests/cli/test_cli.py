@@ -15,7 +15,7 @@ from rich.console import Console
 
 from zcluster import Cluster, Count, Cursor, Incr, KeyMember, KeyScoreMember
 from zcluster.cli.output import console as plain_console
-from zcluster.testing import LocalRedisCluster, LocalShards, free_port
+from zcluster.testing import LocalRedisCluster, LocalShards
 
 
 def b64(raw: bytes) -> dict[str, str]:
@@ -240,13 +240,15 @@ def test_info_names_the_slots_a_dead_reshard_left_open(redis_cluster: LocalRedis
     assert "Warning" not in ok(args).stderr
 
 
-def test_options_from_environment(shards: LocalShards, redis_cluster: LocalRedisCluster, prefix: str) -> None:
+def test_options_from_environment(
+    shards: LocalShards, redis_cluster: LocalRedisCluster, prefix: str, dead_port: int
+) -> None:
     env = {"ZCLUSTER_URLS": ",".join(shards.urls), "ZCLUSTER_PREFIX": prefix}
     ok(["insert", "e", "1", "m"], env=env)
     with Cluster.from_urls(shards.urls, prefix=prefix) as c:
         assert c.select(["e"])["e"] == [KeyScoreMember("e", 1.0, "m")]
     # Flags win over the environment.
-    dead = {"ZCLUSTER_URLS": f"redis://127.0.0.1:{free_port()}", "ZCLUSTER_PREFIX": prefix}
+    dead = {"ZCLUSTER_URLS": f"redis://127.0.0.1:{dead_port}", "ZCLUSTER_PREFIX": prefix}
     assert doc(["--url", shards.urls[0], "--url", shards.urls[1], "select", "e"], env=dead)["keys"][0]["members"]
     cluster_env = {"ZCLUSTER_CLUSTER_URL": redis_cluster.url, "ZCLUSTER_PREFIX": prefix}
     ok(["insert", "e", "2", "m"], env=cluster_env)
@@ -293,20 +295,20 @@ def test_usage_errors(shards: LocalShards, redis_cluster: LocalRedisCluster, pre
     "command",
     [["insert", "k", "1", "m"], ["delete", "k", "1", "m"], ["select", "k"], ["score", "k", "m"], ["keys"], ["info"]],
 )
-def test_unreachable_shard_is_named(command: list[str]) -> None:
-    port = free_port()
+def test_unreachable_shard_is_named(command: list[str], dead_port: int) -> None:
+    port = dead_port
     result = fails(["--url", f"redis://:hunter2@127.0.0.1:{port}", *command])
     assert f"127.0.0.1:{port}" in result.stderr
     assert "hunter2" not in result.output
 
 
-def test_unreachable_cluster_seed() -> None:
-    port = free_port()
+def test_unreachable_cluster_seed(dead_port: int) -> None:
+    port = dead_port
     assert f"127.0.0.1:{port}" in fails(["--cluster-url", f"redis://127.0.0.1:{port}", "keys"]).stderr
 
 
-def test_one_failed_shard_reports_and_keeps_the_others(shards: LocalShards, prefix: str) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+def test_one_failed_shard_reports_and_keeps_the_others(shards: LocalShards, prefix: str, dead_port: int) -> None:
+    dead = f"127.0.0.1:{dead_port}"
     args = ["--url", shards.urls[0], "--url", f"redis://{dead}", "--prefix", prefix]
     tuples = [x for i in range(20) for x in (f"k{i}", "1", "m")]
     result = fails([*args, "insert", *tuples, "--json"])

@@ -66,8 +66,8 @@ def test_a_bad_prefix_is_a_usage_error_before_any_server_is_contacted(flag: str)
     assert "braces" in _one_clean_error_line(result.stderr)
 
 
-def test_cluster_url_takes_both_seed_forms(shards: LocalShards) -> None:
-    port = free_port()
+def test_cluster_url_takes_both_seed_forms(shards: LocalShards, dead_port: int) -> None:
+    port = dead_port
     for url in (f"redis://:{PASSWORD}@127.0.0.1:{port}", f"redis+cluster://:{PASSWORD}@127.0.0.1:{port}"):
         result = fails(["--cluster-url", url, "keys"])  # a seed that does not answer: not a usage error
         assert f"127.0.0.1:{port}" in _one_clean_error_line(result.stderr)
@@ -84,9 +84,9 @@ def half(shards: LocalShards, prefix: str) -> list[str]:
 
 @pytest.mark.parametrize("dead_first", [False, True])
 def test_keys_lists_the_reachable_shards_then_names_the_failed_one(
-    shards: LocalShards, prefix: str, dead_first: bool
+    shards: LocalShards, prefix: str, dead_first: bool, dead_port: int
 ) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+    dead = f"127.0.0.1:{dead_port}"
     urls = [shards.urls[0], f"redis://:{PASSWORD}@{dead}"]
     listed = urls[::-1] if dead_first else urls
     with Cluster.from_urls(listed, prefix=prefix) as c:  # the store's own layout: the layout guard checks it

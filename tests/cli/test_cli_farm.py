@@ -22,7 +22,7 @@ from rich.console import Console
 
 from zcluster import Cluster, Count, Incr, KeyScoreMember
 from zcluster.cli.output import console as plain_console
-from zcluster.testing import LocalRedisCluster, LocalShards, free_port
+from zcluster.testing import LocalRedisCluster, LocalShards
 
 SECRET = "s3cret"
 
@@ -220,8 +220,8 @@ def test_the_other_commands_on_a_farm(servers: LocalShards, args: list[str], pre
     assert ok([*args, "diff", "f"])  # the select repaired replica 0 and 2
 
 
-def test_a_dead_replica(servers: LocalShards, prefix: str) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+def test_a_dead_replica(servers: LocalShards, prefix: str, dead_port: int) -> None:
+    dead = f"127.0.0.1:{dead_port}"
     args = ["--replica", servers.urls[0], "--replica", servers.urls[1], "--replica", f"redis://{dead}"]
     args += ["--prefix", prefix]
     # Writes reach the quorum (2 of 3): a warning names the replica that missed them, exit 0.
@@ -272,7 +272,7 @@ def test_walk_progress_on_a_terminal(
     assert "keys compared" not in run([*args, "walk"]).stderr  # not a terminal: no progress display
 
 
-def test_password_never_printed(servers: LocalShards, prefix: str) -> None:
+def test_password_never_printed(servers: LocalShards, prefix: str, dead_port: int) -> None:
     with LocalShards(1, extra=["--requirepass", SECRET]) as secured:
         port = secured.servers[0].port
         url = f"redis://:{SECRET}@127.0.0.1:{port}"
@@ -295,14 +295,14 @@ def test_password_never_printed(servers: LocalShards, prefix: str) -> None:
         assert f"127.0.0.1:{port}" in outputs[-2].stdout  # the walk names the replica's server ...
         assert json.loads(outputs[-2].stdout)["replicas"][0]["where"] == f"redis://***@127.0.0.1:{port}"
 
-        dead = f"redis://:{SECRET}@127.0.0.1:{free_port()}"
+        dead = f"redis://:{SECRET}@127.0.0.1:{dead_port}"
         wrong = f"redis://:wr0ng{SECRET}@127.0.0.1:{port}"
         # With a live and a dead shard in one replica, the key must route to the dead one to fail.
         split = Cluster.from_urls([url, dead], prefix=prefix)
         dead_name = dead.rsplit("@", 1)[1]
         on_dead = next(f"k{i}" for i in range(1000) if split.shard_of(f"k{i}") == dead_name)
         split.close()
-        for bad in (dead, wrong, f"{url},{dead}", f"redis+cluster://:{SECRET}@127.0.0.1:{free_port()}"):
+        for bad in (dead, wrong, f"{url},{dead}", f"redis+cluster://:{SECRET}@127.0.0.1:{dead_port}"):
             failing = ["--replica", url, "--replica", bad, "--prefix", prefix]
             key = on_dead if "," in bad else "k"
             for command in (["diff", key], ["walk"], ["insert", key, "3", "m"], ["keys"], ["info"]):

@@ -165,17 +165,16 @@ def test_from_cluster_url_takes_the_redis_cluster_scheme_that_connect_takes(
 
 
 def test_a_cluster_whose_seed_is_down_is_reached_through_the_nodes_a_driver_shipped(
-    redis_cluster: LocalRedisCluster, prefix: str
+    redis_cluster: LocalRedisCluster, prefix: str, dead_port: int
 ) -> None:
     # A Spark worker process started mid-failover opens its Cluster from the shipped config; its seed may be
     # the master just killed. A port nothing listens on stands for it here.
     from zcluster import ClusterConfig, ConfigError, ShardError
-    from zcluster.testing import free_port
 
     live = ClusterConfig.of(redis_cluster.url, cluster=True, prefix=prefix)
     shipped = live.with_nodes()
     assert set(shipped.seeds) >= set(live.shared().shards) and shipped == live  # seeds are not its identity
-    dead = f"redis://127.0.0.1:{free_port()}"
+    dead = f"redis://127.0.0.1:{dead_port}"
     with pytest.raises(ShardError, match="no Redis Cluster node answered"):
         Cluster.from_cluster_url(dead, prefix=prefix)
     with Cluster.from_cluster_url(dead, seeds=shipped.seeds, prefix=prefix) as c:

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from zcluster import Cluster, Insert, KeyMember, KeyScoreMember
 from zcluster.farm import Farm
 from zcluster.metrics import PrometheusInstrumentation
-from zcluster.testing import LocalShards, free_port
+from zcluster.testing import LocalShards
 
 
 class Metrics:
@@ -62,8 +62,10 @@ def test_counts_calls_records_and_applied(cluster: Cluster, metrics: Metrics) ->
     assert metrics.value("zcluster_shard_errors_total", op="insert", shard=cluster.shards[0]) == 0
 
 
-def test_failed_shard_increments_the_error_counter(shards: LocalShards, prefix: str, metrics: Metrics) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+def test_failed_shard_increments_the_error_counter(
+    shards: LocalShards, prefix: str, metrics: Metrics, dead_port: int
+) -> None:
+    dead = f"127.0.0.1:{dead_port}"
     with Cluster.from_urls([shards.urls[0], f"redis://{dead}"], prefix=prefix, instrumentation=metrics.hook) as c:
         tuples = [KeyScoreMember(f"k{i}", 1.0, "m") for i in range(20)]
         result = c.insert(tuples, raise_on_error=False)

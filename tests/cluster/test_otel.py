@@ -22,7 +22,7 @@ from zcluster import Cluster, InvalidTupleError, KeyScoreMember
 from zcluster.journal import FileJournals
 from zcluster.otel import OTelApplierMetrics, OTelInstrumentation
 from zcluster.state import Consumer
-from zcluster.testing import LocalShards, free_port
+from zcluster.testing import LocalShards
 from zcluster.testing.traffic import Traffic, create_journals, publish, timeline_mapper
 
 
@@ -60,10 +60,12 @@ def key(name: str, **attrs: Any) -> tuple[str, frozenset[tuple[str, Any]]]:
     return name, frozenset(attrs.items())
 
 
-def test_calls_become_metrics_and_spans_with_op_shard_prefix_and_error(shards: LocalShards, otel: OTel) -> None:
+def test_calls_become_metrics_and_spans_with_op_shard_prefix_and_error(
+    shards: LocalShards, otel: OTel, dead_port: int
+) -> None:
     prefix = f"ot{uuid.uuid4().hex[:8]}:"
     hook = OTelInstrumentation(otel.meters, otel.tracers, prefix=prefix)
-    dead = f"127.0.0.1:{free_port()}"
+    dead = f"127.0.0.1:{dead_port}"
     with Cluster.from_urls(shards.urls, prefix=prefix, instrumentation=hook) as cluster:
         cluster.insert([KeyScoreMember(f"k{i}", 1.0, "m") for i in range(5)])
         cluster.select(["k0", "k1"])

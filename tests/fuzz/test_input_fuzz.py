@@ -33,7 +33,7 @@ from zcluster.cli import cli
 from zcluster.cli.output import parse_score
 from zcluster.config import ClusterConfig
 from zcluster.errors import ConfigError
-from zcluster.testing import LocalShards, free_port
+from zcluster.testing import LocalShards, closed_port
 from zcluster.types import to_bytes
 
 EXAMPLES = int(os.environ.get("ZC_FUZZ_EXAMPLES", "80"))
@@ -283,8 +283,9 @@ def urls(draw: st.DrawFn, live_port: int, dead_port: int) -> tuple[str, list[str
 
 
 @pytest.fixture(scope="module")
-def dead_port() -> int:
-    return free_port()
+def dead_port() -> Iterator[int]:
+    with closed_port() as port:  # the module's examples share it
+        yield port
 
 
 def assert_no_secret(text: str, secrets: list[str]) -> None:

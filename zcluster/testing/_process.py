@@ -1,7 +1,8 @@
 """Process plumbing for the local test servers: free loopback ports, children that die with their parent,
 and the process tree under a pid (fault tests find the process to kill or pause there, from ``/proc``).
 
-:func:`free_port`, :func:`descendants` and :func:`cmdline` are re-exported by :mod:`zcluster.testing`.
+:func:`free_port`, :func:`closed_port`, :func:`descendants` and :func:`cmdline` are re-exported by
+:mod:`zcluster.testing`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from zcluster.errors import ZClusterError
 
-__all__ = ["cmdline", "descendants", "free_port"]
+__all__ = ["closed_port", "cmdline", "descendants", "free_port"]
 
 
 def free_port() -> int:
@@ -36,6 +37,17 @@ def free_port() -> int:
                 continue
         return port
     raise ZClusterError("could not find a free loopback port pair")
+
+
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that nothing listens on, for the block: bound and never listening, so a
+    connection to it is refused at once, and no other process can take it meanwhile. A port :func:`free_port`
+    found free can be: another test's server, started on a free port of its own, once answered a test's
+    "dead" shard and failed it (2026-11-29)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
 
 
 def descendants(pid: int) -> list[int]:

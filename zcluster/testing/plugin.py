@@ -7,7 +7,8 @@ Load it from a ``conftest.py``::
 ``shards`` and ``redis_cluster`` start their servers once per session, on first use; tests share them and
 must not kill them (start a :class:`~zcluster.testing.LocalShards` of their own for faults). ``prefix`` is
 a namespace unique to the test, so tests sharing servers never see each other's keys; ``any_cluster`` runs
-a test twice, on a :class:`zcluster.Cluster` over the shards and over the Redis Cluster.
+a test twice, on a :class:`zcluster.Cluster` over the shards and over the Redis Cluster; ``dead_port`` is a
+loopback port that nothing listens on, and nothing can take, for the test (a shard down for certain).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from zcluster.cluster import Cluster
+from zcluster.testing._process import closed_port
 from zcluster.testing.redis_cluster import LocalRedisCluster
 from zcluster.testing.servers import LocalShards
 
@@ -38,6 +40,14 @@ def redis_cluster() -> Iterator[LocalRedisCluster]:
     """A three-master Redis Cluster for the whole session (tests must not kill these nodes)."""
     with LocalRedisCluster(3) as c:
         yield c
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A loopback port nothing listens on and no other process can take during the test (:func:`closed_port`):
+    a shard that is down, for certain."""
+    with closed_port() as port:
+        yield port
 
 
 @pytest.fixture
