@@ -6,7 +6,6 @@ Shared by the applier (journal messages -> writes) and the Spark writer (rows ->
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -26,12 +25,19 @@ log = logging.getLogger("zcluster.state")
 _INSERT: Final = Insert
 _DELETE: Final = Delete
 
-untrack: Callable[[object], bool] | None = None
-# Built with the compiled hot path (zcluster._native): buffered Inserts and Deletes taken off the cyclic garbage
-# collector's lists (zcluster/state/_untrack.c says why that is safe); without a build, over a stale one or
-# under ZCLUSTER_PURE, the import fails and they stay tracked, which costs time only.
-with contextlib.suppress(ImportError):
-    from zcluster.state._untrack import untrack
+
+def _native_untrack() -> Callable[[object], bool] | None:
+    """Built with the compiled hot path (zcluster._native): buffered Inserts and Deletes taken off the cyclic
+    garbage collector's lists (zcluster/state/_untrack.c says why that is safe); without a build, over a stale
+    one or under ZCLUSTER_PURE, the import fails and they stay tracked, which costs time only."""
+    try:
+        from zcluster.state._untrack import untrack
+    except ImportError:
+        return None
+    return untrack
+
+
+_UNTRACK: Final = _native_untrack()
 
 
 APPLIER_COUNTS = (
@@ -132,7 +138,6 @@ class WriteBuffer:
         self.writes: list[Write] = []
         self.increments: list[tuple[tuple[int, int, int], Increment]] = []
         self.origins = _Origins()  # which message each queued write came from (for a MapperError)
-        self.untrack = untrack  # an attribute: compiled (zcluster._native), a global is a dict lookup per use
 
     def add(self, writes: Iterable[Any], journal: str = "", offset: int = -1, commit: int = -1) -> None:
         """Queue ``writes`` of the message at ``offset`` of ``journal``, delivered by the envelope at
@@ -143,8 +148,8 @@ class WriteBuffer:
             kind = type(w := writes[0])
             if kind is _INSERT or kind is _DELETE:
                 out.append(w)
-                if self.untrack is not None:
-                    self.untrack(w)
+                if _UNTRACK is not None:
+                    _UNTRACK(w)
                 each = 1
             elif (kind is Incr or kind is Count) and self.source and commit >= 0:
                 incs.append(((self.base + commit, offset, 0), w))
@@ -166,8 +171,8 @@ class WriteBuffer:
             kind = type(w)
             if kind is Insert or kind is Delete or isinstance(w, Insert | Delete):  # exact types are cheap
                 out.append(w)
-                if self.untrack is not None:
-                    self.untrack(w)
+                if _UNTRACK is not None:
+                    _UNTRACK(w)
             elif isinstance(w, Incr | Count):
                 if not self.source or commit < 0:
                     raise MapperError(
