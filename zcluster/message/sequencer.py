@@ -44,7 +44,7 @@ from typing import Final, NamedTuple
 
 from zcluster.message.envelope import Envelope
 from zcluster.message.errors import ReplayError, ReplayRequiredError, SequencerError
-from zcluster.message.uuid import ProducerID, clock_span, format_uuid, get_clock
+from zcluster.message.uuid import ProducerID, clock_span, format_uuid, get_clock, get_flags
 
 __all__ = [
     "Checkpoint",
@@ -202,7 +202,7 @@ class Sequencer:
 
         uuid = env.uuid
         real_clock = clock = get_clock(uuid)
-        flags = ((uuid[8] & 0x03) << 8) | uuid[9]
+        flags = get_flags(uuid)
         producer = uuid[10:16]
         journal = env.journal
 
