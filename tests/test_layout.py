@@ -28,6 +28,7 @@ LAYERS = [
         "zcluster._lazy",
         "zcluster._reporting",
         "zcluster._resp",  # C (zcluster/_resp.c), imports nothing
+        "zcluster._tuples",  # C (zcluster/_tuples.c), imports nothing
     ],
     ["zcluster.message"],
     [

@@ -4,6 +4,9 @@ Keys and members are ``str`` or ``bytes``. ``str`` is encoded as UTF-8 with the 
 handler, so any byte string can also be written as the ``str`` that reads return, and raw non-UTF-8 bytes
 round-trip unchanged. Reads return ``str`` decoded the same way unless the cluster was built with
 ``decode=False``, in which case they return ``bytes``.
+
+Why this module is long: it is the one module of value types every layer shares (writes, presence, cursors,
+results, durability, the Store protocol), so that no layer imports another for a type.
 """
 
 from __future__ import annotations
@@ -93,6 +96,22 @@ class Count(NamedTuple):
 
 Increment = Incr | Count
 """An aggregate write: not idempotent by itself, applied exactly once by its fence (source, position)."""
+
+
+def _native_constructors() -> None:
+    """Built with the compiled hot path (zcluster._native): the three-field NamedTuples above made by a C
+    constructor, at about a plain tuple's cost (zcluster/_tuples.c: same instances; any call but three
+    positional arguments goes to the NamedTuple's own). Without a build, over a stale one or under
+    ZCLUSTER_PURE the import fails and they keep their own, which costs time only."""
+    try:
+        from zcluster._tuples import construct
+    except ImportError:
+        return
+    for cls in (KeyScoreMember, Insert, Delete, Incr, Count):
+        construct(cls)
+
+
+_native_constructors()
 
 
 class Fence(NamedTuple):

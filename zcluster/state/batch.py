@@ -28,10 +28,10 @@ _DELETE: Final = Delete
 
 def _native_untrack() -> Callable[[object], bool] | None:
     """Built with the compiled hot path (zcluster._native): buffered Inserts and Deletes taken off the cyclic
-    garbage collector's lists (zcluster/state/_untrack.c says why that is safe); without a build, over a stale
+    garbage collector's lists (zcluster/_tuples.c says why that is safe); without a build, over a stale
     one or under ZCLUSTER_PURE, the import fails and they stay tracked, which costs time only."""
     try:
-        from zcluster.state._untrack import untrack
+        from zcluster._tuples import untrack
     except ImportError:
         return None
     return untrack
