@@ -78,3 +78,18 @@ def test_what_is_not_a_buffer_is_a_type_error_and_nothing_is_a_scan_of_nothing()
     assert scan.scan_payloads(b"", True) == (0, 0, bytearray())
     assert scan.scan_payloads(b"\x00" * 7, False) == (0, 0, None)
     assert _filefmt._scan is scan
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b"{}", b"\n", b"\r", b"\x00", b"\xff"]), max_size=40))
+def test_split_lines_is_bytes_split_on_newlines(pieces: list[bytes]) -> None:
+    data = b"".join(pieces)
+    for buf in (data, bytearray(data), memoryview(data), memoryview(b"x" + data)[1:]):
+        lines = scan.split_lines(buf)
+        assert lines == data.split(b"\n") and all(type(line) is bytes for line in lines)
+
+
+def test_split_lines_refuses_what_has_no_buffer() -> None:
+    for bad in ["a\nb", None, [b"a"]]:
+        with pytest.raises(TypeError):
+            scan.split_lines(bad)

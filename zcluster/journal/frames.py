@@ -8,8 +8,8 @@ JSON with its offsets); other content types go through their framing's decoder.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import NamedTuple, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Final, NamedTuple, TypeVar
 
 from zcluster.message.errors import FramingError, JournalError, OffsetOutOfRangeError
 from zcluster.message.framing import CONTENT_TYPE_NDJSON, Frame, framing_for
@@ -51,6 +51,23 @@ RUN_LINES = 128
 has handled them all: in runs of a whole chunk (thousands of lines), they outlived the garbage collector's
 youngest generation and it traversed each again and again as it aged (a tenth of the Consumer's cost per
 message); a run of 128 messages' objects stays below its threshold (700)."""
+
+
+def _pure_split(block: memoryview) -> list[bytes]:
+    return bytes(block).split(b"\n")
+
+
+def _native_split() -> Callable[[memoryview], list[bytes]]:
+    """Built with the compiled hot path (zcluster._native): a block's lines cut in C, with memchr and one copy
+    (zcluster/journal/_scan.c); without a build, over a stale one or under ZCLUSTER_PURE, bytes.split."""
+    try:
+        from zcluster.journal._scan import split_lines
+    except ImportError:
+        return _pure_split
+    return split_lines
+
+
+_SPLIT: Final = _native_split()
 
 
 class LineRun(NamedTuple):
@@ -303,7 +320,7 @@ def _line_runs(
                 yield item
                 continue
             pos, block = item
-            lines = bytes(block).split(b"\n")
+            lines = _SPLIT(block)
             lines.pop()  # the empty piece after the block's last newline
             if len(lines) <= RUN_LINES:
                 yield LineRun(pos, lines)
