@@ -1,7 +1,8 @@
 -- zcluster 2P-set write: many tuples per call, grouped by logical set.
 --
 -- KEYS, per group (stride 2, or 3 with floors): the add set K+, the remove set K-[, the floor].
--- ARGV[1] = "+" (insert) or "-" (delete); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = the key mode:
+-- ARGV[1] = "+" (insert) or "-" (delete), "+!" or "-!" in a call that a WAIT or WAITAOF follows (see "Waits"
+-- below); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = the key mode:
 -- "0" declared keys, "1" declared keys with floors (always with a bound), "k" / "K" the same keys in ARGV
 -- instead (see below); then per group: [its keys, in "k"/"K" mode,] the tuple count c, and c pairs of
 -- score (a decimal the client printed exactly) and member, in the caller's order.
@@ -50,7 +51,17 @@
 -- Scores are passed to ZADD as the client's own text: Lua prints numbers with 14 digits, which would
 -- round them. Comparisons use tonumber() of exact texts, so they are exact for every double.
 -- No command takes more than a survey block's keys: unpack() of thousands of values overflows Lua's stack.
-local insert = ARGV[1] == "+"
+--
+-- Waits: some servers' WAIT and WAITAOF (Valkey 9's) cover only what the waiting connection's own commands
+-- propagated, and a script that writes nothing propagates nothing. A resend of tuples an earlier attempt
+-- applied (its wait fell short, then the connection was replaced) finds them all applied ("0") and would write
+-- nothing, so its wait would confirm at once what the replicas may not hold. A call marked "!" that took no
+-- tuple ("1") therefore writes one record of its tuples again as it is (two ZADD XX: to another score and back
+-- to the one stored, the first found: K+ for an insert, K- for a delete): the sets end as they were, and the write moves the
+-- connection's offset past every earlier write of the master, the first attempt's included. Only when none
+-- of its members has a record in its set (every earlier effect since replaced) is there nothing to write.
+local insert = string.byte(ARGV[1], 1) == 43 -- "+"
+local waited = #ARGV[1] > 1
 local bound = tonumber(ARGV[2])
 local floors = ARGV[3] == "1" or ARGV[3] == "K"
 local inline = ARGV[3] == "k" or ARGV[3] == "K"
@@ -342,7 +353,39 @@ local function apply()
   end
 end
 
-local done, err = pcall(apply)
+-- Writes one record of the call's tuples again as it is, for the wait after it (see "Waits" in the header).
+local function rewrite()
+  local argv = ARGV
+  local pos, base, last = 4, 0, #argv
+  while pos <= last do
+    local from, at = KEYS, base
+    if inline then
+      from, at = argv, pos - 1
+      pos = pos + stride
+    end
+    local set = from[at + 2]
+    if insert then set = from[at + 1] end
+    local count = tonumber(argv[pos])
+    for j = pos + 2, pos + 2 * count, 2 do
+      local stored = redis.call("ZSCORE", set, argv[j])
+      if stored then
+        -- Moved away and back, never removed: a set of one member would be deleted, and lose its TTL.
+        local away = "0"
+        if tonumber(stored) == 0 then away = "1" end
+        redis.call("ZADD", set, "XX", away, argv[j])
+        redis.call("ZADD", set, "XX", stored, argv[j])
+        return
+      end
+    end
+    pos = pos + 1 + 2 * count
+    base = base + stride
+  end
+end
+
+local done, err = pcall(function()
+  apply()
+  if waited and not string.find(table.concat(out), "1", 1, true) then rewrite() end
+end)
 if done then return table.concat(out) end
 local text = err
 if type(err) == "table" then text = err.err end

@@ -85,6 +85,9 @@ class WritePlan:
         self.transport, self.encoder, self.report = transport, encoder, report
         self.write_sha, self.node_script = write_script.sha, node_script
         self.max_size = max_size
+        # A call its waits follow is marked for the script (op "+!" / "-!"): one that took no tuple then writes
+        # a record again as it is, so that the waits cover an earlier attempt's writes (lua/write.lua, "Waits").
+        self.waited = durability is not None and bool(durability.local_aof or durability.replicas)
 
         def writer(shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
             return transport.writes(shard, commands, durability)
@@ -124,6 +127,8 @@ class WritePlan:
         floors = self.encoder.floors
         bound, flag, inline = self.max_size or 0, b"1" if floors else b"0", b"K" if floors else b"k"
         for op, items, indices in ops:
+            if self.waited:
+                op += b"!"
             for shard_idx, calls in self.encoder.writes(items, indices, node_calls).items():
                 commands.setdefault(shard_idx, SharedCommands()).extend(
                     ("EVALSHA", node_sha, 0, op, bound, inline, *c.argv)

@@ -56,9 +56,11 @@ def has_waitaof(server: LocalServer) -> bool:
     return (major, minor) >= (7, 2)
 
 
-def on(server: LocalServer, prefix: str, keys: list[str]) -> dict[str, list[KeyScoreMember]]:
+def on(
+    server: LocalServer, prefix: str, keys: list[str], max_size: int | None = None
+) -> dict[str, list[KeyScoreMember]]:
     """What ``server`` alone holds of ``keys`` (a master or a replica: reads work on both)."""
-    with Cluster.from_urls([server.url], prefix=prefix) as c:
+    with Cluster.from_urls([server.url], prefix=prefix, max_size=max_size) as c:
         return dict(c.select(keys, limit=100000))
 
 
@@ -235,6 +237,73 @@ def test_increments_found_at_their_fences_are_confirmed_only_once_the_replica_ho
         with Cluster.from_urls([replica.url], prefix="d:") as r:  # what the replica alone holds
             assert r.counters(["ev"])["ev"] == {"f": 3}
             assert r.select(["pts"])["pts"] == [KSM("pts", 1.5, "m")]
+
+
+@pytest.mark.parametrize("max_size", [None, 100])
+@pytest.mark.parametrize("op", ["insert", "delete"])
+def test_2p_set_writes_found_applied_are_confirmed_only_once_the_replica_holds_them(
+    op: str, max_size: int | None
+) -> None:
+    """The 2P-set twin of the increments' test above. Inserts (or deletes) applied on the master by a call
+    whose WAIT fell short, then resent on another connection: the script finds them applied ("0") and used to
+    write nothing, so on Valkey the resend's WAIT said 1 at once (confirmed; the replica held nothing). A
+    waited call that takes no tuple now writes one of its records again as it is (lua/write.lua, "Waits"):
+    unconfirmed while the replica is stopped, confirmed once it holds them; the sets end as written."""
+    items = [KSM("k", 2.0, "m"), KSM("k", 3.0, "n"), KSM("other", 2.0, "m")]
+    with (
+        LocalShards(1, replicas=1) as s,
+        Cluster.from_urls(s.urls, prefix="d:", durability=SHORT, max_size=max_size) as c,
+    ):
+        sure = c.view("d:", durability=ONE)
+        assert sure.insert([KSM("k", 1.0, "m"), KSM("k", 1.0, "n"), KSM("other", 1.0, "m")]).ok
+        write = getattr(c, op)
+        replica = s.replicas_of(0)[0]
+        assert replica.process is not None
+        os.kill(replica.process.pid, signal.SIGSTOP)
+        try:
+            first = write(items, raise_on_error=False)
+            assert first.failed_indices == [0, 1, 2] and _short(first.failures)  # applied on the master only
+            c._transport.topology.shards[0].client.connection_pool.disconnect()  # the resend: a new connection
+            resent = write(items, raise_on_error=False)
+            assert resent.failed_indices == [0, 1, 2] and _short(resent.failures)  # not confirmed: not replicated
+        finally:
+            os.kill(replica.process.pid, signal.SIGCONT)
+        resent = getattr(sure, op)(items)
+        assert resent.ok and not any(resent.applied)  # found applied: by the first call
+        want = {"k": [KSM("k", 3.0, "n"), KSM("k", 2.0, "m")], "other": [KSM("other", 2.0, "m")]}
+        if op == "delete":
+            want = {"k": [], "other": []}
+        assert on(s.servers[0], "d:", ["k", "other"], max_size) == want  # records written again are as they were
+        assert on(replica, "d:", ["k", "other"], max_size) == want
+        with Cluster.from_urls([replica.url], prefix="d:", max_size=max_size) as r:
+            scored = r.score([("k", "m"), ("k", "n"), ("other", "m")])
+            assert [p.score for p in scored.values()] == [2.0, 3.0, 2.0]  # the tombstones, for deletes
+
+
+def test_only_a_waited_call_that_took_nothing_writes_a_record_again() -> None:
+    """The rewrite (a stored record moved to another score and back: two ZADD XX) happens only where a wait
+    follows and no tuple of the call took effect, once per call; counted in the master's dirty counter
+    (``rdb_changes_since_last_save``: the writes that propagate)."""
+    with LocalShards(1) as s, Cluster.from_urls(s.urls, prefix="w:") as plain:
+        waited = plain.view("w:", durability=Durability(local_aof=True, timeout=0.2, deadline=0.2))
+        server = s.servers[0].client()
+
+        def dirty() -> int:
+            return int(server.info("persistence")["rdb_changes_since_last_save"])
+
+        items = [KSM("k", 1.0, "m"), KSM("k", 1.0, "n")]
+        assert plain.insert(items).applied == [True, True]
+        before = dirty()
+        assert plain.insert(items).applied == [False, False] and dirty() == before  # no wait: nothing written
+        waited.insert(items, raise_on_error=False)  # WAITAOF may be refused (no AOF): the script ran all the same
+        assert dirty() == before + 2  # took nothing, a wait follows: one record written again (two ZADD XX)
+        waited.insert([*items, KSM("k", 2.0, "o")], raise_on_error=False)
+        assert dirty() == before + 3  # one tuple took effect: its write already moves the offset, nothing more
+        assert plain.select(["k"])["k"] == [KSM("k", 2.0, "o"), KSM("k", 1.0, "n"), KSM("k", 1.0, "m")]
+        assert plain.insert([KSM("solo", 0.0, "m")]).ok and server.expire("{w:solo}+", 1000)  # an operator's TTL
+        waited.insert([KSM("solo", 0.0, "m")], raise_on_error=False)
+        assert dirty() == before + 7  # the insert, the EXPIRE, then the rewrite: its one member moved and back
+        assert 0 < server.ttl("{w:solo}+") <= 1000 and plain.select(["solo"])["solo"] == [KSM("solo", 0.0, "m")]
 
 
 def _short(failures: list[ShardFailure]) -> bool:

@@ -42,7 +42,9 @@ group = st.tuples(
     st.sampled_from(SETS),
     st.one_of(st.lists(tuple_, min_size=1, max_size=3), st.lists(tuple_, min_size=11, max_size=16)),
 )
-write = st.tuples(st.just("write"), st.sampled_from("+-"), st.lists(group, min_size=1, max_size=4))
+# "+!" / "-!": a call a wait follows, which writes a record again as it is when it took nothing (lua/write.lua,
+# "Waits"); the oracle gets the plain op: the verdicts and every key's content must not differ.
+write = st.tuples(st.just("write"), st.sampled_from(["+", "-", "+!", "-!"]), st.lists(group, min_size=1, max_size=4))
 floor_ = st.tuples(st.just("floor"), st.sampled_from(SETS), st.sampled_from(SCORES))
 poison = st.tuples(st.just("poison"), st.sampled_from(SETS), st.sampled_from(["sums", "counters"]))
 step = st.one_of(write, write, write, write, floor_, poison)
@@ -142,7 +144,7 @@ def test_write_script_equals_its_earlier_version(
                         server.hset(plus, "m1", "1")
             else:
                 _, op, groups = s
-                before = verdicts(call(server, ORACLE, old, op, groups, bound, floors, inline))
+                before = verdicts(call(server, ORACLE, old, op[0], groups, bound, floors, inline))
                 after = verdicts(call(server, source, new, op, groups, bound, floors, inline))
                 stop = b"|WRONGTYPE"
                 if before.endswith(stop) and after.endswith(stop) and any(len(t) > 12 for _, t in groups):
@@ -164,3 +166,41 @@ def test_the_oracle_is_the_earlier_script_not_the_current_one() -> None:
     """The differential test compares two different scripts (a copy of the current one would prove nothing)."""
     assert write_script().source != ORACLE
     assert b"local function grouped" in ORACLE and b'redis.call("EXISTS"' in ORACLE
+
+
+@pytest.mark.parametrize("inline", [False, True])
+@pytest.mark.parametrize("mode", [(0, False), (3, True)])
+@pytest.mark.parametrize("op", ["+", "-"])
+def test_a_waited_call_that_took_nothing_writes_one_record_again_as_it_is(
+    server: redis.Redis, op: str, mode: tuple[int, bool], inline: bool
+) -> None:
+    """Counted in the server's dirty counter (``rdb_changes_since_last_save``: writes that propagate): a
+    call marked "!" that takes no tuple writes exactly one record again (two ZADD XX: 2), the first found
+    past tuples with no record in their own set, and leaves every key as it was; unmarked, or with a tuple
+    taken, nothing more; with no record to write again, nothing."""
+    bound, floors = mode
+    ns = f"dw{next(_ns)}w:"
+    source = write_script().source
+    other = "-" if op == "+" else "+"
+
+    def run(o: str, groups: list[Any]) -> bytes:
+        return call(server, source, ns, o, groups, bound, floors, inline)
+
+    def dirty() -> int:
+        return int(server.info("persistence")["rdb_changes_since_last_save"])
+
+    try:
+        assert run(op, [("b", [(2.0, "m2")])]) == b"1"  # its record in its own set
+        assert run(other, [("a", [(5.0, "m1")]), ("b", [(5.0, "m4")])]) == b"11"  # newer, in the other set
+        before = dirty()
+        assert run(op, [("b", [(2.0, "m2")])]) == b"0" and dirty() == before  # unmarked: nothing written
+        held = content(server, ns)
+        assert run(op + "!", [("a", [(1.0, "m1")]), ("b", [(2.0, "m4"), (2.0, "m2")])]) == b"000"
+        assert dirty() == before + 2 and content(server, ns) == held  # b's m2, written again as it was
+        assert run(op + "!", [("c", [(1.0, "m5")])]) == b"1" and dirty() == before + 3  # taken: no more
+        held = content(server, ns)
+        assert run(op + "!", [("a", [(1.0, "m1")])]) == b"0"  # stale, and no record of its own set
+        assert dirty() == before + 3 and content(server, ns) == held
+    finally:
+        for name in SETS:
+            server.delete(*keys(ns, name))
