@@ -8,15 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from zcluster._keys import SLOTS, KeyLayout
 from zcluster._topology import Topology
 from zcluster.errors import ConfigError, InvalidTupleError
-from zcluster.types import Blob, KeyMember, to_bytes
+from zcluster.types import Blob, Delete, Insert, KeyMember, KeyScoreMember, to_bytes
 
 INSERT, DELETE = b"+", b"-"
 """The write script's op argument: the only place a write is spelled as bytes."""
+
+# The tuple types a write comes as, read by index (see Encoder.writes): Final, so that compiled
+# (zcluster._native) each is a C static, where an imported name is a dict lookup at each use.
+_INSERT: Final = Insert
+_DELETE: Final = Delete
+_KSM: Final = KeyScoreMember
 
 MAX_EXACT_INT = 1 << 53
 
@@ -171,24 +177,35 @@ class Encoder:
         atomically.
         """
         layout, topo = self.layout, self.topology
-        # Pass 1: validate, and group by logical key as [indices, score, member, score, member, ...] lists (one
-        # list and the indices' per key: most keys of spread writes have one tuple).
+        # Pass 1: validate, and group by logical key as flat [index, score, member, index, score, member, ...]
+        # lists: one list per key (most keys of spread writes have one tuple), where each list is one more
+        # object for the garbage collector to count and walk.
         keyed: dict[bytes, list[Any]] = {}
         for j, item in enumerate(items):
             i = j if indices is None else indices[j]
-            try:
-                key, value, member = item
-            except (TypeError, ValueError):
-                raise InvalidTupleError(i, item, "expected a (key, score, member) tuple") from None
+            kind = type(item)
+            if kind is _INSERT or kind is _DELETE or kind is _KSM or (kind is tuple and len(item) == 3):
+                # Read by index: compiled (zcluster._native), unpacking an Any takes an iterator and its calls.
+                row: tuple[Any, ...] = item
+                key, value, member = row[0], row[1], row[2]
+            else:
+                try:
+                    key, value, member = item
+                except (TypeError, ValueError):
+                    raise InvalidTupleError(i, item, "expected a (key, score, member) tuple") from None
             kb, mb = blob(key, i, item, "key"), blob(member, i, item, "member")
-            s = value if type(value) is float and value - value == 0.0 else score(value, i, item)
+            # The caller's float object itself, not an equal one: compiled, a float-typed local is unboxed,
+            # and stored in a list again it is a new object.
+            s: object = value
+            if not (type(value) is float and value - value == 0.0):
+                s = score(value, i, item)
             entry = keyed.get(kb)
             if entry is None:
                 if not kb:
                     raise InvalidTupleError(i, item, "key must not be empty")
-                keyed[kb] = [[i], s, mb]
+                keyed[kb] = [i, s, mb]
             else:  # appends: compiled (zcluster._native), a C call each, where += of a tuple makes one
-                entry[0].append(i)
+                entry.append(i)
                 entry.append(s)
                 entry.append(mb)
         # Pass 2: route each key once and pack its tuples into calls of its shard (or slot).
@@ -199,7 +216,6 @@ class Encoder:
         one_slot = topo.single_slot_calls and not inline
         only = 0 if len(topo.shards) == 1 and not topo.single_slot_calls else None  # one server: no routing
         for kb, entry in keyed.items():
-            idx: list[int] = entry[0]
             if only is None:
                 slot = layout.slot(kb)
                 shard = topo.shard_of(kb, slot)
@@ -207,7 +223,7 @@ class Encoder:
             else:
                 shard = group = only
             rkeys = layout.script_keys(kb, floors)
-            n = len(idx)
+            n = len(entry) // 3
             done = 0
             while done < n:
                 call = filling.get(group)
@@ -215,16 +231,15 @@ class Encoder:
                     call = filling[group] = Call([], [], [], inline)
                 take = min(size - len(call.indices), n - done)
                 if inline:
-                    call.argv += rkeys
+                    call.argv.extend(rkeys)  # extend, not +=: compiled, a direct C call
                 else:
-                    call.keys += rkeys
-                if take == 1:
-                    call.argv += (b"1", entry[1 + 2 * done], entry[2 + 2 * done])  # bytes: the packer sends them as is
-                    call.indices.append(idx[done])
-                else:
-                    call.argv.append(take)
-                    call.argv += entry[1 + 2 * done : 1 + 2 * (done + take)]
-                    call.indices += idx[done : done + take]
+                    call.keys.extend(rkeys)
+                argv, taken = call.argv, call.indices
+                argv.append(b"1" if take == 1 else take)  # bytes: the packer sends them as is
+                for at in range(3 * done, 3 * (done + take), 3):  # appends: compiled, a C call each
+                    argv.append(entry[at + 1])
+                    argv.append(entry[at + 2])
+                    taken.append(entry[at])
                 done += take
                 if len(call.indices) >= size:
                     per_shard.setdefault(shard, []).append(filling.pop(group))

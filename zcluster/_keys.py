@@ -16,12 +16,16 @@ so data can move between topologies.
 from __future__ import annotations
 
 from binascii import crc_hqx
+from typing import Final
 
 from zcluster.errors import ConfigError
 from zcluster.types import Blob, to_bytes
 
-SLOTS = 16384
-ADD, REMOVE, FLOOR = b"}+", b"}-", b"}~"
+# Final: compiled (zcluster._native), each is a C static, where a module global is a dict lookup at each use.
+SLOTS: Final = 16384
+ADD: Final = b"}+"
+REMOVE: Final = b"}-"
+FLOOR: Final = b"}~"
 _GLOB_SPECIAL = frozenset(b"*?[]\\")
 
 

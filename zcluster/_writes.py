@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -29,6 +29,8 @@ Ops = list[tuple[bytes, Sequence[Any], list[int] | None]]
 """Writes by kind: (the script's op, the tuples, their indices in the caller's call or None for 0..n-1)."""
 
 Report = Callable[..., None]
+_INSERT: Final = Insert
+_DELETE: Final = Delete
 
 
 def inserts(items: Sequence[Any]) -> Ops:
@@ -47,18 +49,24 @@ def split(items: Sequence[Any]) -> Ops:
         return [(INSERT, items, None), (DELETE, [], [])]
     if kinds == {Delete}:
         return [(INSERT, [], []), (DELETE, items, None)]
-    ins: tuple[list[Any], list[int]] = ([], [])
-    dels: tuple[list[Any], list[int]] = ([], [])
-    for i, w in enumerate(items):
+    ins: list[Any] = []
+    ins_at: list[int] = []
+    dels: list[Any] = []
+    dels_at: list[int] = []
+    # By index, the types as Final globals: compiled (zcluster._native), enumerate makes a tuple per item and
+    # an imported name is a dict lookup at each use.
+    for i in range(len(items)):
+        w = items[i]
         kind = type(w)
-        side = ins if kind is Insert else dels if kind is Delete else None
-        if side is None:
-            side = ins if isinstance(w, Insert) else dels if isinstance(w, Delete) else None
-            if side is None:
-                raise InvalidTupleError(i, w, "expected an Insert or a Delete")
-        side[0].append(w)
-        side[1].append(i)
-    return [(INSERT, *ins), (DELETE, *dels)]
+        if kind is _INSERT or (kind is not _DELETE and isinstance(w, Insert)):
+            ins.append(w)
+            ins_at.append(i)
+        elif kind is _DELETE or isinstance(w, Delete):
+            dels.append(w)
+            dels_at.append(i)
+        else:
+            raise InvalidTupleError(i, w, "expected an Insert or a Delete")
+    return [(INSERT, ins, ins_at), (DELETE, dels, dels_at)]
 
 
 class Prepared(NamedTuple):
