@@ -44,19 +44,27 @@ def deletes(items: Sequence[Any]) -> Ops:
 def split(items: Sequence[Any]) -> Ops:
     """:class:`Insert` and :class:`Delete` writes of one call as ops (the caller's indices kept);
     anything else is :class:`InvalidTupleError` naming it, before anything is sent."""
-    kinds = set(map(type, items))  # one pass in C: a call of one kind (the commonest) needs no sorting
-    if kinds == {Insert}:
-        return [(INSERT, items, None), (DELETE, [], [])]
-    if kinds == {Delete}:
-        return [(INSERT, [], []), (DELETE, items, None)]
+    # By index over a list, the types as Final globals: compiled (zcluster._native), an item of a Sequence is
+    # a generic lookup, enumerate makes a tuple per item, and an imported name is a dict lookup at each use.
+    seq: list[Any] = items if type(items) is list else list(items)
+    n = len(seq)
+    first = type(seq[0]) if n else _INSERT
+    if first is _INSERT or first is _DELETE:  # a call of one kind (the commonest) needs no sorting
+        same = 1
+        while same < n and type(seq[same]) is first:
+            same += 1
+        if same == n:
+            return (
+                [(INSERT, items, None), (DELETE, [], [])]
+                if first is _INSERT
+                else [(INSERT, [], []), (DELETE, items, None)]
+            )
     ins: list[Any] = []
     ins_at: list[int] = []
     dels: list[Any] = []
     dels_at: list[int] = []
-    # By index, the types as Final globals: compiled (zcluster._native), enumerate makes a tuple per item and
-    # an imported name is a dict lookup at each use.
-    for i in range(len(items)):
-        w = items[i]
+    for i in range(n):
+        w = seq[i]
         kind = type(w)
         if kind is _INSERT or (kind is not _DELETE and isinstance(w, Insert)):
             ins.append(w)
