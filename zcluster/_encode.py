@@ -181,8 +181,9 @@ class Encoder:
         # lists: one list per key (most keys of spread writes have one tuple), where each list is one more
         # object for the garbage collector to count and walk.
         keyed: dict[bytes, list[Any]] = {}
+        positions = None if indices is None else list(indices)  # compiled (zcluster._native): indexed natively
         for j, item in enumerate(items):
-            i = j if indices is None else indices[j]
+            i = j if positions is None else positions[j]
             kind = type(item)
             if kind is _INSERT or kind is _DELETE or kind is _KSM or (kind is tuple and len(item) == 3):
                 # Read by index: compiled (zcluster._native), unpacking an Any takes an iterator and its calls.

@@ -231,8 +231,11 @@ class WritePlan:
                         bad.extend(rest)
                         first_error = first_error or ResponseError(reply[cut + 1 :].decode(errors="replace"))
                     indices, reply = indices[:cut], reply[:cut]
-                for i, verdict in zip(indices, reply, strict=True):
-                    applied[i] = verdict == 49  # b"1"
+                verdicts: bytes = reply
+                if len(verdicts) != len(indices):
+                    raise ValueError(f"the write script gave {len(verdicts)} verdicts for {len(indices)} tuples")
+                for k in range(len(indices)):  # by index: compiled (zcluster._native), zip makes a tuple per item
+                    applied[indices[k]] = verdicts[k] == 49  # b"1"
             if first_error is not None:
                 failures.append(ShardFailure(shard, first_error, tuple(bad)))
         return resend

@@ -57,9 +57,10 @@ G1582_NS100 = 122192928000000000
 ZERO_UUID: Final = bytes(16)
 """The all-zero UUID. Messages carrying it (or any zero clock) opt out of sequencing."""
 
-_MASK64 = (1 << 64) - 1
-_MAX_FLAGS = 0x3FF
-_TICK = 160  # One microsecond: 10 units of 100 ns, shifted past the 4-bit counter.
+# Final: compiled (zcluster._native), a constant each, where a module global is a dict lookup at each use.
+_MASK64: Final = (1 << 64) - 1
+_MAX_FLAGS: Final = 0x3FF
+_TICK: Final = 160  # One microsecond: 10 units of 100 ns, shifted past the 4-bit counter.
 _LAYOUT = struct.Struct(">IHHH6s")
 _pack = _LAYOUT.pack
 _fromhex = bytes.fromhex
