@@ -12,6 +12,7 @@ from zcluster.message import (
     ZERO_UUID,
     Envelope,
     Flags,
+    ProducerID,
     ProducerState,
     QueueOutcome,
     ReplayError,
@@ -30,7 +31,7 @@ def queue(seq: Sequencer, *envs: Envelope) -> list[QueueOutcome]:
 
 
 def partial_of(seq: Sequencer, env: Envelope) -> tuple[int, int, int, int, int]:
-    p = seq._partials[(env.journal, env.producer)]
+    [p] = [p for p in seq._partials.values() if (p.journal, p.producer) == (env.journal, env.producer)]
     return (p.min_clock, p.max_clock, p.begin, p.ring_start, p.ring_stop)
 
 
@@ -307,7 +308,7 @@ def test_outside_txn_cases(generate: Gen, caplog: pytest.LogCaptureFixture) -> N
     expect_dequeue(seq, z1)
     assert queue(seq, z2) == [QO.OUTSIDE_COMMIT]
     expect_dequeue(seq, z2)
-    assert list(seq._partials) == [(JOURNAL, A)]
+    assert [(p.journal, p.producer) for p in seq._partials.values()] == [(JOURNAL, A)]
     assert partial_of(seq, a1) == (7, 7, -1, -1, -1)
     assert seq.read_through(JOURNAL) == z2.end
 
@@ -585,3 +586,19 @@ def test_a_replay_skips_a_clock_going_back_within_the_span_as_the_ring_does(gene
     assert queue(seq, ack3) == [QO.ACK_COMMIT_REPLAY]
     expect_replay(seq, a4.begin, ack3.begin, a4, a3)
     expect_dequeue(seq, ack3)
+
+
+def test_restored_states_come_back_from_checkpoint_as_they_went_in() -> None:
+    """Producers are keyed by number inside the Sequencer (a journal's number above the producer's 48 bits):
+    states of two journals with the same producer stay apart, and a producer that is not 6 bytes (it matches
+    no UUID) is kept as it came, under a key no UUID makes."""
+    a = new_producer_id()
+    states = [
+        ProducerState(JOURNAL, a, 5, -1, None),
+        ProducerState("other/journal", a, 9, -1, None),
+        ProducerState(JOURNAL, ProducerID(b"odd"), 3, -1, None),
+    ]
+    seq = Sequencer(states=states)
+    assert len(seq._partials) == 3
+    kept = {(s.journal, bytes(s.producer), s.last_ack) for s in seq.checkpoint().states}
+    assert kept == {(JOURNAL, a, 5), ("other/journal", a, 9), (JOURNAL, b"odd", 3)}

@@ -140,7 +140,10 @@ def test_exactly_once_in_producer_order(data: st.DataObject) -> None:
 
 def _state(seq: Sequencer) -> object:
     """Everything a Sequencer holds, its ring included (owners named by their journal and producer)."""
-    partials = {k: (p.min_clock, p.max_clock, p.begin, p.ring_start, p.ring_stop) for k, p in seq._partials.items()}
+    partials = {
+        (p.journal, p.producer): (p.min_clock, p.max_clock, p.begin, p.ring_start, p.ring_stop)
+        for p in seq._partials.values()
+    }
     owners = [None if p is None else (p.journal, p.producer) for p in seq._ring_owner]
     ring = [None if e is None else (e.journal, e.begin) for e in seq._ring]
     return (seq._head, ring, seq._ring_clock, seq._ring_begin, owners, seq._next, partials, seq._offsets, seq._emit)

@@ -158,12 +158,15 @@ class Sequencer:
         cap = max(1, buffer)
         self._offsets: dict[str, int] = dict(offsets or {})
         self._last_offsets: dict[str, int] = dict(self._offsets)
-        self._partials: dict[tuple[str, bytes], _Partial] = {}
-        for st in states:
+        # Keyed by an int (see _key): compiled (zcluster._native), a (journal, producer) tuple per message cost
+        # the tuple, the producer's bytes sliced out of the UUID, and hashing both.
+        self._partials: dict[int, _Partial] = {}
+        self._journal_ids: dict[str, int] = {}
+        for n, st in enumerate(states):
             max_clock = st.last_ack if st.max_clock is None else max(st.max_clock, st.last_ack)
-            self._partials[(st.journal, st.producer)] = _Partial(
-                st.journal, st.producer, st.last_ack, max_clock, st.begin
-            )
+            # A producer that is not 6 bytes matches no UUID: kept under a key no UUID makes, as it came.
+            key = self._key(st.journal, st.producer, 0) if len(st.producer) == 6 else -1 - n
+            self._partials[key] = _Partial(st.journal, st.producer, st.last_ack, max_clock, st.begin)
         self._emit: _Partial | None = None
         self._dequeued: Envelope | None = None
         self._dequeued_clock = 0
@@ -203,18 +206,17 @@ class Sequencer:
         uuid = env.uuid
         real_clock = clock = get_clock(uuid)
         flags = get_flags(uuid)
-        producer = uuid[10:16]
         journal = env.journal
 
         if clock == 0:
             # Zero clocks opt out: committed at once, never indexed.
-            partial = _Partial(journal, producer, 0, 0, -1)
+            partial = _Partial(journal, uuid[10:16], 0, 0, -1)
             flags, clock = _OUTSIDE, 1
         else:
-            key = (journal, producer)
+            key = self._key(journal, uuid, 10)
             found = self._partials.get(key)  # typed as found: compiled (zcluster._native), a type is checked
             if found is None:
-                found = self._partials[key] = _Partial(journal, producer, clock - 1, clock - 1, -1)
+                found = self._partials[key] = _Partial(journal, uuid[10:16], clock - 1, clock - 1, -1)
             partial = found
 
         # Decide the outcome; state changes happen below, by outcome.
@@ -298,12 +300,11 @@ class Sequencer:
         clock = get_clock(uuid)
         if clock == 0:
             return None
-        producer = uuid[10:16]
         journal = env.journal
-        key = (journal, producer)
+        key = self._key(journal, uuid, 10)
         partial = self._partials.get(key)
         if partial is None:
-            partial = self._partials[key] = _Partial(journal, producer, clock - 1, clock - 1, -1)
+            partial = self._partials[key] = _Partial(journal, uuid[10:16], clock - 1, clock - 1, -1)
         elif partial.begin != -1 or partial.ring_stop != -1:
             return None  # an open span: rolled back by this message, and logged, on the general path
         head = self._head
@@ -448,6 +449,22 @@ class Sequencer:
                 del self._partials[key]
         self._last_offsets.update(self._offsets)
         return Checkpoint(dict(self._offsets), states)
+
+    def _key(self, journal: str, b: bytes, at: int) -> int:
+        """The key in ``_partials`` of (``journal``, the 6-byte producer ``b[at:at + 6]``): a number per
+        journal, above the producer's 48 bits."""
+        jid = self._journal_ids.get(journal)
+        if jid is None:
+            jid = self._journal_ids[journal] = len(self._journal_ids)
+        return (
+            (jid << 48)
+            | (b[at] << 40)
+            | (b[at + 1] << 32)
+            | (b[at + 2] << 24)
+            | (b[at + 3] << 16)
+            | (b[at + 4] << 8)
+            | b[at + 5]
+        )
 
     def _add_at_head(self, env: Envelope, clock: int, partial: _Partial) -> None:
         head = self._head
