@@ -292,6 +292,13 @@ local function survey(lo, hi)
   for sub = lo, hi, SUB do look(sub, math.min(sub + SUB - 1, hi)) end
 end
 
+-- Where group keys are: the table and the index before them, and the position of the group's count in ARGV
+-- (`pos`, `base`: where the group starts in ARGV, and in KEYS when they are declared).
+local function keys_of(pos, base)
+  if inline then return ARGV, pos - 1, pos + stride end
+  return KEYS, base, pos
+end
+
 -- Applies every group, appending each tuple's verdict once its writes are done.
 local function apply()
   local argv, call = ARGV, redis.call
@@ -300,11 +307,8 @@ local function apply()
   local groups = #KEYS / stride
   while pos <= last do
     g = g + 1
-    local from, at = KEYS, base -- where this group's keys are
-    if inline then
-      from, at = argv, pos - 1
-      pos = pos + stride
-    end
+    local from, at
+    from, at, pos = keys_of(pos, base)
     local adds, rems = from[at + 1], from[at + 2]
     -- tonumber() costs as much as a third of a command: a group of spread keys mostly holds one tuple
     local count = 1
@@ -355,18 +359,13 @@ end
 
 -- Writes one record of the call's tuples again as it is, for the wait after it (see "Waits" in the header).
 local function rewrite()
-  local argv = ARGV
-  local pos, base, last = 4, 0, #argv
-  while pos <= last do
-    local from, at = KEYS, base
-    if inline then
-      from, at = argv, pos - 1
-      pos = pos + stride
-    end
-    local set = from[at + 2]
-    if insert then set = from[at + 1] end
-    local count = tonumber(argv[pos])
-    for j = pos + 2, pos + 2 * count, 2 do
+  local argv, pos, base = ARGV, 4, 0
+  while pos <= #argv do
+    local from, at
+    from, at, pos = keys_of(pos, base)
+    local set = insert and from[at + 1] or from[at + 2] -- the tuple's own set: K+ for an insert, K- for a delete
+    local stop = pos + 2 * tonumber(argv[pos]) -- the group's last member
+    for j = pos + 2, stop, 2 do
       local stored = redis.call("ZSCORE", set, argv[j])
       if stored then
         -- Moved away and back, never removed: a set of one member would be deleted, and lose its TTL.
@@ -377,8 +376,7 @@ local function rewrite()
         return
       end
     end
-    pos = pos + 1 + 2 * count
-    base = base + stride
+    pos, base = stop + 1, base + stride
   end
 end
 

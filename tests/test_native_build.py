@@ -57,11 +57,17 @@ def test_a_build_older_than_its_sources_is_ignored_with_a_warning(tmp_path: Path
     assert "python -m zcluster._native_build build" in done.stderr
 
 
-def test_digests_name_exactly_the_changed_sources(tmp_path: Path) -> None:
+def _sources(root: Path) -> None:
+    """A source tree under ``root``: every compiled module's source, and the C modules' header."""
     for name in _native.MODULES + _native.EXTENSIONS:
-        target = _native.source(name, tmp_path)
+        target = _native.source(name, root)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(f"# {name}\n")
+    (root / _native.HEADER).write_text("/* the header */\n")
+
+
+def test_digests_name_exactly_the_changed_sources(tmp_path: Path) -> None:
+    _sources(tmp_path)
     assert _native.stale(tmp_path) == []  # nothing built: nothing stale
     (tmp_path / f"{_native.GROUP}__mypyc.test.so").write_bytes(b"")
     assert _native.stale(tmp_path) == list(_native.MODULES + _native.EXTENSIONS)  # built, but no digests recorded
@@ -69,6 +75,9 @@ def test_digests_name_exactly_the_changed_sources(tmp_path: Path) -> None:
     assert _native.stale(tmp_path) == []
     _native.source("zcluster._encode", tmp_path).write_text("# changed\n")
     assert _native.stale(tmp_path) == ["zcluster._encode"]
+    (tmp_path / _native.SUMS).write_text(json.dumps(_native.digests(tmp_path)))
+    (tmp_path / _native.HEADER).write_text("/* changed */\n")
+    assert _native.stale(tmp_path) == list(_native.EXTENSIONS)  # every C module includes it
 
 
 def test_the_wheel_takes_only_a_whole_current_build_for_this_interpreter(tmp_path: Path) -> None:
@@ -76,10 +85,7 @@ def test_the_wheel_takes_only_a_whole_current_build_for_this_interpreter(tmp_pat
     these sources with this interpreter's extension suffix, or nothing."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     everything = _native.MODULES + _native.EXTENSIONS
-    for name in everything:
-        target = _native.source(name, tmp_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f"# {name}\n")
+    _sources(tmp_path)
     assert current(tmp_path) is None  # nothing built
     (tmp_path / f"{_native.GROUP}__mypyc{suffix}").write_bytes(b"")
     for name in everything[1:]:

@@ -77,9 +77,18 @@ def source(name: str, root: Path = ROOT) -> Path:
     return root.joinpath(*name.split(".")).with_suffix(".c" if name in EXTENSIONS else ".py")
 
 
+HEADER = "zcluster/_native.h"
+"""Under :data:`ROOT`: the C header every module of :data:`EXTENSIONS` includes (their module definition)."""
+
+
 def digests(root: Path = ROOT) -> dict[str, str]:
-    """Each module of :data:`MODULES` and :data:`EXTENSIONS`: the SHA-256 of its source under ``root``."""
-    return {name: hashlib.sha256(source(name, root).read_bytes()).hexdigest() for name in MODULES + EXTENSIONS}
+    """Each module of :data:`MODULES` and :data:`EXTENSIONS`: the SHA-256 of its source under ``root`` (a C
+    module's followed by :data:`HEADER`'s, which it includes: an edit of either makes it stale)."""
+    header = (root / HEADER).read_bytes()
+    return {
+        name: hashlib.sha256(source(name, root).read_bytes() + (header if name in EXTENSIONS else b"")).hexdigest()
+        for name in MODULES + EXTENSIONS
+    }
 
 
 def built(root: Path = ROOT) -> bool:

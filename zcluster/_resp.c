@@ -8,8 +8,7 @@
  * fraction of the cost of repr's general search.
  * Anything else (bool included: Redis has no booleans) is a TypeError naming the command and the argument.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_native.h"
 #include <math.h>
 #include <string.h>
 
@@ -203,16 +202,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyModuleDef_Slot slots[] = {
-#ifdef Py_mod_multiple_interpreters
-    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
-#endif
-    {0, NULL},
-};
-
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "zcluster._resp", "Redis commands packed into RESP (see the file's header).", 0, methods,
-    slots, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__resp(void) { return PyModuleDef_Init(&module); }
+ZC_MODULE(_resp, "zcluster._resp", "Redis commands packed into RESP (see the file's header).", methods, (void)0)

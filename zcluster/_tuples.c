@@ -20,8 +20,7 @@
  * thousands of writes a WriteBuffer holds until its flush were walked by every collection they lived
  * through, and they aged into the oldest generation, whose collections walk every object of the process.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_native.h"
 
 static int atomic(PyObject *item) {
     PyTypeObject *t = Py_TYPE(item);
@@ -114,17 +113,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyModuleDef_Slot slots[] = {
-#ifdef Py_mod_multiple_interpreters
-    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
-#endif
-    {0, NULL},
-};
-
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "zcluster._tuples",
-    "The write tuples made and held at a plain tuple's cost (see the file's header).",
-    0, methods, slots, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__tuples(void) { return PyModuleDef_Init(&module); }
+ZC_MODULE(_tuples, "zcluster._tuples", "The write tuples made and held at a plain tuple's cost (see the file's header).", methods, (void)0)

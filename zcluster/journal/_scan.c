@@ -15,8 +15,7 @@
  * at one byte at a time, and its caller copied the buffer first; this finds each newline with memchr and
  * copies each line once, into its own bytes object.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "../_native.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -122,19 +121,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyModuleDef_Slot slots[] = {
-#ifdef Py_mod_multiple_interpreters
-    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
-#endif
-    {0, NULL},
-};
-
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "zcluster.journal._scan", "An open fragment's records scanned in C (see the file's header).",
-    0, methods, slots, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__scan(void) {
-    init_table();
-    return PyModuleDef_Init(&module);
-}
+ZC_MODULE(_scan, "zcluster.journal._scan", "An open fragment's records scanned in C (see the file's header).", methods, init_table())

@@ -6,8 +6,7 @@
  * tests/message/test_uuidhex.py compares the two. The reference's replace and fromhex make two objects and
  * cost about 2,300 instructions per message; this makes only the result.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "../_native.h"
 
 /* 0x10 | a hex digit's value, 0 for any other character: one load a character instead of three range checks
  * (the parse cost about 850 instructions a message with them). */
@@ -44,16 +43,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyModuleDef_Slot slots[] = {
-#ifdef Py_mod_multiple_interpreters
-    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
-#endif
-    {0, NULL},
-};
-
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "zcluster.message._uuidhex", "A UUID's canonical text parsed in C (see the file's header).",
-    0, methods, slots, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__uuidhex(void) { return PyModuleDef_Init(&module); }
+ZC_MODULE(_uuidhex, "zcluster.message._uuidhex", "A UUID's canonical text parsed in C (see the file's header).", methods, (void)0)
