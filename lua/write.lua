@@ -56,10 +56,11 @@
 -- propagated, and a script that writes nothing propagates nothing. A resend of tuples an earlier attempt
 -- applied (its wait fell short, then the connection was replaced) finds them all applied ("0") and would write
 -- nothing, so its wait would confirm at once what the replicas may not hold. A call marked "!" that took no
--- tuple ("1") therefore writes one record of its tuples again as it is (two ZADD XX: to another score and back
--- to the one stored, the first found: K+ for an insert, K- for a delete): the sets end as they were, and the write moves the
--- connection's offset past every earlier write of the master, the first attempt's included. Only when none
--- of its members has a record in its set (every earlier effect since replaced) is there nothing to write.
+-- tuple ("1"), finished or stopped early, therefore writes one record of the call again as it is (two ZADD XX
+-- of a member found in either set of its group: to another score and back; else SET of a floor to its own
+-- value): the keys end as they were, and the write moves the connection's offset past every earlier write of
+-- the master, the first attempt's included. Only a call none of whose members and floors has a record here
+-- is left with nothing to write.
 local insert = string.byte(ARGV[1], 1) == 43 -- "+"
 local waited = #ARGV[1] > 1
 local bound = tonumber(ARGV[2])
@@ -357,33 +358,46 @@ local function apply()
   end
 end
 
--- Writes one record of the call's tuples again as it is, for the wait after it (see "Waits" in the header).
+-- Writes one record of the call again as it is, for the wait after it (see "Waits" in the header): the first
+-- found of its tuples' members in either set of its group (moved to another score and back), else the first
+-- floor of its groups (set again to its own value). A key that is absent, of another kind (an aggregate's
+-- hash) or not served here is passed over: any write of the master moves the connection's offset past all
+-- earlier ones, so any record does.
 local function rewrite()
   local argv, pos, base = ARGV, 4, 0
+  local floorkeys = {}
   while pos <= #argv do
     local from, at
     from, at, pos = keys_of(pos, base)
-    local set = insert and from[at + 1] or from[at + 2] -- the tuple's own set: K+ for an insert, K- for a delete
     local stop = pos + 2 * tonumber(argv[pos]) -- the group's last member
-    for j = pos + 2, stop, 2 do
-      local stored = redis.call("ZSCORE", set, argv[j])
-      if stored then
-        -- Moved away and back, never removed: a set of one member would be deleted, and lose its TTL.
-        local away = "0"
-        if tonumber(stored) == 0 then away = "1" end
-        redis.call("ZADD", set, "XX", away, argv[j])
-        redis.call("ZADD", set, "XX", stored, argv[j])
-        return
+    for set = at + 1, at + 2 do
+      for j = pos + 2, stop, 2 do
+        local found, stored = pcall(redis.call, "ZSCORE", from[set], argv[j])
+        if found and stored then
+          -- Moved away and back, never removed: a set of one member would be deleted, and lose its TTL.
+          local away = "0"
+          if tonumber(stored) == 0 then away = "1" end
+          redis.call("ZADD", from[set], "XX", away, argv[j])
+          redis.call("ZADD", from[set], "XX", stored, argv[j])
+          return
+        end
       end
     end
+    if floors then floorkeys[#floorkeys + 1] = from[at + 3] end
     pos, base = stop + 1, base + stride
+  end
+  for _, key in ipairs(floorkeys) do
+    local found, floor = pcall(redis.call, "GET", key)
+    if found and floor then
+      redis.call("SET", key, floor, "KEEPTTL")
+      return
+    end
   end
 end
 
-local done, err = pcall(function()
-  apply()
-  if waited and not string.find(table.concat(out), "1", 1, true) then rewrite() end
-end)
+-- A call stopped early (NOTLOCAL, WRONGTYPE) is rewritten too: its wait covers the tuples it did.
+local done, err = pcall(apply)
+if waited and not string.find(table.concat(out), "1", 1, true) then rewrite() end
 if done then return table.concat(out) end
 local text = err
 if type(err) == "table" then text = err.err end

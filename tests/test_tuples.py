@@ -45,6 +45,8 @@ def test_the_c_constructor_makes_what_the_namedtuples_own_makes(cls: type) -> No
     for args in [("k", 1.5, "m"), (b"k", -2, b"m"), ("k", True, None), (["k"], {"s": 1}, ("m",))]:
         made, own = cls(*args), _own(cls, *args)
         assert type(made) is cls and made == own and tuple(made) == args and repr(made) == repr(own)
+        if all(isinstance(a, str | bytes | int | float | type(None)) for a in args):  # hashable
+            assert hash(made) == hash(own) == hash(args) and {made: 1}[args] == 1  # interchangeable as keys
         assert pickle.loads(pickle.dumps(made)) == made and copy.copy(made) == made
         assert made._replace(**{made._fields[0]: "other"})[0] == "other" and cls._make(args) == made
     assert cls(*[f"v{i}" for i in range(3)]) is not cls(*[f"v{i}" for i in range(3)])  # a new instance each call

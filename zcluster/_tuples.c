@@ -75,6 +75,9 @@ static PyObject *three(PyObject *cls, PyObject *const *args, size_t nargsf, PyOb
     PyTypeObject *type = (PyTypeObject *)cls;
     PyObject *out = type->tp_alloc(type, 3);
     if (out == NULL) return NULL;
+#if PY_VERSION_HEX >= 0x030E0000
+    ((PyTupleObject *)out)->ob_hash = -1; /* 3.14 caches a tuple's hash; tp_alloc zeroed it, and -1 is "none yet" */
+#endif
     for (Py_ssize_t i = 0; i < 3; i++) {
         Py_INCREF(args[i]);
         PyTuple_SET_ITEM(out, i, args[i]);

@@ -127,7 +127,15 @@ class WritePlan:
         if not isinstance(topology, StandaloneTopology):
             return None
         enc = self.encoder
-        return (len(topology.shards), topology.routing, enc.layout.prefix, self.max_size, enc.floors, enc.batch_size)
+        return (
+            len(topology.shards),
+            topology.routing,
+            enc.layout.prefix,
+            self.max_size,
+            enc.floors,
+            enc.batch_size,
+            self.waited,  # the op's "!" (lua/write.lua, "Waits"): a plan with waits must not send calls without
+        )
 
     def prepare(self, ops: Ops, per_slot: bool = False) -> Prepared:
         """Validate and pack writes into script calls per shard (raises InvalidTupleError, nothing sent).
@@ -214,6 +222,8 @@ class WritePlan:
                     first_error = first_error or reply
                     continue
                 cut = reply.find(b"|")
+                if cut >= len(indices):
+                    raise ValueError(f"the write script stopped past its {len(indices)} tuples: {reply[:200]!r}")
                 if cut >= 0 and reply.startswith(b"|WRONGTYPE", cut):  # a key of another kind (an aggregate)
                     refused[indices[cut]] = "its key is an aggregate (sums or counters) key, not a 2P-set"
                     rest = indices[cut + 1 :]

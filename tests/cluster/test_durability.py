@@ -31,6 +31,7 @@ from zcluster import (
 )
 from zcluster._keys import KeyLayout
 from zcluster._retry import retrying
+from zcluster._writes import plan_of
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state import BatchStats, StateStore
@@ -304,6 +305,18 @@ def test_only_a_waited_call_that_took_nothing_writes_a_record_again() -> None:
         waited.insert([KSM("solo", 0.0, "m")], raise_on_error=False)
         assert dirty() == before + 7  # the insert, the EXPIRE, then the rewrite: its one member moved and back
         assert 0 < server.ttl("{w:solo}+") <= 1000 and plain.select(["solo"])["solo"] == [KSM("solo", 0.0, "m")]
+        assert plain.increment("src", [(0, Incr("pts", "m", 5.0))]).ok  # a sums key: a hash of fences in its K-
+        stale = waited.delete([KSM("pts", 1.0, "m")], raise_on_error=False)  # below the total: "0", K- untouched
+        assert stale.applied == [False] and plain.select(["pts"])["pts"] == [KSM("pts", 5.0, "m")]
+
+
+def test_plans_with_and_without_waits_never_share_packed_calls() -> None:
+    """A Farm packs a write once per replica shape: a replica with waits must not get calls packed without
+    the script's "!" (lua/write.lua, "Waits"), so the waits are part of the shape."""
+    with LocalShards(1) as s, Cluster.from_urls(s.urls, prefix="w:") as plain:
+        waited = plain.view("w:", durability=ONE)
+        assert plan_of(plain).shape() != plan_of(waited).shape()
+        assert plan_of(plain).shape() == plan_of(plain.view("w:")).shape()
 
 
 def _short(failures: list[ShardFailure]) -> bool:

@@ -175,9 +175,8 @@ def test_a_waited_call_that_took_nothing_writes_one_record_again_as_it_is(
     server: redis.Redis, op: str, mode: tuple[int, bool], inline: bool
 ) -> None:
     """Counted in the server's dirty counter (``rdb_changes_since_last_save``: writes that propagate): a
-    call marked "!" that takes no tuple writes exactly one record again (two ZADD XX: 2), the first found
-    past tuples with no record in their own set, and leaves every key as it was; unmarked, or with a tuple
-    taken, nothing more; with no record to write again, nothing."""
+    call marked "!" that takes no tuple writes exactly one record again (two ZADD XX: 2), the first found,
+    and leaves every key as it was; unmarked, or with a tuple taken, nothing more."""
     bound, floors = mode
     ns = f"dw{next(_ns)}w:"
     source = write_script().source
@@ -199,8 +198,46 @@ def test_a_waited_call_that_took_nothing_writes_one_record_again_as_it_is(
         assert dirty() == before + 2 and content(server, ns) == held  # b's m2, written again as it was
         assert run(op + "!", [("c", [(1.0, "m5")])]) == b"1" and dirty() == before + 3  # taken: no more
         held = content(server, ns)
-        assert run(op + "!", [("a", [(1.0, "m1")])]) == b"0"  # stale, and no record of its own set
-        assert dirty() == before + 3 and content(server, ns) == held
+        assert run(op + "!", [("a", [(1.0, "m1")])]) == b"0"  # stale: its record is in the other set
+        assert dirty() == before + 5 and content(server, ns) == held  # that record, written again
     finally:
         for name in SETS:
             server.delete(*keys(ns, name))
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_a_waited_call_that_took_nothing_rewrites_any_record_it_finds_and_no_other_kind(
+    server: redis.Redis, inline: bool
+) -> None:
+    """The rewrite takes any record of the call: a member in the other set of its group, else a floor set
+    again to its own value (a delete at or below the floor leaves no tombstone of its own); keys of another
+    kind (an aggregate's hash) are passed over, never a WRONGTYPE after the verdicts."""
+    ns = f"dw{next(_ns)}r:"
+    source = write_script().source
+    plus, minus, floor = keys(ns, "a")
+
+    def run(op: str, groups: list[Any]) -> bytes:
+        return call(server, source, ns, op, groups, 3, True, inline)
+
+    def dirty() -> int:
+        return int(server.info("persistence")["rdb_changes_since_last_save"])
+
+    try:
+        server.zadd(plus, {"m1": 1.0})
+        server.set(floor, "5")
+        assert run("-!", [("a", [(2.0, "m1")])]) == b"1"  # at or below the floor: m1 leaves K+, no tombstone
+        before, held = dirty(), content(server, ns)
+        assert run("-!", [("a", [(2.0, "m1")])]) == b"0" and dirty() == before + 1  # the floor, set again
+        assert content(server, ns) == held and server.ttl(floor) == -1
+        server.zadd(plus, {"m2": 9.0})
+        before, held = dirty(), content(server, ns)
+        assert run("-!", [("a", [(6.0, "m2")])]) == b"0"  # stale: m2 is in K+ at 9, K- holds nothing of it
+        assert dirty() == before + 2 and content(server, ns) == held  # found in the other set, written again
+        server.delete(plus, minus, floor)
+        server.zadd(plus, {"m1": 2.0, "m2": 0.0})  # a sums key: totals in K+, fences in a K- hash
+        server.hset(minus, "src", "0:0:1:1")
+        before = dirty()
+        assert run("-!", [("a", [(1.0, "m1")])]) == b"0"  # stale against its total: no WRONGTYPE after it
+        assert dirty() == before + 2 and server.zscore(plus, "m1") == 2.0 and server.type(minus) == b"hash"
+    finally:
+        server.delete(plus, minus, floor)
