@@ -27,9 +27,9 @@ then resumes. A replay delivers exactly what the ring would have: it skips what 
 (duplicates, clocks going back within the span) or committed alone (zero clocks), where Gazette's delivers
 those above the last ACK.
 
-``checkpoint()`` returns journal offsets and producer states from which a new Sequencer continues
-exactly where this one is: offsets never pass a commit whose span is not fully dequeued, and the
-states make duplicates on both sides of the checkpoint recognisable.
+``checkpoint()`` returns journal offsets and producer states from which a new Sequencer continues exactly
+where this one is: offsets never pass a commit whose span is not fully dequeued, and the states make
+duplicates on both sides of the checkpoint recognisable.
 
 Why this module is long: it is one state machine (Gazette's), whose outcome table, ring and replay share
 private state; split up, each part would reach into the others' internals.
@@ -158,9 +158,7 @@ class Sequencer:
         cap = max(1, buffer)
         self._offsets: dict[str, int] = dict(offsets or {})
         self._last_offsets: dict[str, int] = dict(self._offsets)
-        # Keyed by an int (see _key): compiled (zcluster._native), a (journal, producer) tuple per message cost
-        # the tuple, the producer's bytes sliced out of the UUID, and hashing both.
-        self._partials: dict[int, _Partial] = {}
+        self._partials: dict[int, _Partial] = {}  # by _key: compiled, a tuple key cost a tuple, a slice, two hashes
         self._journal_ids: dict[str, int] = {}
         for n, st in enumerate(states):
             max_clock = st.last_ack if st.max_clock is None else max(st.max_clock, st.last_ack)
@@ -451,20 +449,10 @@ class Sequencer:
         return Checkpoint(dict(self._offsets), states)
 
     def _key(self, journal: str, b: bytes, at: int) -> int:
-        """The key in ``_partials`` of (``journal``, the 6-byte producer ``b[at:at + 6]``): a number per
-        journal, above the producer's 48 bits."""
-        jid = self._journal_ids.get(journal)
-        if jid is None:
-            jid = self._journal_ids[journal] = len(self._journal_ids)
-        return (
-            (jid << 48)
-            | (b[at] << 40)
-            | (b[at + 1] << 32)
-            | (b[at + 2] << 24)
-            | (b[at + 3] << 16)
-            | (b[at + 4] << 8)
-            | b[at + 5]
-        )
+        """The ``_partials`` key of (journal, producer ``b[at:at + 6]``): the journal's number, then 48 bits."""
+        jid = self._journal_ids.setdefault(journal, len(self._journal_ids))
+        high = (jid << 48) | (b[at] << 40) | (b[at + 1] << 32) | (b[at + 2] << 24)
+        return high | (b[at + 3] << 16) | (b[at + 4] << 8) | b[at + 5]
 
     def _add_at_head(self, env: Envelope, clock: int, partial: _Partial) -> None:
         head = self._head
