@@ -13,7 +13,9 @@ from zcluster import Cluster, ConfigError, InvalidTupleError, KeyScoreMember
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ZERO_UUID, ProducerID, build_uuid
 from zcluster.state import DedupStore, StateStore, clock_to_score, score_to_clock
+from zcluster.state import store as store_module
 from zcluster.state.clocks import MAX_CLOCK
+from zcluster.state.layout import decode_states, encode_states, encoded_states
 from zcluster.state.txn import TxnStore
 
 P1, P2 = ProducerID(bytes.fromhex("010203040506")), ProducerID(bytes.fromhex("0a0b0c0d0e0f"))
@@ -199,3 +201,48 @@ def test_dedup_checks_its_arguments_before_anything_is_sent(any_cluster: Cluster
         assert info.value.index == 1
     assert d.admit("j", build_uuid(P1, 1999, 0)) is True  # nothing of the refused calls was sent
     assert d.admit("j", bytearray(u)) is True and d.admit("j", u) is False  # a bytearray is the same UUID
+
+
+_STATE_FIELDS = st.tuples(
+    st.sampled_from(["j", "j", "other"]),  # another journal's state: the load's decode is not known unparsed
+    st.binary(min_size=6, max_size=6) | st.binary(max_size=8).map(bytearray),
+    st.integers(0, 2**60) | st.booleans(),  # a bool prints as "True": unparseable, so nothing is memoized
+    st.integers(-1, 2**62),
+    st.none() | st.integers(0, 2**60),
+)
+
+
+@given(st.lists(_STATE_FIELDS, max_size=6))
+def test_the_states_a_save_keeps_are_what_its_text_decodes_to(fields: list[tuple]) -> None:  # type: ignore[type-arg]
+    """encoded_states: the text of encode_states, and decode_states' result of it made without parsing,
+    exactly (types, order, duplicates), or None where that result is not known without parsing."""
+    states = [ProducerState(*f) for f in fields]
+    text, decoded = encoded_states("j", states)
+    assert text == encode_states(states)
+    if decoded is not None:
+        assert decoded == decode_states("j", text)
+        assert [tuple(map(type, s)) for s in decoded] == [tuple(map(type, s)) for s in decode_states("j", text)]
+    else:
+        assert any(s.journal != "j" or type(s.last_ack) is not int for s in states)
+
+
+def test_a_load_of_the_checkpoint_this_store_saved_parses_nothing_and_loads_the_same(
+    any_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store remembers the last checkpoint it saved per journal: the load that reads that text back (the
+    applier's next batch) returns what a parse would, as a list of its own; another writer's checkpoint (a
+    different text) is parsed."""
+    store, other = StateStore(any_cluster, "memo"), StateStore(any_cluster, "memo")
+    states = [ProducerState("j", P2, 7, -1, 9), ProducerState("j", P1, 5, 40, None)]
+    assert store.save_journal("j", 50, states, journal_id="id")
+    parsed = other.load_journal_timed("j")  # a store that saved nothing parses
+    calls: list[str] = []
+    real = store_module._decode
+    monkeypatch.setattr(store_module, "_decode", lambda j, m: calls.append(m) or real(j, m))
+    loaded = store.load_journal_timed("j")
+    assert calls == [] and loaded == parsed and loaded.checkpoint.states is not parsed.checkpoint.states
+    assert loaded.checkpoint.states == [ProducerState("j", P1, 5, 40, 5), ProducerState("j", P2, 7, -1, 9)]
+    loaded.checkpoint.states.clear()  # the caller's list: the next load is whole again
+    assert store.load_journal("j").states == parsed.checkpoint.states and calls == []
+    assert other.save_journal("j", 60, states[:1], journal_id="id")  # another writer moved it: parsed again
+    assert store.load_journal("j") == (60, states[:1], "id", 0) and len(calls) == 1

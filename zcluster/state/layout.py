@@ -1,21 +1,82 @@
 """How a checkpoint record spells its producer states: one text shared by :class:`zcluster.state.StateStore`'s
 records (``v2``, ``v3``) and the fenced ones of :mod:`zcluster.state.txn` (``v4``). It sits below both: ``store``
 imports ``txn`` (it hands a ``v4`` checkpoint's restart and skip to it), so ``txn`` imports ``store`` for types
-only."""
+only.
+
+Compiled with the hot path (zcluster._native): an applier saves and loads every producer state of a journal at
+each batch, and a journal read by short-lived producers (a Spark sink makes one per task) holds thousands.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, cast
 
 from zcluster.message.sequencer import ProducerState
+from zcluster.message.uuid import ProducerID
 
-__all__ = ["encode_states"]
+__all__ = ["decode_record", "decode_states", "encode_states", "encoded_states"]
+
+
+def _text(s: ProducerState) -> str:
+    # Its fields as objects: compiled (zcluster._native), a field read by name is checked against its annotation,
+    # and a state made elsewhere may hold a bytearray producer (or a bool clock) that plain Python formats.
+    fields: tuple[object, ...] = s
+    producer, last_ack, max_clock = fields[1], fields[2], fields[4]
+    hexed = producer.hex() if isinstance(producer, bytes) else bytes(cast(Any, producer)).hex()
+    return f"{hexed}:{last_ack}:{fields[3]}:{last_ack if max_clock is None else max_clock}"
 
 
 def encode_states(states: Iterable[ProducerState]) -> str:
     """Producer states as a checkpoint member holds them (sorted, so one snapshot has one text)."""
-    parts = (
-        f"{s.producer.hex()}:{s.last_ack}:{s.begin}:{s.last_ack if s.max_clock is None else s.max_clock}"
-        for s in states
-    )
-    return ",".join(sorted(parts))
+    return ",".join(sorted([_text(s) for s in states]))
+
+
+def encoded_states(journal: str, states: Iterable[ProducerState]) -> tuple[str, list[ProducerState] | None]:
+    """``encode_states(states)``, and what ``decode_states(journal, text)`` returns for it, made without
+    parsing the text (None when that is not known without parsing: a state of another journal, or a field
+    of another type than a decode makes)."""
+    texts: list[str] = []
+    by_text: dict[str, ProducerState] = {}  # equal texts are equal states
+    known = True
+    for s in states:
+        text = _text(s)
+        texts.append(text)
+        fields: tuple[object, ...] = s  # as _text reads them (a bool clock must not pass for an int)
+        producer, last_ack, begin, max_clock = fields[1], fields[2], fields[3], fields[4]
+        if max_clock is None:
+            max_clock = last_ack
+        if not (type(last_ack) is int and type(begin) is int and type(max_clock) is int and fields[0] == journal):
+            known = False
+        elif type(producer) is not bytes or fields[4] is None:  # a decode makes bytes (ProducerID is a NewType)
+            s = ProducerState(journal, ProducerID(bytes(cast(Any, producer))), s.last_ack, s.begin, max_clock)
+        by_text[text] = s
+    texts.sort()
+    return ",".join(texts), [by_text[t] for t in texts] if known else None
+
+
+def decode_states(journal: str, text: str) -> list[ProducerState]:
+    """The producer states of ``journal`` spelled by ``text`` (ValueError if it does not parse)."""
+    states: list[ProducerState] = []
+    if not text:
+        return states
+    for part in text.split(","):
+        fields = part.split(":")
+        if len(fields) != 4:
+            raise ValueError(f"producer state {part!r} has {len(fields)} fields, not 4")
+        producer = cast(ProducerID, bytes.fromhex(fields[0]))  # a NewType's call is a Python call once compiled
+        states.append(ProducerState(journal, producer, int(fields[1]), int(fields[2]), int(fields[3])))
+    return states
+
+
+def decode_record(journal: str, member: str) -> tuple[str, int, int, float | None, list[ProducerState]]:
+    """A ``v2``, ``v3`` or ``v4`` checkpoint record's journal identity, base, offset, time saved (None for ``v2``)
+    and producer states (ValueError if it does not parse; ``v4``'s further fields are zcluster.state.txn's)."""
+    fields = member.split("|")
+    saved_at = None
+    if fields[0] in ("v3", "v4"):
+        _, journal_id, base, offset, millis, producers = fields[:6] if fields[0] == "v4" else fields
+        saved_at = int(millis) / 1000
+    else:
+        _, journal_id, base, offset, producers = fields
+    return journal_id, int(base), int(offset), saved_at, decode_states(journal, producers)

@@ -1,7 +1,7 @@
 """Sequencer checkpoints and batch progress of one application, in the cluster.
 
-Why this module is long: one class holds every layout it reads (the per-producer one, ``v2``, ``v3``, the fields
-of ``v4``) and the operator's audited ways to move a checkpoint (a restart, a lost range skipped; on a ``v4``
+Why this module is long: one class holds every layout it reads (the per-producer one, ``v2``, ``v3``, the fields of
+``v4``) and the operator's audited ways to move a checkpoint (a restart, a lost range skipped; on a ``v4``
 checkpoint both dispatch to :mod:`zcluster.state.txn`), each with the checks that keep it from half-applying.
 
 Layout (namespace prefix ``zcstate:``, one logical set each):
@@ -21,30 +21,30 @@ Member layouts: ``v3|<uid>|<base>|<offset>|<saved at>|<producer:last_ack:begin:m
 time, milliseconds); ``v2`` is the same without the time, and is still read (its time is unknown); ``v4`` (a
 publishing application's, fenced, with ACK intents: :mod:`zcluster.state.txn`) adds fields after these, and
 :meth:`StateStore.save_journal` refuses to save over it (:meth:`StateStore.restart_journal` and
-:meth:`StateStore.skip_lost` move it fenced, through :meth:`zcluster.state.txn.TxnStore.take_over`). A save
-at or below the stored position changes nothing, so the time says when the checkpoint last *moved*.
+:meth:`StateStore.skip_lost` move it fenced, through :meth:`zcluster.state.txn.TxnStore.take_over`). A save at or
+below the stored position changes nothing, so the time says when the checkpoint last *moved*.
 
-A save reads the stored position (a save not past it changes nothing), writes the new record (one tuple of
-one key: atomic) and then forgets every record below its score, which also raises the key's floor there: a
-zombie or a replayed batch saving an older checkpoint finds its write stale even when it races past the
-read, and no tombstone is left behind per save (the store stays flat over months). Given the checkpoint the
-caller loaded (``loaded=``, as the applier does), a save past it writes first and reads only when the floor
-refused the write, to say why: one round trip less, the same outcomes. Where the forget fails
-(a replica of a farm down) the save stands and a warning is logged: loads rank older snapshots below it,
-and the next save forgets them. Records of the layout before the snapshots (a record per producer scored
-by its clock, plus ``~offset``) are read when no snapshot record exists and forgotten by the first save.
+A save reads the stored position (a save not past it changes nothing), writes the new record (one tuple of one key:
+atomic) and then forgets every record below its score, which also raises the key's floor there: a zombie or a
+replayed batch saving an older checkpoint finds its write stale even when it races past the read, and no tombstone
+is left behind per save (the store stays flat over months). Given the checkpoint the caller loaded (``loaded=``, as
+the applier does), a save past it writes first and reads only when the floor refused the write, to say why: one
+round trip less, the same outcomes. Where the forget fails (a replica of a farm down) the save stands and a warning
+is logged: loads rank older snapshots below it, and the next save forgets them. Records of the layout before the
+snapshots (a record per producer scored by its clock, plus ``~offset``) are read when no snapshot record exists and
+forgotten by the first save.
 
-A checkpoint is bound to the journal's identity (:attr:`zcluster.journal.JournalInfo.uid`, made when the
-journal is created). The applier refuses to go on when the journal was destroyed and created again under the
-same name, or when the checkpoint lies past the journal's end (:class:`JournalMismatchError`): continuing
-would silently skip the new journal's messages below the old offset.
+A checkpoint is bound to the journal's identity (:attr:`zcluster.journal.JournalInfo.uid`, made when the journal is
+created). The applier refuses to go on when the journal was destroyed and created again under the same name, or when
+the checkpoint lies past the journal's end (:class:`JournalMismatchError`): continuing would silently skip the new
+journal's messages below the old offset.
 
-Durability: ``StateStore(..., durability=Durability(replicas=1))`` makes every write of the store
-(checkpoint saves, the forgetting of superseded records, batch commits) wait for Redis's own confirmation
-(``WAIT`` / ``WAITAOF``, see :class:`zcluster.Durability`) through its view, whatever the cluster's own
-writes do; not given, the store waits as its cluster does. A save not confirmed in time raises
-:class:`zcluster.PartialWriteError` carrying a :class:`zcluster.DurabilityError`: the checkpoint was
-written on the master but may be lost with it, and saving it again is safe.
+Durability: ``StateStore(..., durability=Durability(replicas=1))`` makes every write of the store (checkpoint saves,
+the forgetting of superseded records, batch commits) wait for Redis's own confirmation (``WAIT`` / ``WAITAOF``, see
+:class:`zcluster.Durability`) through its view, whatever the cluster's own writes do; not given, the store waits as
+its cluster does. A save not confirmed in time raises :class:`zcluster.PartialWriteError` carrying a
+:class:`zcluster.DurabilityError`: the checkpoint was written on the master but may be lost with it, and saving it
+again is safe.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from zcluster.journal.store import JournalStore
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
 from zcluster.state.clocks import score_to_clock
-from zcluster.state.layout import encode_states
+from zcluster.state.layout import decode_record, encoded_states
 from zcluster.state.txn import PARTITION_MARK, TxnCheckpoint, TxnStore
 from zcluster.types import Durability, KeyMember, KeyScoreMember, Store
 
@@ -99,25 +99,9 @@ class TimedCheckpoint(NamedTuple):
     saved_at: float | None
 
 
-def _encode(journal_id: str, base: int, offset: int, states: Iterable[ProducerState], saved_at: float) -> str:
-    return f"{_VERSION}|{journal_id}|{base}|{offset}|{round(saved_at * 1000)}|{encode_states(states)}"
-
-
 def _decode(journal: str, member: str) -> TimedCheckpoint:
-    fields = member.split("|")
-    saved_at = None
-    if fields[0] in ("v3", "v4"):  # v4 adds the fenced fields of zcluster.state.txn, read there
-        _, journal_id, base, offset, millis, producers = fields[:6] if fields[0] == "v4" else fields
-        saved_at = int(millis) / 1000
-    else:
-        _, journal_id, base, offset, producers = fields
-    states = []
-    for p in producers.split(",") if producers else ():
-        producer, last_ack, begin, max_clock = p.split(":")
-        states.append(
-            ProducerState(journal, ProducerID(bytes.fromhex(producer)), int(last_ack), int(begin), int(max_clock))
-        )
-    return TimedCheckpoint(JournalCheckpoint(int(offset), states, journal_id, int(base)), saved_at)
+    journal_id, base, offset, saved_at, states = decode_record(journal, member)
+    return TimedCheckpoint(JournalCheckpoint(offset, states, journal_id, base), saved_at)
 
 
 def _legacy(journal: str, records: Sequence[KeyScoreMember]) -> JournalCheckpoint:
@@ -154,6 +138,8 @@ class StateStore:
             raise ConfigError(f"app id must be non-empty and without '/', got {app!r}")
         self.app = app
         self.cluster = cluster.view(namespace, floors=True, batch_size=_ALL, durability=durability)
+        # Per journal, the last checkpoint saved, as text and decoded: a load of that text parses nothing (see _load)
+        self._saved: dict[str, tuple[str, TimedCheckpoint]] = {}
 
     def _journal_key(self, journal: str) -> str:
         return f"{self.app}/journal/{journal}"
@@ -181,13 +167,22 @@ class StateStore:
         try:
             if best is None:
                 return TimedCheckpoint(_legacy(journal, records), None)
-            return _decode(journal, str(best.member))
+            return self._load(journal, str(best.member))
         except ValueError as exc:  # int() of a non-integer field, a field missing or extra, bad hex
             shown = str(best.member) if best is not None else "; ".join(str(r.member) for r in records)
             raise InconsistentDataError(
                 f"application {self.app}, journal {journal}: corrupt checkpoint record {shown[:200]!r} ({exc}); it "
                 "stays as it is until a later save or restart_journal() supersedes it"
             ) from None
+
+    def _load(self, journal: str, member: str) -> TimedCheckpoint:
+        """``_decode(journal, member)``, unparsed when this store saved it last (an applier's next batch): a parse
+        costs ~0.6 µs per producer state, and short-lived producers (a Spark sink's tasks) make thousands."""
+        saved = self._saved.get(journal)
+        if saved is None or saved[0] != member:
+            return _decode(journal, member)
+        checkpoint, saved_at = saved[1]
+        return TimedCheckpoint(checkpoint._replace(states=list(checkpoint.states)), saved_at)  # a list of its own
 
     def save_journal(
         self,
@@ -214,7 +209,12 @@ class StateStore:
         _check_offsets(journal, offset=offset, base=base)
         key = self._journal_key(journal)
         position = base + offset
-        record = KeyScoreMember(key, float(position), _encode(journal_id, base, offset, states, time.time()))
+        text, decoded = encoded_states(journal, states)
+        millis = round(time.time() * 1000)
+        record = KeyScoreMember(key, float(position), f"{_VERSION}|{journal_id}|{base}|{offset}|{millis}|{text}")
+        if decoded is not None and type(offset) is int and type(base) is int:  # else the text may decode otherwise
+            checkpoint = JournalCheckpoint(offset, decoded, journal_id, base)
+            self._saved[journal] = (str(record.member), TimedCheckpoint(checkpoint, millis / 1000))
         if loaded is None or position <= loaded.position:
             if not self._forward(journal, key, position):
                 return False  # not forward: the stored record (and its time, when it last moved) stays
