@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from zcluster import Count, Delete, Incr, Insert, KeyScoreMember
+from zcluster.message.sequencer import ProducerState
 from zcluster.state import BatchStats
 from zcluster.state.batch import WriteBuffer
 from zcluster.types import WriteResult
@@ -74,15 +75,29 @@ def test_a_subclass_keeps_its_own_constructor() -> None:
     assert type(made) is Mine and made.key == "mine:k"  # not the C constructor: it is never inherited
 
 
+def test_producer_states_are_made_in_c_as_their_own_constructor_makes_them() -> None:
+    """The Sequencer's ProducerState (five fields, the last with a default) is constructed too: five
+    positional arguments make it directly, four (the default) or keywords take its own path."""
+    for args in [("j", b"\x01" * 6, 7, -1, 9), ("j", b"p", 1, 2, None)]:
+        made, own = ProducerState(*args), _own(ProducerState, *args)
+        assert type(made) is ProducerState and made == own and repr(made) == repr(own) and hash(made) == hash(args)
+        assert not gc.is_tracked(made) and pickle.loads(pickle.dumps(made)) == made
+    assert ProducerState("j", b"p", 1, 2) == _own(ProducerState, "j", b"p", 1, 2, None)
+    assert ProducerState("j", b"p", 1, 2, max_clock=3).max_clock == 3
+    with pytest.raises(TypeError) as made_error:
+        ProducerState("j", b"p", 1, 2, 3, 4)
+    with pytest.raises(TypeError) as own_error:
+        _own(ProducerState, "j", b"p", 1, 2, 3, 4)
+    assert str(made_error.value) == str(own_error.value)
+
+
 def test_construct_refuses_what_it_cannot_make() -> None:
-    class Two(NamedTuple):
-        a: Any
-        b: Any
+    Nine = NamedTuple("Nine", [(f"f{i}", Any) for i in range(9)])  # type: ignore[misc]  # wider than 8
 
     class Dicty(tuple):  # type: ignore[type-arg]
         _fields = ("a", "b", "c")
 
-    for bad in [tuple, Two, Dicty, int, "Insert", Insert("k", 1.0, "m")]:
+    for bad in [tuple, Nine, Dicty, int, "Insert", Insert("k", 1.0, "m")]:
         with pytest.raises(TypeError):
             native.construct(bad)
 
@@ -103,8 +118,10 @@ def test_only_tuples_of_atomic_values_without_a_dict_are_untracked() -> None:
         assert native.untrack(w) is False and gc.is_tracked(w), holding
     odd = _WithDict(["k", 1.0, "m"])
     assert native.untrack(odd) is False and gc.is_tracked(odd)  # its __dict__ could make a cycle later
-    for other in ["text", 5, None, ["k", 1.0, "m"], {"k": 1}]:
-        assert native.untrack(other) is False
+    for other in ["text", 5, None, {"k": 1}, ["k", ["m"]], type("L", (list,), {})([1])]:
+        assert native.untrack(other) is False  # not a tuple or plain list, or one holding a container
+    ring = [0] * 100  # a plain list of atomic values (its owner promises to keep it so): the Sequencer's rings
+    assert gc.is_tracked(ring) and native.untrack(ring) is True and not gc.is_tracked(ring)
 
 
 def test_untracked_writes_are_freed_by_their_reference_counts() -> None:

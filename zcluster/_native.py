@@ -47,17 +47,19 @@ MODULES = (
     "zcluster.message.uuid",
     "zcluster.state.applier",
     "zcluster.state.batch",
+    "zcluster.state.layout",
 )
 """What is compiled: every module a committed message passes through from the journal's bytes to the write
 script's arguments (frames, decoding, envelope and message, sequencer, applier loop, write buffer, encoder),
-and the helpers they call per message (UUID clocks, key layout)."""
+the helpers they call per message (UUID clocks, key layout), and the producer states' text, which an applier
+writes and reads for every producer at each batch."""
 
 EXTENSIONS = ("zcluster._resp", "zcluster._tuples", "zcluster.journal._scan", "zcluster.message._uuidhex")
 """C extension modules of the build (``zcluster/_resp.c``: commands packed into RESP for the pipelines;
 ``zcluster/journal/_scan.c``: a file journal's open fragment scanned for whole, CRC-valid records;
 ``zcluster/message/_uuidhex.c``: a UUID's canonical text parsed; ``zcluster/_tuples.c``: the write
-NamedTuples made without a Python frame, and those of atomic values kept off the cyclic garbage collector's
-lists)."""
+NamedTuples made without a Python frame, and those of atomic values, like the Sequencer's rings of ints,
+kept off the cyclic garbage collector's lists)."""
 
 GROUP = "zcluster_native"  # the shared library's name: zcluster_native__mypyc.<abi>.so
 ROOT = Path(__file__).resolve().parent.parent  # the source tree (or site-packages, for a wheel)

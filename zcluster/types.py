@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
+from zcluster._fasttuples import native_construct
 from zcluster.errors import ConfigError, PartialWriteError, WriteRefusedError
 
 Blob = str | bytes
@@ -102,13 +103,11 @@ def _native_constructors() -> None:
     """Built with the compiled hot path (zcluster._native): the three-field NamedTuples above made by a C
     constructor, at about a plain tuple's cost (zcluster/_tuples.c: same instances; any call but three
     positional arguments goes to the NamedTuple's own). Without a build, over a stale one or under
-    ZCLUSTER_PURE the import fails and they keep their own, which costs time only."""
-    try:
-        from zcluster._tuples import construct
-    except ImportError:
-        return
-    for cls in (KeyScoreMember, Insert, Delete, Incr, Count):
-        construct(cls)
+    ZCLUSTER_PURE they keep their own, which costs time only."""
+    construct = native_construct()
+    if construct is not None:
+        for cls in (KeyScoreMember, Insert, Delete, Incr, Count):
+            construct(cls)
 
 
 _native_constructors()

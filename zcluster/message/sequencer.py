@@ -40,8 +40,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from enum import IntEnum
-from typing import Final, NamedTuple
+from typing import Final, cast
 
+from zcluster._fasttuples import native_untrack
+from zcluster.message.checkpoints import Checkpoint, ProducerState, ReplayRange
 from zcluster.message.envelope import Envelope
 from zcluster.message.errors import ReplayError, ReplayRequiredError, SequencerError
 from zcluster.message.uuid import ProducerID, clock_span, format_uuid, get_clock, get_flags
@@ -93,38 +95,7 @@ _ACK_EMPTY: Final = QueueOutcome.ACK_EMPTY
 _ACK_COMMIT_RING: Final = QueueOutcome.ACK_COMMIT_RING
 _ACK_COMMIT_REPLAY: Final = QueueOutcome.ACK_COMMIT_REPLAY
 _COMMITS: Final = frozenset({_OUTSIDE_COMMIT, _ACK_EMPTY, _ACK_COMMIT_RING, _ACK_COMMIT_REPLAY})
-
-
-class ProducerState(NamedTuple):
-    """Checkpointed state of one producer in one journal.
-
-    `last_ack`: clock of its last acknowledged message. `begin`: journal offset where its open span
-    (not yet fully dequeued) begins, or -1 when it has none. `max_clock`: the largest clock of that
-    span read so far; Gazette's ProducerState lacks it (None, as when restoring a Gazette
-    checkpoint, means `last_ack`). Keeping it lets a restored Sequencer recognise duplicates of
-    span messages that were read before the checkpoint.
-    """
-
-    journal: str
-    producer: ProducerID
-    last_ack: int
-    begin: int
-    max_clock: int | None = None
-
-
-class Checkpoint(NamedTuple):
-    """Offsets to resume reading each journal from, and the producer states to restore."""
-
-    offsets: dict[str, int]
-    states: list[ProducerState]
-
-
-class ReplayRange(NamedTuple):
-    """Read [begin, end) of `journal` again and pass the envelopes to ``start_replay``."""
-
-    journal: str
-    begin: int
-    end: int
+_UNTRACK: Final = native_untrack()  # for the rings of ints (zcluster/_tuples.c)
 
 
 class _Partial:
@@ -160,6 +131,7 @@ class Sequencer:
         self._last_offsets: dict[str, int] = dict(self._offsets)
         self._partials: dict[int, _Partial] = {}  # by _key: compiled, a tuple key cost a tuple, a slice, two hashes
         self._journal_ids: dict[str, int] = {}
+        self._last_journal, self._last_id = "", -1  # _key's cache: a Sequencer mostly sees one journal
         for n, st in enumerate(states):
             max_clock = st.last_ack if st.max_clock is None else max(st.max_clock, st.last_ack)
             # A producer that is not 6 bytes matches no UUID: kept under a key no UUID makes, as it came.
@@ -177,6 +149,10 @@ class Sequencer:
         self._ring_begin = [0] * cap
         self._ring_owner: list[_Partial | None] = [None] * cap
         self._next = [-1] * cap
+        if _UNTRACK is not None:  # ints only, ever: nothing for the collector to walk (thousands of slots)
+            _UNTRACK(self._ring_clock)
+            _UNTRACK(self._ring_begin)
+            _UNTRACK(self._next)
 
     @property
     def dequeued(self) -> Envelope | None:
@@ -288,7 +264,8 @@ class Sequencer:
 
         Returns OUTSIDE_COMMIT (deliver ``env``: it is the only envelope that sequence would dequeue, and it
         counts as processed) or OUTSIDE_ALREADY_ACKED (drop it). The Sequencer's state, ring included, is
-        then exactly what the two calls would leave. Returns None, changing nothing, for every other case
+        then what the two calls would leave, but for the clock and offset that the released ring entry keeps
+        and nothing reads. Returns None, changing nothing, for every other case
         (other flags, a zero clock, an open span, a sequence still being dequeued): give ``env`` to
         ``queue_uncommitted`` then.
         """
@@ -312,9 +289,8 @@ class Sequencer:
             self._offsets[journal] = env.end
             return _OUTSIDE_ALREADY_ACKED
         # queue_uncommitted's OUTSIDE_COMMIT indexes the envelope at the head; step() then dequeues it,
-        # releasing its entry (see step), and, once done, moves the offset: the entry keeps its clock and begin.
-        self._ring_clock[head] = clock
-        self._ring_begin[head] = env.begin
+        # releasing its entry (see step), and, once done, moves the offset. Only live entries' clocks and
+        # begins are read (a span's, from its ring_start on): the released one's are not written.
         head += 1
         self._head = 0 if head == self._cap else head
         partial.min_clock = partial.max_clock = clock
@@ -434,15 +410,15 @@ class Sequencer:
         followed by the rest of its span (as Gazette does).
         """
         horizon: dict[str, int] = {}
-        for p in self._partials.values():
+        units = clock_span(prune_horizon) if prune_horizon > 0 else -1  # -1: no pruning
+        for p in self._partials.values() if units >= 0 else ():
             if p.min_clock > horizon.get(p.journal, 0):
                 horizon[p.journal] = p.min_clock
-        units = clock_span(prune_horizon) if prune_horizon > 0 else None
         states: list[ProducerState] = []
         for key, p in list(self._partials.items()):
-            bound = 0 if units is None else max(0, horizon.get(p.journal, 0) - units)
-            if p.max_clock >= bound:
-                states.append(ProducerState(p.journal, ProducerID(p.producer), p.min_clock, p.begin, p.max_clock))
+            if units < 0 or p.max_clock >= max(0, horizon.get(p.journal, 0) - units):
+                # cast, not ProducerID(): a NewType's call is a Python call once compiled (zcluster._native)
+                states.append(ProducerState(p.journal, cast(ProducerID, p.producer), p.min_clock, p.begin, p.max_clock))
             else:
                 del self._partials[key]
         self._last_offsets.update(self._offsets)
@@ -450,7 +426,11 @@ class Sequencer:
 
     def _key(self, journal: str, b: bytes, at: int) -> int:
         """The ``_partials`` key of (journal, producer ``b[at:at + 6]``): the journal's number, then 48 bits."""
-        jid = self._journal_ids.setdefault(journal, len(self._journal_ids))
+        if journal is self._last_journal:
+            jid = self._last_id
+        else:
+            jid = self._journal_ids.setdefault(journal, len(self._journal_ids))
+            self._last_journal, self._last_id = journal, jid
         high = (jid << 48) | (b[at] << 40) | (b[at + 1] << 32) | (b[at + 2] << 24)
         return high | (b[at + 3] << 16) | (b[at + 4] << 8) | b[at + 5]
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+from zcluster._fasttuples import native_untrack
 from zcluster._retry import backoff, waited_out
 from zcluster.errors import InvalidTupleError, MapperError, PartialWriteError
 from zcluster.types import Count, Delete, Incr, Increment, Insert, Store, Write, WriteResult
@@ -26,18 +27,8 @@ _INSERT: Final = Insert
 _DELETE: Final = Delete
 
 
-def _native_untrack() -> Callable[[object], bool] | None:
-    """Built with the compiled hot path (zcluster._native): buffered Inserts and Deletes taken off the cyclic
-    garbage collector's lists (zcluster/_tuples.c says why that is safe); without a build, over a stale
-    one or under ZCLUSTER_PURE, the import fails and they stay tracked, which costs time only."""
-    try:
-        from zcluster._tuples import untrack
-    except ImportError:
-        return None
-    return untrack
-
-
-_UNTRACK: Final = _native_untrack()
+# Buffered Inserts and Deletes taken off the cyclic garbage collector's lists (see zcluster._fasttuples).
+_UNTRACK: Final = native_untrack()
 
 
 APPLIER_COUNTS = (
