@@ -31,13 +31,37 @@ static int grow(Buf *b, Py_ssize_t more) {
     return 0;
 }
 
+/* "00" .. "99": two digits per division (a digit loop's divisions are most of a number's cost) */
+static const char PAIRS[201] = "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
+                               "5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
+/* The last k decimal digits of v into the k bytes before end (leading zeros kept); returns v without them. */
+static unsigned long long last_digits(unsigned long long v, int k, char *end) {
+    for (; k >= 2; k -= 2, v /= 100) {
+        end -= 2;
+        memcpy(end, PAIRS + 2 * (v % 100), 2);
+    }
+    if (k) {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return v;
+}
+
 /* Decimal digits of v into the end of tmp (32 bytes); returns where they start. */
 static char *digits(unsigned long long v, int negative, char *end) {
     char *p = end;
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    while (v >= 100) {
+        p -= 2;
+        memcpy(p, PAIRS + 2 * (v % 100), 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        p -= 2;
+        memcpy(p, PAIRS + 2 * v, 2);
+    } else {
+        *--p = (char)('0' + v);
+    }
     if (negative) *--p = '-';
     return p;
 }
@@ -68,14 +92,37 @@ static int bulk(Buf *b, const char *s, Py_ssize_t n) {
 /* repr of v for 1e-3 <= |v| < 2^53 (repr writes those without an exponent): the shortest decimal that reads
  * back as v, found exactly in 128-bit integers. |v| = m * 2^e with e < 0 (whole numbers are handled before),
  * so in units of 2^(e-2) it is 4m, and a number reads back as v when it lies strictly between 4m - 2 and
- * 4m + 2 (4m - 1 below a power of two, whose lower neighbour is nearer). For k = 1, 2, ... decimals, the
- * k-decimal number nearest to v is d / 10^k with d = round(4m * 10^k / 2^(2-e)); the first that lies inside
- * is repr's text: the fewest digits and, among those, the nearest. The loop ends by k = -e, where v's own
- * exact decimal expansion is the candidate; the interval's ends need one decimal more, so whether they would
- * read back as v never matters. Returns 0 once written, -1 on error, 1 when v is out of that range.
- * tests/test_resp.py checks it against repr on millions of values. */
+ * 4m + 2 (4m - 1 below a power of two, whose lower neighbour is nearer). For k decimals, the k-decimal
+ * number nearest to v is d / 10^k with d = round(4m * 10^k / 2^(2-e)); the fewest k for which it lies inside
+ * gives repr's text: the fewest digits and, among those, the nearest. Seventeen significant digits always
+ * read back, which bounds k by k17 (at most 19 here). Where the interval is symmetric, a nearer number lies
+ * inside whenever a farther one does, and the k-decimal nearest is never farther than the (k-1)-decimal one,
+ * so "inside" only turns on as k grows: a binary search over 1..k17 finds the fewest in about four tries
+ * (a typical timestamp needs its 17 digits: seven tries one by one). Below a power of two, the lower side
+ * is narrower and that order may break: k grows one by one there. Returns 0 once written, -1 on error, 1
+ * when v is out of that range. tests/test_resp.py checks it against repr on millions of values. */
+typedef unsigned __int128 u128;
+
+typedef struct {
+    u128 mid, lo, hi, half;
+    int s;
+} Interval;
+
+/* d (the k-decimal nearest to v, times 10^k) when it reads back as v, else 0 (d is never 0 in range) */
+static unsigned long long inside(const Interval *in, int k) {
+    static const u128 TEN[22] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+                                 100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL,
+                                 10000000000000ULL, 100000000000000ULL, 1000000000000000ULL,
+                                 10000000000000000ULL, 100000000000000000ULL, 1000000000000000000ULL,
+                                 10000000000000000000ULL, (u128)10000000000000000000ULL * 10,
+                                 (u128)10000000000000000000ULL * 100};
+    u128 p = TEN[k], x = in->mid * p, d = x >> in->s, rem = x - (d << in->s); /* mid * p < 2^55 * 10^21 */
+    if (rem > in->half || (rem == in->half && (d & 1))) d++;
+    u128 at = d << in->s;
+    return at > in->lo * p && at < in->hi * p ? (unsigned long long)d : 0;
+}
+
 static int shortest(Buf *b, double v) {
-    typedef unsigned __int128 u128;
     double a = fabs(v);
     if (!(a >= 1e-3 && a < 9007199254740992.0)) return 1;
     unsigned long long bits;
@@ -84,25 +131,43 @@ static int shortest(Buf *b, double v) {
     unsigned long long m = (bits & (hidden - 1)) | hidden;
     int e = (int)(bits >> 52) - 1075, s = 2 - e; /* |v| = m * 2^e = 4m / 2^s; 3 <= s <= 64 here */
     if (e >= 0) return 1;
-    u128 mid = (u128)m * 4, lo = mid - (m == hidden ? 1 : 2), hi = mid + 2, p = 1, half = (u128)1 << (s - 1);
-    for (int k = 1; k <= 21; k++) {
-        p *= 10; /* mid * p < 2^55 * 10^21 < 2^128 */
-        u128 x = mid * p, d = x >> s, rem = x - (d << s);
-        if (rem > half || (rem == half && (d & 1))) d++;
-        u128 at = d << s;
-        if (at > lo * p && at < hi * p) {
-            char tmp[48], *end = tmp + sizeof tmp;
-            unsigned long long n = (unsigned long long)d; /* at most 17 digits */
-            for (int i = 0; i < k; i++) { /* the k decimals, the point, the whole part ("0" at least) */
-                *--end = (char)('0' + n % 10);
-                n /= 10;
+    Interval in = {(u128)m * 4, (u128)m * 4 - (m == hidden ? 1 : 2), (u128)m * 4 + 2, (u128)1 << (s - 1), s};
+    /* k17: decimals for 17 significant digits (the whole part's digits, or the zeros after the point) */
+    unsigned long long whole = (unsigned long long)a;
+    int k17 = 17;
+    for (unsigned long long w = whole; w; w /= 10) k17--;
+    for (double f = a * 10; whole == 0 && f < 1; f *= 10) k17++;
+    if (k17 < 1) k17 = 1;
+    int k = 0;
+    unsigned long long d = 0;
+    if (m != hidden) {
+        int low = 1, high = k17; /* the fewest k is in [low, high], high known inside */
+        unsigned long long at_high = inside(&in, high);
+        if (at_high) {
+            while (low < high) {
+                int mid = (low + high) / 2;
+                unsigned long long at = inside(&in, mid);
+                if (at) {
+                    high = mid;
+                    at_high = at;
+                } else {
+                    low = mid + 1;
+                }
             }
-            *--end = '.';
-            char *start = digits(n, v < 0, end);
-            return bulk(b, start, tmp + sizeof tmp - start);
+            k = high;
+            d = at_high;
         }
     }
-    return 1;
+    for (int j = 1; !d && j <= 21; j++) { /* below a power of two (and, defensively, if k17 was not inside) */
+        d = inside(&in, j);
+        k = j;
+    }
+    if (!d) return 1;
+    char tmp[48], *end = tmp + sizeof tmp - k; /* the k decimals, the point, the whole part ("0" at least) */
+    unsigned long long n = last_digits(d, k, tmp + sizeof tmp); /* d: at most 17 digits */
+    *--end = '.';
+    char *start = digits(n, v < 0, end);
+    return bulk(b, start, tmp + sizeof tmp - start);
 }
 
 static int argument(Buf *b, PyObject *arg, Py_ssize_t command, Py_ssize_t index) {

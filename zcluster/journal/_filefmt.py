@@ -164,11 +164,12 @@ def pack_record(payload: bytes) -> bytes:
 
 class Scan(NamedTuple):
     """What :func:`scan_payloads` found at the start of a buffer: `records` whole, CRC-valid records, covering
-    its first `used` bytes, and their payloads end to end (None when not collected)."""
+    its first `used` bytes, and their payloads end to end (None when not collected; bytes from the compiled
+    build's scan, a bytearray from the pure one)."""
 
     records: int
     used: int
-    payload: bytearray | None
+    payload: bytes | bytearray | None
 
     @property
     def size(self) -> int:
