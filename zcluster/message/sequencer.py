@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from enum import IntEnum
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from zcluster._fasttuples import native_untrack
 from zcluster.message.checkpoints import Checkpoint, ProducerState, ReplayRange
@@ -58,6 +58,9 @@ __all__ = [
     "Sequencer",
     "SequencerError",
 ]
+
+if TYPE_CHECKING:
+    from mypy_extensions import i64  # a native 64-bit int once compiled (zcluster._native); an int otherwise
 
 log = logging.getLogger(__name__)
 
@@ -427,12 +430,18 @@ class Sequencer:
     def _key(self, journal: str, b: bytes, at: int) -> int:
         """The ``_partials`` key of (journal, producer ``b[at:at + 6]``): the journal's number, then 48 bits."""
         if journal is self._last_journal:
-            jid = self._last_id
+            jid: i64 = self._last_id
         else:
             jid = self._journal_ids.setdefault(journal, len(self._journal_ids))
             self._last_journal, self._last_id = journal, jid
-        high = (jid << 48) | (b[at] << 40) | (b[at + 1] << 32) | (b[at + 2] << 24)
-        return high | (b[at + 3] << 16) | (b[at + 4] << 8) | b[at + 5]
+        # i64s (plain ints uncompiled): a tagged int's shift checks for overflow at each step
+        b0: i64 = b[at]
+        b1: i64 = b[at + 1]
+        b2: i64 = b[at + 2]
+        b3: i64 = b[at + 3]
+        b4: i64 = b[at + 4]
+        b5: i64 = b[at + 5]
+        return (jid << 48) | (b0 << 40) | (b1 << 32) | (b2 << 24) | (b3 << 16) | (b4 << 8) | b5
 
     def _add_at_head(self, env: Envelope, clock: int, partial: _Partial) -> None:
         head = self._head

@@ -26,7 +26,10 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Final, NewType
+from typing import TYPE_CHECKING, Final, NewType
+
+if TYPE_CHECKING:
+    from mypy_extensions import i64  # a native 64-bit int once compiled (zcluster._native); an int otherwise
 
 __all__ = [
     "G1582_NS100",
@@ -145,18 +148,23 @@ def get_clock(uuid: bytes) -> int:
         raise ValueError(f"a UUID is 16 bytes, not {len(uuid)}")
     # Byte by byte rather than struct's unpack: compiled (zcluster._native), native integer math and no tuple
     # per call (the Sequencer asks once per message). time_low << 4, time_mid << 36, time_hi (12 bits) << 52
-    # and the counter: the clock sequence's 4 bits above its 10 flag bits.
-    return (
-        (uuid[0] << 28)
-        | (uuid[1] << 20)
-        | (uuid[2] << 12)
-        | (uuid[3] << 4)
-        | (uuid[4] << 44)
-        | (uuid[5] << 36)
-        | ((uuid[6] & 0x0F) << 60)
-        | (uuid[7] << 52)
-        | ((uuid[8] >> 2) & 0xF)
+    # and the counter: the clock sequence's 4 bits above its 10 flag bits. In i64s (plain ints uncompiled): a
+    # tagged int's shift checks for overflow at each step. The top 4 bits (<< 60) fit one when below 8.
+    b0: i64 = uuid[0]
+    b1: i64 = uuid[1]
+    b2: i64 = uuid[2]
+    b3: i64 = uuid[3]
+    b4: i64 = uuid[4]
+    b5: i64 = uuid[5]
+    b7: i64 = uuid[7]
+    b8: i64 = uuid[8]
+    low: i64 = (
+        (b0 << 28) | (b1 << 20) | (b2 << 12) | (b3 << 4) | (b4 << 44) | (b5 << 36) | (b7 << 52) | ((b8 >> 2) & 0xF)
     )
+    top: i64 = uuid[6] & 0x0F
+    if top < 8:
+        return low | (top << 60)
+    return int(low) | (int(top) << 60)
 
 
 def get_flags(uuid: bytes) -> int:
