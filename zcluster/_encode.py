@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from zcluster._fasttuples import native_untrack
 from zcluster._keys import SLOTS, KeyLayout
@@ -24,9 +24,8 @@ INSERT, DELETE = b"+", b"-"
 _INSERT: Final = Insert
 _DELETE: Final = Delete
 _KSM: Final = KeyScoreMember
-# The lists of a write's pieces (scores, members, a call's keys, arguments and indices: atomic values only)
-# taken off the cyclic garbage collector's lists: thousands of slots each, walked by every collection they
-# lived through (see zcluster._fasttuples).
+# A call's lists (keys, arguments, indices: atomic values only) taken off the cyclic garbage collector's lists:
+# thousands of slots each, walked by every collection they lived through (see zcluster._fasttuples).
 _UNTRACK: Final = native_untrack()
 
 MAX_EXACT_INT = 1 << 53
@@ -191,16 +190,10 @@ class Encoder:
         atomically.
         """
         layout, topo = self.layout, self.topology
-        # Pass 1: validate, keeping each tuple's score and member by its position j, and group the positions by
-        # logical key: a key's only tuple (most keys of spread writes) as its int, a list only from its second
-        # on. A container per key was one more object for the garbage collector to count and walk, thousands
-        # alive at once.
-        scores: list[object] = []
-        members: list[bytes] = []
-        if _UNTRACK is not None:
-            _UNTRACK(scores)
-            _UNTRACK(members)
-        keyed: dict[bytes, object] = {}  # an int, or a list[int] of positions, per key
+        # Pass 1: validate, and group by logical key as flat [index, score, member, index, score, member, ...]
+        # lists: one list per key (most keys of spread writes have one tuple), where each list is one more
+        # object for the garbage collector to count and walk.
+        keyed: dict[bytes, list[Any]] = {}
         positions = None if indices is None else list(indices)  # compiled (zcluster._native): indexed natively
         for j, item in enumerate(items):
             i = j if positions is None else positions[j]
@@ -214,23 +207,21 @@ class Encoder:
                     key, value, member = item
                 except (TypeError, ValueError):
                     raise InvalidTupleError(i, item, "expected a (key, score, member) tuple") from None
-            kb = blob(key, i, item, "key")
-            members.append(blob(member, i, item, "member"))
+            kb, mb = blob(key, i, item, "key"), blob(member, i, item, "member")
             # The caller's float object itself, not an equal one: compiled, a float-typed local is unboxed,
             # and stored in a list again it is a new object.
-            if type(value) is float and value - value == 0.0:
-                scores.append(value)
-            else:
-                scores.append(score(value, i, item))
+            s: object = value
+            if not (type(value) is float and value - value == 0.0):
+                s = score(value, i, item)
             entry = keyed.get(kb)
             if entry is None:
                 if not kb:
                     raise InvalidTupleError(i, item, "key must not be empty")
-                keyed[kb] = j
-            elif type(entry) is int:
-                keyed[kb] = [entry, j]
-            else:
-                cast(list[int], entry).append(j)
+                keyed[kb] = [i, s, mb]
+            else:  # appends: compiled (zcluster._native), a C call each, where += of a tuple makes one
+                entry.append(i)
+                entry.append(s)
+                entry.append(mb)
         # Pass 2: route each key once and pack its tuples into calls of its shard (or slot).
         per_shard: dict[int, list[Call]] = {}
         filling: dict[int, Call] = {}
@@ -246,8 +237,7 @@ class Encoder:
             else:
                 shard = group = only
             rkeys = layout.script_keys(kb, floors)
-            one = type(entry) is int
-            n = 1 if one else len(cast(list[int], entry))
+            n = len(entry) // 3
             done = 0
             while done < n:
                 call = filling.get(group)
@@ -260,11 +250,10 @@ class Encoder:
                     call.keys.extend(rkeys)
                 argv, taken = call.argv, call.indices
                 argv.append(b"1" if take == 1 else take)  # bytes: the packer sends them as is
-                for t in range(done, done + take):  # appends: compiled, a C call each
-                    j = cast(int, entry) if one else cast(list[int], entry)[t]
-                    argv.append(scores[j])
-                    argv.append(members[j])
-                    taken.append(j if positions is None else positions[j])
+                for at in range(3 * done, 3 * (done + take), 3):  # appends: compiled, a C call each
+                    argv.append(entry[at + 1])
+                    argv.append(entry[at + 2])
+                    taken.append(entry[at])
                 done += take
                 if len(call.indices) >= size:
                     per_shard.setdefault(shard, []).append(filling.pop(group))
