@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zcluster.message import uuid
+from zcluster.message import decoding, uuid
 
 native = pytest.importorskip(
     "zcluster.message._uuidhex", reason="no current compiled build here (python -m zcluster._native_build)"
@@ -48,3 +48,45 @@ def test_the_module_uses_it_and_what_is_not_a_str_is_a_type_error() -> None:
         native.bytes16(b"01234567-89ab-cdef-0123-456789abcdef")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="invalid UUID"):
         uuid.parse_uuid("01234567-89ab-cdef-0123-456789abcdeg")
+
+
+def _ack_lines() -> list[bytes]:
+    """Acknowledgement-shaped lines and near misses: every byte of an exact one changed to a quote, a
+    backslash, a space, a non-ASCII byte and a letter past f; one byte more or less; other keys."""
+    rng = random.Random(41)
+    text = str(std.UUID(bytes=rng.randbytes(16)))
+    exact = b'{"UUID":"' + text.encode() + b'"}'
+    lines = [exact, exact.upper(), exact[:-1], exact + b" ", b" " + exact[1:], exact.replace(b"UUID", b"uuid")]
+    for i in range(len(exact)):
+        for c in (b'"', b"\\", b" ", b"\xc3", b"g", b"0"):
+            lines.append(exact[:i] + c + exact[i + 1 :])
+    lines.append(b'{"UUID":"\\u0030' + text.encode()[6:] + b'"}')  # an escape: JSON reads another text
+    return lines
+
+
+def test_acknowledgement_lines_are_recognised_alike() -> None:
+    for line in _ack_lines():
+        assert native.ack_text(line) == decoding._ack_text(line), line
+    with pytest.raises(TypeError):
+        native.ack_text("text")  # type: ignore[arg-type]
+
+
+def test_the_decoder_makes_of_acknowledgement_lines_what_parsing_them_makes() -> None:
+    """lines() takes an acknowledgement's UUID without parsing JSON: every envelope (or None) is frame()'s,
+    which parses, message and UUID included."""
+    lines = _ack_lines()
+    decoder = decoding.FrameDecoder("j", "application/x-ndjson", None)
+    got = decoder.lines(0, lines)
+    pos = 0
+    for line, env in zip(lines, got, strict=True):
+        want = decoder.frame(pos, pos + len(line) + 1, line + b"\n")
+        assert (env is None) == (want is None), line
+        if env is not None and want is not None:
+            assert (env.begin, env.end, env.uuid, env.message.doc) == (
+                want.begin,
+                want.end,
+                want.uuid,
+                want.message.doc,
+            )
+        pos += len(line) + 1
+    assert sum(env is not None for env in got) >= 3  # the exact line, upper case, and a byte still hex
