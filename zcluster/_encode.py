@@ -217,7 +217,9 @@ class Encoder:
             if entry is None:
                 if not kb:
                     raise InvalidTupleError(i, item, "key must not be empty")
-                keyed[kb] = [i, s, mb]
+                keyed[kb] = entry = [i, s, mb]
+                if _UNTRACK is not None:  # atomic values only, ever: nothing for the collector to walk
+                    _UNTRACK(entry)
             else:  # appends: compiled (zcluster._native), a C call each, where += of a tuple makes one
                 entry.append(i)
                 entry.append(s)
