@@ -4,8 +4,10 @@ exactly once, in each producer's order, and never a rolled-back one."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -188,3 +190,48 @@ def test_commit_outside_is_queue_then_step(data: st.DataObject) -> None:
         assert got_fast == got_general
         assert _state(fast) == _state(general)
     assert fast.checkpoint() == general.checkpoint()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rings_made_as_the_head_reaches_them_behave_as_rings_made_whole(seed: int) -> None:
+    """A Sequencer makes its ring's slots as its head first reaches them (up to ``buffer``): fed the same
+    envelopes, one whose rings were made whole up front gives the same outcomes and deliveries at every step,
+    and the same state, through the growth (512 slots, then 600) and past the wraps (long spans evicted,
+    replayed from the journal)."""
+    journal, cap = "j/a", 600
+    envs: list[Envelope] = []
+    clocks = [0, 0, 0]
+    flags = [Flags.OUTSIDE_TXN, Flags.CONTINUE_TXN, Flags.CONTINUE_TXN, Flags.ACK_TXN]
+    rng = random.Random(seed)
+    for i in range(3 * cap):
+        producer, flag = rng.randrange(3), rng.choice(flags)
+        clocks[producer] += 0 if rng.random() < 0.1 else 16  # else a duplicate of the producer's last clock
+        uuid = build_uuid(bytes([producer + 1] * 6), clocks[producer] + 16, flag)
+        envs.append(Envelope(journal, 10 * i, 10 * i + 10, f"m{i}", uuid))
+    grown, whole = Sequencer(buffer=cap), Sequencer(buffer=cap)
+    more = cap - len(whole._ring)
+    whole._ring += [None] * more
+    whole._ring_clock += [0] * more
+    whole._ring_begin += [0] * more
+    whole._ring_owner += [None] * more
+    whole._next += [-1] * more
+
+    def queue(seq: Sequencer, env: Envelope) -> tuple[QueueOutcome, list[str]]:
+        out: list[str] = []
+        outcome = seq.queue_uncommitted(env)
+        if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
+            _, begin, end = seq.replay_range()
+            seq.start_replay([e for e in envs if begin <= e.begin and e.end <= end])
+        while (step := seq.step()) is not None:
+            out.append(step.message)
+        return outcome, out
+
+    wraps = 0
+    for n, env in enumerate(envs):
+        head = grown._head
+        assert queue(grown, env) == queue(whole, env) and grown._head == whole._head
+        wraps += grown._head < head
+        if n % 97 == 0 or grown._head < head:
+            size = len(grown._ring)
+            assert _state(grown) == tuple(x[:size] if isinstance(x, list) else x for x in _state(whole))
+    assert len(grown._ring) == cap and wraps >= 1 and grown.checkpoint() == whole.checkpoint()

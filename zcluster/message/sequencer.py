@@ -147,11 +147,13 @@ class Sequencer:
         self._replay_max = 0  # The largest clock of the span's producer replayed so far (see step)
         self._cap = cap
         self._head = 0
-        self._ring: list[Envelope | None] = [None] * cap
-        self._ring_clock = [0] * cap
-        self._ring_begin = [0] * cap
-        self._ring_owner: list[_Partial | None] = [None] * cap
-        self._next = [-1] * cap
+        # Slots made as the head first reaches them (_advance), up to cap: a fixed ring's unreached ones are empty
+        size = min(cap, 512)
+        self._ring: list[Envelope | None] = [None] * size
+        self._ring_clock = [0] * size
+        self._ring_begin = [0] * size
+        self._ring_owner: list[_Partial | None] = [None] * size
+        self._next = [-1] * size
         if _UNTRACK is not None:  # ints only, ever: nothing for the collector to walk (thousands of slots)
             _UNTRACK(self._ring_clock)
             _UNTRACK(self._ring_begin)
@@ -294,8 +296,7 @@ class Sequencer:
         # queue_uncommitted's OUTSIDE_COMMIT indexes the envelope at the head; step() then dequeues it,
         # releasing its entry (see step), and, once done, moves the offset. Only live entries' clocks and
         # begins are read (a span's, from its ring_start on): the released one's are not written.
-        head += 1
-        self._head = 0 if head == self._cap else head
+        self._advance(head)
         partial.min_clock = partial.max_clock = clock
         self._offsets[journal] = env.end
         return _OUTSIDE_COMMIT
@@ -434,14 +435,10 @@ class Sequencer:
         else:
             jid = self._journal_ids.setdefault(journal, len(self._journal_ids))
             self._last_journal, self._last_id = journal, jid
-        # i64s (plain ints uncompiled): a tagged int's shift checks for overflow at each step
-        b0: i64 = b[at]
-        b1: i64 = b[at + 1]
-        b2: i64 = b[at + 2]
-        b3: i64 = b[at + 3]
-        b4: i64 = b[at + 4]
-        b5: i64 = b[at + 5]
-        return (jid << 48) | (b0 << 40) | (b1 << 32) | (b2 << 24) | (b3 << 16) | (b4 << 8) | b5
+        key: i64 = jid  # an i64 (a plain int uncompiled): a tagged int's shift checks for overflow at each step
+        for k in range(at, at + 6):
+            key = (key << 8) | b[k]
+        return key
 
     def _add_at_head(self, env: Envelope, clock: int, partial: _Partial) -> None:
         head = self._head
@@ -455,8 +452,23 @@ class Sequencer:
         else:
             self._next[partial.ring_stop] = head
         partial.ring_stop = head
+        self._advance(head)
+
+    def _advance(self, head: int) -> None:
+        """Move the head past ``head``: to the next slot, made if the head never reached it, or back to 0."""
         head += 1
-        self._head = 0 if head == self._cap else head
+        size = len(self._next)
+        if head == size:
+            if size < self._cap:
+                more = min(size, self._cap - size)
+                self._ring.extend([None] * more)
+                self._ring_clock.extend([0] * more)
+                self._ring_begin.extend([0] * more)
+                self._ring_owner.extend([None] * more)
+                self._next.extend([-1] * more)
+            else:
+                head = 0
+        self._head = head
 
     def _evict_head(self) -> None:
         head = self._head
