@@ -81,6 +81,25 @@ static int header(Buf *b, char mark, Py_ssize_t n) {
 }
 
 static int bulk(Buf *b, const char *s, Py_ssize_t n) {
+    if (n < 100) { /* most arguments: one growth check, the length's digits from PAIRS */
+        if (grow(b, n + 7) < 0) return -1;
+        char *p = b->data + b->len;
+        *p++ = '$';
+        if (n < 10) {
+            *p++ = (char)('0' + n);
+        } else {
+            memcpy(p, PAIRS + 2 * n, 2);
+            p += 2;
+        }
+        *p++ = '\r';
+        *p++ = '\n';
+        memcpy(p, s, (size_t)n);
+        p += n;
+        *p++ = '\r';
+        *p++ = '\n';
+        b->len = p - b->data;
+        return 0;
+    }
     if (header(b, '$', n) < 0 || grow(b, n + 2) < 0) return -1;
     memcpy(b->data + b->len, s, (size_t)n);
     b->len += n;
