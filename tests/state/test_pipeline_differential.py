@@ -126,6 +126,7 @@ def test_runs_decode_as_the_reference_reader(lines: list[bytes], chunk: int) -> 
             assert env == decoder.frame(pos, pos + len(line) + 1, line + b"\n")  # the per-frame path agrees
             got.append(_shown(env, pos))
             pos += len(line) + 1
+        assert item.end == pos  # the run ends where its last line does
     assert got == _reference(store)
 
 
@@ -143,6 +144,7 @@ def test_a_chunk_of_many_lines_comes_in_runs_of_at_most_run_lines_that_tile_it(n
     for run in runs:
         assert run.begin == pos
         pos += sum(len(line) + 1 for line in run.lines)
+        assert run.end == pos
     assert pos == store.end(JOURNAL) and [line for run in runs for line in run.lines] == lines
 
 

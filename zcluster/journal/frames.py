@@ -74,11 +74,12 @@ _SPLIT: Final = _native_split()
 
 class LineRun(NamedTuple):
     """Consecutive ndjson frames from offset ``begin``: ``lines`` without their newlines (frame k spans
-    ``len(lines[k]) + 1`` bytes), at most :data:`RUN_LINES` of them. What :func:`read_runs` yields in place
-    of one :class:`RawFrame` per line."""
+    ``len(lines[k]) + 1`` bytes), at most :data:`RUN_LINES` of them, ending at offset ``end``. What
+    :func:`read_runs` yields in place of one :class:`RawFrame` per line."""
 
     begin: int
     lines: list[bytes]
+    end: int
 
 
 def read_frames(
@@ -325,12 +326,13 @@ def _line_runs(
             lines = _SPLIT(block)
             lines.pop()  # the empty piece after the block's last newline
             if len(lines) <= RUN_LINES:
-                yield LineRun(pos, lines)
+                yield LineRun(pos, lines, pos + len(block))
                 continue
             for k in range(0, len(lines), RUN_LINES):
                 run = lines[k : k + RUN_LINES]
-                yield LineRun(pos, run)
-                pos += sum(map(len, run)) + len(run)
+                end = pos + sum(map(len, run)) + len(run)
+                yield LineRun(pos, run, end)
+                pos = end
     yield from blocks.close()
 
 

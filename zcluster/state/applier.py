@@ -272,7 +272,7 @@ class Applier:
                     if content_type != CONTENT_TYPE_NDJSON or decoder is None:
                         content_type = CONTENT_TYPE_NDJSON
                         decoder = FrameDecoder(journal, content_type, self.decode, log)
-                    begin, lines = row
+                    begin, lines, run_end = row
                     if begin < done:  # lines already sequenced (see below): none when read from the checkpoint on
                         cut = 0
                         while cut < len(lines) and begin + len(lines[cut]) + 1 <= done:
@@ -281,7 +281,7 @@ class Applier:
                         lines = lines[cut:]
                         n_frames += cut
                         n_seen += cut
-                    read_through = max(read_through, begin + sum(map(len, lines)) + len(lines))
+                    read_through = max(read_through, run_end)
                     envelopes = decoder.lines(begin, lines)
                 else:
                     end = row.end
