@@ -140,6 +140,17 @@ def test_exactly_once_in_producer_order(data: st.DataObject) -> None:
     assert by_producer == expected
 
 
+def _queue(seq: Sequencer, env: Envelope, envs: list[Envelope], out: list[str]) -> QueueOutcome:
+    """``queue_uncommitted(env)``, a replay from ``envs`` when asked, and ``step()`` until None (into ``out``)."""
+    outcome = seq.queue_uncommitted(env)
+    if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
+        _, begin, end = seq.replay_range()
+        seq.start_replay([e for e in envs if begin <= e.begin and e.end <= end])
+    while (step := seq.step()) is not None:
+        out.append(step.message)
+    return outcome
+
+
 def _state(seq: Sequencer) -> object:
     """Everything a Sequencer holds that it reads again, its ring included (owners named by their journal and
     producer; the clock and begin of live entries only: a released entry's are never read)."""
@@ -170,20 +181,11 @@ def test_commit_outside_is_queue_then_step(data: st.DataObject) -> None:
     got_general: list[str] = []
     got_fast: list[str] = []
 
-    def queue(seq: Sequencer, env: Envelope, out: list[str]) -> QueueOutcome:
-        outcome = seq.queue_uncommitted(env)
-        if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
-            _, begin, end = seq.replay_range()
-            seq.start_replay([e for e in envs if begin <= e.begin and e.end <= end])
-        while (step := seq.step()) is not None:
-            out.append(step.message)
-        return outcome
-
     for env in envs:
-        expected = queue(general, env, got_general)
+        expected = _queue(general, env, envs, got_general)
         outcome = fast.commit_outside(env)
         if outcome is None:
-            outcome = queue(fast, env, got_fast)
+            outcome = _queue(fast, env, envs, got_fast)
         elif outcome is QueueOutcome.OUTSIDE_COMMIT:
             got_fast.append(env.message)
         assert outcome is expected
@@ -218,13 +220,7 @@ def test_rings_made_as_the_head_reaches_them_behave_as_rings_made_whole(seed: in
 
     def queue(seq: Sequencer, env: Envelope) -> tuple[QueueOutcome, list[str]]:
         out: list[str] = []
-        outcome = seq.queue_uncommitted(env)
-        if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
-            _, begin, end = seq.replay_range()
-            seq.start_replay([e for e in envs if begin <= e.begin and e.end <= end])
-        while (step := seq.step()) is not None:
-            out.append(step.message)
-        return outcome, out
+        return _queue(seq, env, envs, out), out
 
     wraps = 0
     for n, env in enumerate(envs):
