@@ -83,7 +83,9 @@ def blob(value: object, index: int, item: object, what: str) -> bytes:
     try:
         if type(value) is str:
             return value.encode("utf-8", "surrogateescape")
-        if isinstance(value, bytes | str):  # subclasses
+        if isinstance(value, bytes):  # a subclass: its bytes (the encoder's lists hold exact bytes only)
+            return bytes(value)
+        if isinstance(value, str):
             return to_bytes(value)
     except UnicodeEncodeError:  # a lone surrogate outside the escaped-byte range
         raise InvalidTupleError(index, item, f"{what} is not encodable as UTF-8 (a lone surrogate)") from None

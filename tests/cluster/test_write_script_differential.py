@@ -29,6 +29,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from zcluster._encode import blob
 from zcluster._scripts import write_script
 
 ORACLE = (Path(__file__).parent / "oracle" / "write_before.lua").read_bytes()
@@ -241,3 +242,12 @@ def test_a_waited_call_that_took_nothing_rewrites_any_record_it_finds_and_no_oth
         assert dirty() == before + 2 and server.zscore(plus, "m1") == 2.0 and server.type(minus) == b"hash"
     finally:
         server.delete(plus, minus, floor)
+
+
+def test_a_bytes_subclass_key_or_member_is_encoded_as_exact_bytes() -> None:
+    """The encoder's lists hold exact bytes only (they are off the collector's lists): a subclass's value."""
+
+    class Tagged(bytes):
+        pass
+
+    assert type(blob(Tagged(b"k"), 0, None, "key")) is bytes and blob(Tagged(b"k"), 0, None, "key") == b"k"

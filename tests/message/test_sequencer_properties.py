@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zcluster.message import Envelope, Flags, QueueOutcome, Sequencer, build_uuid
+from zcluster.message import Envelope, Flags, ProducerState, QueueOutcome, Sequencer, build_uuid
 
 JOURNALS = ("j/a", "j/b")
 
@@ -231,3 +231,18 @@ def test_rings_made_as_the_head_reaches_them_behave_as_rings_made_whole(seed: in
             size = len(grown._ring)
             assert _state(grown) == tuple(x[:size] if isinstance(x, list) else x for x in _state(whole))
     assert len(grown._ring) == cap and wraps >= 1 and grown.checkpoint() == whole.checkpoint()
+
+
+def test_producer_keys_stay_distinct_past_the_64_bit_journal_numbers_and_for_an_empty_journal_name() -> None:
+    """A Sequencer keys a producer by its journal's number above the producer's 48 bits: 64-bit arithmetic
+    up to 32,767 journals, plain ints past it (the 65,537th journal's keys once wrapped onto the first's);
+    the journal cache's unset value is no journal a caller can name (the empty name included)."""
+    seq = Sequencer()
+    uuid = build_uuid(bytes(range(1, 7)), 16, Flags.OUTSIDE_TXN)
+    keys = [seq._key(f"j{n}", uuid, 10) for n in range(65_537)]
+    assert keys == [(n << 48) | int.from_bytes(uuid[10:16], "big") for n in range(65_537)]
+    assert len(set(keys)) == len(keys) and seq._key("", uuid, 10) == (65_537 << 48) | int.from_bytes(uuid[10:16], "big")
+    other = Sequencer()
+    assert other.commit_outside(Envelope("", 0, 10, "m", uuid)) is QueueOutcome.OUTSIDE_COMMIT
+    assert other.commit_outside(Envelope("", 10, 20, "m", uuid)) is QueueOutcome.OUTSIDE_ALREADY_ACKED
+    assert other.checkpoint().states == [ProducerState("", bytes(range(1, 7)), 16, -1, 16)]

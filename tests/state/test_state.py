@@ -246,3 +246,17 @@ def test_a_load_of_the_checkpoint_this_store_saved_parses_nothing_and_loads_the_
     assert store.load_journal("j").states == parsed.checkpoint.states and calls == []
     assert other.save_journal("j", 60, states[:1], journal_id="id")  # another writer moved it: parsed again
     assert store.load_journal("j") == (60, states[:1], "id", 0) and len(calls) == 1
+
+
+def test_states_given_as_other_objects_with_the_fields_names_are_encoded_as_before() -> None:
+    """The compiled encoder reads a ProducerState by index; anything else is read by the fields' names, as
+    the pure code read every state (and what has no such fields is an AttributeError, as it was)."""
+
+    class Named:
+        journal, producer, last_ack, begin, max_clock = "j", bytes(range(6)), 5, -1, None
+
+    state = ProducerState("j", bytes(range(6)), 5, -1, None)
+    assert encode_states([Named()]) == encode_states([state]) == "000102030405:5:-1:5"
+    assert encoded_states("j", [Named()]) == encoded_states("j", [state])
+    with pytest.raises(AttributeError):
+        encode_states([("j", b"p", 1, 2)])  # type: ignore[list-item]

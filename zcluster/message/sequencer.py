@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from enum import IntEnum
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from zcluster._fasttuples import native_untrack
 from zcluster.message.checkpoints import Checkpoint, ProducerState, ReplayRange
@@ -134,7 +134,7 @@ class Sequencer:
         self._last_offsets: dict[str, int] = dict(self._offsets)
         self._partials: dict[int, _Partial] = {}  # by _key: compiled, a tuple key cost a tuple, a slice, two hashes
         self._journal_ids: dict[str, int] = {}
-        self._last_journal, self._last_id = "", -1  # _key's cache: a Sequencer mostly sees one journal
+        self._last_journal, self._last_id = "".join(["\0", "unset"]), -1  # _key's cache; unset: a str no caller holds
         for n, st in enumerate(states):
             max_clock = st.last_ack if st.max_clock is None else max(st.max_clock, st.last_ack)
             # A producer that is not 6 bytes matches no UUID: kept under a key no UUID makes, as it came.
@@ -435,6 +435,8 @@ class Sequencer:
         else:
             jid = self._journal_ids.setdefault(journal, len(self._journal_ids))
             self._last_journal, self._last_id = journal, jid
+        if jid >= 1 << 15:  # past 2**63 in 64 bits: plain ints (a Sequencer of 32,768 journals and more)
+            return (int(jid) << 48) | int.from_bytes(b[at : at + 6], "big")
         key: i64 = jid  # an i64 (a plain int uncompiled): a tagged int's shift checks for overflow at each step
         for k in range(at, at + 6):
             key = (key << 8) | b[k]
@@ -461,11 +463,9 @@ class Sequencer:
         if head == size:
             if size < self._cap:
                 more = min(size, self._cap - size)
-                self._ring.extend([None] * more)
-                self._ring_clock.extend([0] * more)
-                self._ring_begin.extend([0] * more)
-                self._ring_owner.extend([None] * more)
-                self._next.extend([-1] * more)
+                rings: list[tuple[list[Any], object]] = [(self._ring, None), (self._ring_owner, None), (self._next, -1)]
+                for ring, empty in [*rings, (self._ring_clock, 0), (self._ring_begin, 0)]:
+                    ring.extend([empty] * more)
             else:
                 head = 0
         self._head = head
