@@ -27,16 +27,19 @@ def _text(s: ProducerState) -> str:
     return f"{hexed}:{last_ack}:{fields[3]}:{last_ack if max_clock is None else max_clock}"
 
 
-def _state(s: object) -> ProducerState:
-    """A state given as another object with the fields' names, read by name (as before this was compiled)."""
+def _as_state(s: object) -> ProducerState:
+    """``s`` as a ProducerState: itself, or another object with the fields' names read by name (as before this
+    was compiled; its items are objects here, where an item typed a ProducerState is checked as a tuple)."""
+    if type(s) is ProducerState:
+        return s
     named: Any = s
     return ProducerState(named.journal, named.producer, named.last_ack, named.begin, named.max_clock)
 
 
 def encode_states(states: Iterable[ProducerState]) -> str:
     """Producer states as a checkpoint member holds them (sorted, so one snapshot has one text)."""
-    items: Iterable[object] = states  # objects: compiled, an item typed a ProducerState is checked as a tuple
-    return ",".join(sorted([_text(s if type(s) is ProducerState else _state(s)) for s in items]))
+    items: Iterable[object] = states  # objects: see _as_state
+    return ",".join(sorted([_text(_as_state(s)) for s in items]))
 
 
 def encoded_states(journal: str, states: Iterable[ProducerState]) -> tuple[str, list[ProducerState] | None]:
@@ -46,9 +49,9 @@ def encoded_states(journal: str, states: Iterable[ProducerState]) -> tuple[str, 
     texts: list[str] = []
     by_text: dict[str, ProducerState] = {}  # equal texts are equal states
     known = True
-    items: Iterable[object] = states  # objects: compiled, an item typed a ProducerState is checked as a tuple
+    items: Iterable[object] = states  # objects: see _as_state
     for item in items:
-        s = item if type(item) is ProducerState else _state(item)
+        s = _as_state(item)
         text = _text(s)
         texts.append(text)
         fields: tuple[object, ...] = s  # as _text reads them (a bool clock must not pass for an int)
