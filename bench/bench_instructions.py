@@ -214,6 +214,10 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
             workloads: dict[str, tuple[Callable[[int, int], Callable[[], Any]], int]] = {
                 "script/spread": (lambda n, s: lambda: plain.insert(tuples(n, spread, s)), spread),
                 "zadd/spread": (lambda n, s: lambda: zadd_all(server.client, tuples(n, spread, s)), spread),
+                # Every tuple alone in its set (ten times as many keys as tuples, at both sizes): spread keys
+                # as a stream of many users writes them, where no group shares a set's keys or count.
+                "script/unique": (lambda n, s: lambda: plain.insert(tuples(n, 10 * n, s)), 0),
+                "zadd/unique": (lambda n, s: lambda: zadd_all(server.client, tuples(n, 10 * n, s)), 0),
                 "script/hot": (lambda n, s: lambda: plain.insert(tuples(n, hot, s)), hot),
                 "zadd/hot": (lambda n, s: lambda: zadd_all(server.client, tuples(n, hot, s)), hot),
                 "script-dirty/spread": (
@@ -267,6 +271,7 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
             server.close()
     pairs = {
         "script/zadd spread": ("script/spread", "zadd/spread"),
+        "script/zadd unique": ("script/unique", "zadd/unique"),
         "script/zadd hot": ("script/hot", "zadd/hot"),
         "dirty/zadd spread": ("script-dirty/spread", "zadd/spread"),
         "dirty/zadd hot": ("script-dirty/hot", "zadd/hot"),

@@ -4,8 +4,10 @@
 -- ARGV[1] = "+" (insert) or "-" (delete), "+!" or "-!" in a call that a WAIT or WAITAOF follows (see "Waits"
 -- below); ARGV[2] = size bound N (0 = unbounded); ARGV[3] = the key mode:
 -- "0" declared keys, "1" declared keys with floors (always with a bound), "k" / "K" the same keys in ARGV
--- instead (see below); then per group: [its keys, in "k"/"K" mode,] the tuple count c, and c pairs of
--- score (a decimal the client printed exactly) and member, in the caller's order.
+-- instead (see below); ARGV[4] = S, how many groups at the start hold one tuple each and are sent without
+-- their count (spread keys: most groups; a count costs the server about 1,000 instructions to receive);
+-- then per group: [its keys, in "k"/"K" mode,] the tuple count c (not for the first S groups: c = 1),
+-- and c pairs of score (a decimal the client printed exactly) and member, in the caller's order.
 -- Returns a string with one character per tuple, in ARGV order: "1" took effect, "0" stale; a call that
 -- stopped early ends with "|NOTLOCAL ..." (see below) or "|WRONGTYPE ..." (the next tuple's key is of another
 -- kind, see the end of this header) after the verdicts of the tuples it did.
@@ -41,7 +43,8 @@
 -- tuple of the group stale (K- and the floor for an insert, K+ and the floor for a delete); a group whose
 -- keys all are absent is clean: without a bound each of its tuples is one ZADD GT CH (an insert's of K+, a
 -- delete's of K-), which decides and writes at once, with no record read and no number parsed; with a
--- bound it skips its record reads. A mixed block is surveyed again in blocks of 8; groups still unknown
+-- bound it skips its record reads. A clean block of one-tuple groups (spread keys) is one such loop, with
+-- none of the per-group steps. A mixed block is surveyed again in blocks of 8; groups still unknown
 -- read their records. Exact, as no call creates a surveyed key (an insert only writes K+ and removes from
 -- K-, a delete the reverse) but a floor, which only a trim sets: after one the call trusts no survey.
 -- Inline keys are not surveyed: one EXISTS over keys of many slots would be refused as a whole.
@@ -64,6 +67,7 @@
 local insert = string.byte(ARGV[1], 1) == 43 -- "+"
 local waited = #ARGV[1] > 1
 local bound = tonumber(ARGV[2])
+local singles = tonumber(ARGV[4]) -- the first groups, of one tuple and no count
 local floors = ARGV[3] == "1" or ARGV[3] == "K"
 local inline = ARGV[3] == "k" or ARGV[3] == "K"
 local stride = 2
@@ -288,9 +292,12 @@ local function look(lo, hi)
   return found == 0 or found == n
 end
 
+-- True when the whole block lo..hi is clean.
 local function survey(lo, hi)
-  if look(lo, hi) or hi - lo < SUB then return end
+  if look(lo, hi) then return absent[lo] end
+  if hi - lo < SUB then return false end
   for sub = lo, hi, SUB do look(sub, math.min(sub + SUB - 1, hi)) end
+  return false
 end
 
 -- Where group keys are: the table and the index before them, and the position of the group's count in ARGV
@@ -300,61 +307,84 @@ local function keys_of(pos, base)
   return KEYS, base, pos
 end
 
--- Applies every group, appending each tuple's verdict once its writes are done.
+-- Applies every group in order, appending each tuple's verdict once its writes are done.
 local function apply()
   local argv, call = ARGV, redis.call
-  local pos, base, g, last = 4, 0, 0, #argv
+  local pos, base, g, last = 5, 0, 0, #argv
   local surveyed = not inline
   local groups = #KEYS / stride
+  local own = 1 -- the set a clean tuple writes: an insert's K+, a delete's K-
+  if not insert then own = 2 end
   while pos <= last do
     g = g + 1
-    local from, at
-    from, at, pos = keys_of(pos, base)
-    local adds, rems = from[at + 1], from[at + 2]
-    -- tonumber() costs as much as a third of a command: a group of spread keys mostly holds one tuple
-    local count = 1
-    if argv[pos] ~= "1" then count = tonumber(argv[pos]) end
-    local floorkey, floor, clean = nil, false, false
-    if floors then floorkey = from[at + 3] end
     if surveyed and floorset then surveyed = false end
-    if surveyed and g % BLOCK == 1 then survey(g, math.min(g + BLOCK - 1, groups)) end
-    if surveyed and absent[g] ~= nil then
-      clean = absent[g]
-    elseif insert and (floors or count > 1) then
-      -- One EXISTS instead of a tombstone read per tuple (and the floor's GET): a set with neither, the
-      -- common case of spread keys, needs only its K+. EXISTS reads no type: an aggregate key's K- (a
-      -- hash) exists, so its write takes the reading path and fails with WRONGTYPE as before.
-      if floors then
-        clean = redis.call("EXISTS", rems, floorkey) == 0
-      else
-        clean = redis.call("EXISTS", rems) == 0
-      end
+    local hi = false -- the last group of a clean block of one-tuple groups starting at g
+    if surveyed and g % BLOCK == 1 then
+      hi = math.min(g + BLOCK - 1, groups)
+      if not (survey(g, hi) and hi <= singles and bound == 0) then hi = false end
     end
-    if floors and not clean then floor = num(redis.call("GET", floorkey)) end
-    if bound > 0 then
-      bounded(adds, rems, floorkey, floor, pos + 1, count, clean)
-    elseif clean then
-      -- No record and no floor to judge by: each tuple is one ZADD GT CH of its own set, in order, however
-      -- many (measured: cheaper than reading a group's scores at once and writing the winners, even at 300
-      -- tuples a set, as Lua tables cost about as much as a command per few entries).
-      local target = rems
-      if insert then target = adds end
-      for j = pos + 1, pos + 2 * count, 2 do
+    if hi then
+      -- A clean block of one-tuple groups (no bound, so no floors): one ZADD GT CH each (see the header).
+      for key = base + own, base + stride * (hi - g) + own, stride do
         nout = nout + 1
-        if call("ZADD", target, "GT", "CH", argv[j], argv[j + 1]) == 1 then
+        if call("ZADD", KEYS[key], "GT", "CH", argv[pos], argv[pos + 1]) == 1 then
           out[nout] = "1"
         else
           out[nout] = "0"
         end
+        pos = pos + 2
       end
+      base = base + stride * (hi - g + 1)
+      g = hi
     else
-      for j = pos + 1, pos + 2 * count, 2 do
-        nout = nout + 1
-        out[nout] = single(adds, rems, floor, argv[j], argv[j + 1], clean)
+      local from, at
+      from, at, pos = keys_of(pos, base)
+      local adds, rems = from[at + 1], from[at + 2]
+      -- tonumber() costs as much as a third of a command: a group of spread keys mostly holds one tuple
+      local count, first = 1, pos
+      if g > singles then
+        if argv[pos] ~= "1" then count = tonumber(argv[pos]) end
+        first = pos + 1
       end
+      local floorkey, floor, clean = nil, false, false
+      if floors then floorkey = from[at + 3] end
+      if surveyed and absent[g] ~= nil then
+        clean = absent[g]
+      elseif insert and (floors or count > 1) then
+        -- One EXISTS instead of a tombstone read per tuple (and the floor's GET): a set with neither, the
+        -- common case of spread keys, needs only its K+. EXISTS reads no type: an aggregate key's K- (a
+        -- hash) exists, so its write takes the reading path and fails with WRONGTYPE as before.
+        if floors then
+          clean = redis.call("EXISTS", rems, floorkey) == 0
+        else
+          clean = redis.call("EXISTS", rems) == 0
+        end
+      end
+      if floors and not clean then floor = num(redis.call("GET", floorkey)) end
+      if bound > 0 then
+        bounded(adds, rems, floorkey, floor, first, count, clean)
+      elseif clean then
+        -- No record and no floor to judge by: each tuple is one ZADD GT CH of its own set, in order, however
+        -- many (measured: cheaper than reading a group's scores at once and writing the winners, even at 300
+        -- tuples a set, as Lua tables cost about as much as a command per few entries).
+        local target = rems
+        if insert then target = adds end
+        for j = first, first + 2 * count - 1, 2 do
+          nout = nout + 1
+          if call("ZADD", target, "GT", "CH", argv[j], argv[j + 1]) == 1 then
+            out[nout] = "1"
+          else
+            out[nout] = "0"
+          end
+        end
+      else
+        for j = first, first + 2 * count - 1, 2 do
+          nout = nout + 1
+          out[nout] = single(adds, rems, floor, argv[j], argv[j + 1], clean)
+        end
+      end
+      pos, base = first + 2 * count, base + stride
     end
-    pos = pos + 1 + 2 * count
-    base = base + stride
   end
 end
 
@@ -364,14 +394,17 @@ end
 -- hash) or not served here is passed over: any write of the master moves the connection's offset past all
 -- earlier ones, so any record does.
 local function rewrite()
-  local argv, pos, base = ARGV, 4, 0
+  local argv, pos, base, g = ARGV, 5, 0, 0
   local floorkeys = {}
   while pos <= #argv do
     local from, at
     from, at, pos = keys_of(pos, base)
-    local stop = pos + 2 * tonumber(argv[pos]) -- the group's last member
+    g = g + 1
+    local first, count = pos, 1
+    if g > singles then first, count = pos + 1, tonumber(argv[pos]) end
+    local stop = first + 2 * count - 1 -- the group's last member
     for set = at + 1, at + 2 do
-      for j = pos + 2, stop, 2 do
+      for j = first + 1, stop, 2 do
         local found, stored = pcall(redis.call, "ZSCORE", from[set], argv[j])
         if found and stored then
           -- Moved away and back, never removed: a set of one member would be deleted, and lose its TTL.

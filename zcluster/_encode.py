@@ -7,7 +7,7 @@ its index) with nothing of the call applied.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from zcluster._fasttuples import native_untrack
@@ -144,21 +144,27 @@ class Call:
     """One write-script call: the caller's indices of its tuples, its KEYS, and its per-key ARGV.
 
     ``inline``: the call carries keys of several slots of one Redis Cluster node in ARGV (the script's
-    "k"/"K" modes), and ``keys`` is empty.
+    "k"/"K" modes), and ``keys`` is empty. ``singles``: how many groups at the start of ``argv`` hold one
+    tuple and are written without their count (the script's ARGV[4]); the other groups follow in the
+    ``more_`` lists: the call's tuples are ``indices + more_indices``, its KEYS ``keys + more_keys``, its
+    per-key ARGV ``argv + more_argv``.
     """
 
     indices: list[int]
     keys: list[bytes]
     argv: list[Any]
     inline: bool = False
+    singles: int = 0
+    more_indices: list[int] = field(default_factory=list)
+    more_keys: list[bytes] = field(default_factory=list)
+    more_argv: list[Any] = field(default_factory=list)
 
 
 def _call(inline: bool) -> Call:
     call = Call([], [], [], inline)
     if _UNTRACK is not None:
-        _UNTRACK(call.indices)
-        _UNTRACK(call.keys)
-        _UNTRACK(call.argv)
+        for held in (call.indices, call.keys, call.argv, call.more_indices, call.more_keys, call.more_argv):
+            _UNTRACK(held)
     return call
 
 
@@ -242,24 +248,33 @@ class Encoder:
                 shard = group = only
             rkeys = layout.script_keys(kb, floors)
             n = len(entry) // 3
+            if n == 1:  # a one-tuple group: at the head of its call, without its count (Call.singles)
+                call = filling.get(group)
+                if call is None:
+                    call = filling[group] = _call(inline)
+                (call.argv if inline else call.keys).extend(rkeys)  # extend, not +=: compiled, a C call
+                call.argv.append(entry[1])
+                call.argv.append(entry[2])
+                call.indices.append(entry[0])
+                call.singles += 1
+                if call.singles + len(call.more_indices) >= size:
+                    per_shard.setdefault(shard, []).append(filling.pop(group))
+                continue
             done = 0
             while done < n:
                 call = filling.get(group)
                 if call is None:
                     call = filling[group] = _call(inline)
-                take = min(size - len(call.indices), n - done)
-                if inline:
-                    call.argv.extend(rkeys)  # extend, not +=: compiled, a direct C call
-                else:
-                    call.keys.extend(rkeys)
-                argv, taken = call.argv, call.indices
+                take = min(size - call.singles - len(call.more_indices), n - done)
+                argv, taken = call.more_argv, call.more_indices
+                (argv if inline else call.more_keys).extend(rkeys)
                 argv.append(b"1" if take == 1 else take)  # bytes: the packer sends them as is
                 for at in range(3 * done, 3 * (done + take), 3):  # appends: compiled, a C call each
                     argv.append(entry[at + 1])
                     argv.append(entry[at + 2])
                     taken.append(entry[at])
                 done += take
-                if len(call.indices) >= size:
+                if call.singles + len(taken) >= size:
                     per_shard.setdefault(shard, []).append(filling.pop(group))
         for group, call in filling.items():
             per_shard.setdefault(group // SLOTS if one_slot else group, []).append(call)

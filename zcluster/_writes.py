@@ -155,12 +155,24 @@ class WritePlan:
                 op += b"!"
             for shard_idx, calls in self.encoder.writes(items, indices, node_calls).items():
                 commands.setdefault(shard_idx, SharedCommands()).extend(
-                    ("EVALSHA", node_sha, 0, op, bound, inline, *c.argv)
+                    ("EVALSHA", node_sha, 0, op, bound, inline, c.singles, *c.argv, *c.more_argv)
                     if c.inline
-                    else ("EVALSHA", sha, len(c.keys), *c.keys, op, bound, flag, *c.argv)
+                    else (
+                        "EVALSHA",
+                        sha,
+                        len(c.keys) + len(c.more_keys),
+                        *c.keys,
+                        *c.more_keys,
+                        op,
+                        bound,
+                        flag,
+                        c.singles,
+                        *c.argv,
+                        *c.more_argv,
+                    )
                     for c in calls
                 )
-                index_lists.setdefault(shard_idx, []).extend(c.indices for c in calls)
+                index_lists.setdefault(shard_idx, []).extend(c.indices + c.more_indices for c in calls)
         return Prepared(commands, index_lists)
 
     def send(self, name: str, ops: Ops, prepared: Prepared, n: int, started: float) -> WriteResult:

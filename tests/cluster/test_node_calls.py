@@ -75,7 +75,7 @@ def test_a_node_call_stops_at_a_key_its_node_does_not_serve_and_says_how_far_it_
         script = node_write_script()
         with rc.servers[0].client() as r:
             r.script_load(script.source)
-            reply = r.evalsha(script.sha, 0, op, 0, "k", *argv)
+            reply = r.evalsha(script.sha, 0, op, 0, "k", 0, *argv)
             assert reply.startswith(b"11|NOTLOCAL ") and b"non local key" in reply
             written = layout.adds if op == b"+" else layout.removes
             assert [r.zscore(written(k.encode()), "m") for k in here] == [5.0, 5.0, None]  # stopped there
@@ -258,18 +258,22 @@ def test_inline_keys_decide_as_declared_keys() -> None:
             for _ in range(rng.randint(1, 10)):
                 op = rng.choice("+-")
                 names: list[str] = []
-                argv_declared: list[object] = [op, bound, "1" if floors else "0"]
-                argv_inline: list[object] = [op, bound, "K" if floors else "k"]
-                for k in keys:
-                    tuples = [
-                        (rng.randint(1, 8) + rng.choice([0, 0.5]), rng.choice("abcde"))
-                        for _ in range(rng.randint(1, 16))
-                    ]
+                groups = [
+                    [(rng.randint(1, 8) + rng.choice([0, 0.5]), rng.choice("abcde")) for _ in range(rng.choice([1, rng.randint(1, 16)]))]
+                    for _ in keys
+                ]
+                # the first groups of one tuple, written without their count (ARGV[4])
+                lead = next((i for i, tuples in enumerate(groups) if len(tuples) > 1), len(groups))
+                singles = rng.randint(0, lead)
+                argv_declared: list[object] = [op, bound, "1" if floors else "0", singles]
+                argv_inline: list[object] = [op, bound, "K" if floors else "k", singles]
+                for i, (k, tuples) in enumerate(zip(keys, groups, strict=True)):
                     mine = [f"{k}+", f"{k}-"] + ([f"{k}f"] if floors else [])
                     names += mine
                     pairs = [x for t in tuples for x in t]
-                    argv_declared += [len(tuples), *pairs]
-                    argv_inline += [*mine, len(tuples), *pairs]
+                    count = [] if i < singles else [len(tuples)]
+                    argv_declared += [*count, *pairs]
+                    argv_inline += [*mine, *count, *pairs]
                 got = declared.evalsha(script.sha, len(names), *names, *argv_declared)
                 assert inline.evalsha(script.sha, 0, *argv_inline) == got, (trial, argv_inline)
             for k in keys:
