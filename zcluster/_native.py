@@ -54,10 +54,17 @@ script's arguments (frames, decoding, envelope and message, sequencer, applier l
 the helpers they call per message (UUID clocks, key layout), and the producer states' text, which an applier
 writes and reads for every producer at each batch."""
 
-EXTENSIONS = ("zcluster._resp", "zcluster._tuples", "zcluster.journal._scan", "zcluster.message._uuidhex")
+EXTENSIONS = (
+    "zcluster._resp",
+    "zcluster._tuples",
+    "zcluster.journal._scan",
+    "zcluster.message._uuidhex",
+    "zcluster.state._statetext",
+)
 """C extension modules of the build (``zcluster/_resp.c``: commands packed into RESP for the pipelines;
 ``zcluster/journal/_scan.c``: a file journal's open fragment scanned for whole, CRC-valid records;
-``zcluster/message/_uuidhex.c``: a UUID's canonical text parsed; ``zcluster/_tuples.c``: the write
+``zcluster/message/_uuidhex.c``: a UUID's canonical text parsed; ``zcluster/state/_statetext.c``: a
+producer state's checkpoint text; ``zcluster/_tuples.c``: the write
 NamedTuples made without a Python frame, and those of atomic values, like the Sequencer's rings of ints,
 kept off the cyclic garbage collector's lists)."""
 

@@ -9,8 +9,8 @@ each batch, and a journal read by short-lived producers (a Spark sink makes one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, cast
+from collections.abc import Callable, Iterable
+from typing import Any, Final, cast
 
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import ProducerID
@@ -27,6 +27,25 @@ def _text(s: ProducerState) -> str:
     return f"{hexed}:{last_ack}:{fields[3]}:{last_ack if max_clock is None else max_clock}"
 
 
+def _fastest_text() -> Callable[[object], str | None]:
+    """As uuid.bytes16: the C twin (zcluster.state._statetext, None for what it does not spell) when the compiled
+    build is in use, else the reference, _text."""
+    try:
+        from zcluster.state._statetext import state_text
+    except ImportError:
+        return cast(Callable[[object], str | None], _text)
+    return state_text
+
+
+_STATE_TEXT: Final = _fastest_text()  # Final: compiled, a C static
+
+
+def _spelled(s: ProducerState) -> str:
+    """``_text(s)``, by the C twin where it can."""
+    text = _STATE_TEXT(s)
+    return _text(s) if text is None else text
+
+
 def _as_state(s: object) -> ProducerState:
     """``s`` as a ProducerState: itself, or another object with the fields' names read by name (as before this
     was compiled; its items are objects here, where an item typed a ProducerState is checked as a tuple)."""
@@ -39,7 +58,7 @@ def _as_state(s: object) -> ProducerState:
 def encode_states(states: Iterable[ProducerState]) -> str:
     """Producer states as a checkpoint member holds them (sorted, so one snapshot has one text)."""
     items: Iterable[object] = states  # objects: see _as_state
-    return ",".join(sorted([_text(_as_state(s)) for s in items]))
+    return ",".join(sorted([_spelled(_as_state(s)) for s in items]))
 
 
 def encoded_states(journal: str, states: Iterable[ProducerState]) -> tuple[str, list[ProducerState] | None]:
@@ -52,7 +71,7 @@ def encoded_states(journal: str, states: Iterable[ProducerState]) -> tuple[str, 
     items: Iterable[object] = states  # objects: see _as_state
     for item in items:
         s = _as_state(item)
-        text = _text(s)
+        text = _spelled(s)
         texts.append(text)
         fields: tuple[object, ...] = s  # as _text reads them (a bool clock must not pass for an int)
         producer, last_ack, begin, max_clock = fields[1], fields[2], fields[3], fields[4]
