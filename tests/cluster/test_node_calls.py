@@ -259,7 +259,9 @@ def test_inline_keys_decide_as_declared_keys() -> None:
                 op = rng.choice("+-")
                 names: list[str] = []
                 sizes = [rng.choice([1, rng.randint(1, 16)]) for _ in keys]
-                groups = [[(rng.randint(1, 8) + rng.choice([0, 0.5]), rng.choice("abcde")) for _ in range(n)] for n in sizes]
+                groups = [
+                    [(rng.randint(1, 8) + rng.choice([0, 0.5]), rng.choice("abcde")) for _ in range(n)] for n in sizes
+                ]
                 # the first groups of one tuple, written without their count (ARGV[4])
                 lead = next((i for i, tuples in enumerate(groups) if len(tuples) > 1), len(groups))
                 singles = rng.randint(0, lead)
