@@ -48,16 +48,8 @@ from zcluster.message.envelope import Envelope
 from zcluster.message.errors import ReplayError, ReplayRequiredError, SequencerError
 from zcluster.message.uuid import ProducerID, clock_span, format_uuid, get_clock, get_flags
 
-__all__ = [
-    "Checkpoint",
-    "ProducerState",
-    "QueueOutcome",
-    "ReplayError",
-    "ReplayRange",
-    "ReplayRequiredError",
-    "Sequencer",
-    "SequencerError",
-]
+__all__ = ["Checkpoint", "ProducerState", "QueueOutcome", "ReplayError", "ReplayRange", "ReplayRequiredError"]
+__all__ += ["Sequencer", "SequencerError"]
 
 if TYPE_CHECKING:
     from mypy_extensions import i64  # a native 64-bit int once compiled (zcluster._native); an int otherwise
@@ -437,10 +429,15 @@ class Sequencer:
             self._last_journal, self._last_id = journal, jid
         if jid >= 1 << 15:  # past 2**63 in 64 bits: plain ints (a Sequencer of 32,768 journals and more)
             return (int(jid) << 48) | int.from_bytes(b[at : at + 6], "big")
-        key: i64 = jid  # an i64 (a plain int uncompiled): a tagged int's shift checks for overflow at each step
-        for k in range(at, at + 6):
-            key = (key << 8) | b[k]
-        return key
+        # i64s (plain ints uncompiled): a tagged int's shift checks for overflow at each step; one read per
+        # byte into a typed local (as uuid.get_clock), where a loop's index costs a boxed int per byte
+        b0: i64 = b[at]
+        b1: i64 = b[at + 1]
+        b2: i64 = b[at + 2]
+        b3: i64 = b[at + 3]
+        b4: i64 = b[at + 4]
+        b5: i64 = b[at + 5]
+        return (jid << 48) | (b0 << 40) | (b1 << 32) | (b2 << 24) | (b3 << 16) | (b4 << 8) | b5
 
     def _add_at_head(self, env: Envelope, clock: int, partial: _Partial) -> None:
         head = self._head
