@@ -10,6 +10,7 @@ each batch, and a journal read by short-lived producers (a Spark sink makes one 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any, Final, cast
 
 from zcluster.message.sequencer import ProducerState
@@ -46,6 +47,9 @@ def _spelled(s: ProducerState) -> str:
     return _text(s) if text is None else text
 
 
+_first: Final = itemgetter(0)
+
+
 def _as_state(s: object) -> ProducerState:
     """``s`` as a ProducerState: itself, or another object with the fields' names read by name (as before this
     was compiled; its items are objects here, where an item typed a ProducerState is checked as a tuple)."""
@@ -65,14 +69,12 @@ def encoded_states(journal: str, states: Iterable[ProducerState]) -> tuple[str, 
     """``encode_states(states)``, and what ``decode_states(journal, text)`` returns for it, made without
     parsing the text (None when that is not known without parsing: a state of another journal, or a field
     of another type than a decode makes)."""
-    texts: list[str] = []
-    by_text: dict[str, ProducerState] = {}  # equal texts are equal states
+    spelled: list[tuple[str, ProducerState]] = []  # sorted by text (equal texts are equal states, below)
     known = True
     items: Iterable[object] = states  # objects: see _as_state
     for item in items:
         s = _as_state(item)
         text = _spelled(s)
-        texts.append(text)
         fields: tuple[object, ...] = s  # as _text reads them (a bool clock must not pass for an int)
         producer, last_ack, begin, max_clock = fields[1], fields[2], fields[3], fields[4]
         if max_clock is None:
@@ -81,9 +83,9 @@ def encoded_states(journal: str, states: Iterable[ProducerState]) -> tuple[str, 
             known = False
         elif type(producer) is not bytes or fields[4] is None:  # a decode makes bytes (ProducerID is a NewType)
             s = ProducerState(journal, ProducerID(bytes(cast(Any, producer))), s.last_ack, s.begin, max_clock)
-        by_text[text] = s
-    texts.sort()
-    return ",".join(texts), [by_text[t] for t in texts] if known else None
+        spelled.append((text, s))
+    spelled.sort(key=_first)
+    return ",".join([t for t, _ in spelled]), [s for _, s in spelled] if known else None
 
 
 def decode_states(journal: str, text: str) -> list[ProducerState]:
