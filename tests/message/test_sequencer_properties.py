@@ -239,9 +239,9 @@ def test_producer_keys_stay_distinct_past_the_64_bit_journal_numbers_and_for_an_
     the journal cache's unset value is no journal a caller can name (the empty name included)."""
     seq = Sequencer()
     uuid = build_uuid(bytes(range(1, 7)), 16, Flags.OUTSIDE_TXN)
-    keys = [seq._key(f"j{n}", uuid, 10) for n in range(65_537)]
+    keys = [seq._key(f"j{n}", uuid) for n in range(65_537)]
     assert keys == [(n << 48) | int.from_bytes(uuid[10:16], "big") for n in range(65_537)]
-    assert len(set(keys)) == len(keys) and seq._key("", uuid, 10) == (65_537 << 48) | int.from_bytes(uuid[10:16], "big")
+    assert len(set(keys)) == len(keys) and seq._key("", uuid) == (65_537 << 48) | int.from_bytes(uuid[10:16], "big")
     other = Sequencer()
     assert other.commit_outside(Envelope("", 0, 10, "m", uuid)) is QueueOutcome.OUTSIDE_COMMIT
     assert other.commit_outside(Envelope("", 10, 20, "m", uuid)) is QueueOutcome.OUTSIDE_ALREADY_ACKED

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _OUTSIDE: Final = 0
+_PAD: Final = bytes(10)  # before a state's 6-byte producer: where a UUID holds it (Sequencer._key)
 _CONTINUE: Final = 1
 _ACK: Final = 2
 
@@ -130,7 +131,7 @@ class Sequencer:
         for n, st in enumerate(states):
             max_clock = st.last_ack if st.max_clock is None else max(st.max_clock, st.last_ack)
             # A producer that is not 6 bytes matches no UUID: kept under a key no UUID makes, as it came.
-            key = self._key(st.journal, st.producer, 0) if len(st.producer) == 6 else -1 - n
+            key = self._key(st.journal, _PAD + st.producer) if len(st.producer) == 6 else -1 - n
             self._partials[key] = _Partial(st.journal, st.producer, st.last_ack, max_clock, st.begin)
         self._emit: _Partial | None = None
         self._dequeued: Envelope | None = None
@@ -184,7 +185,7 @@ class Sequencer:
             partial = _Partial(journal, uuid[10:16], 0, 0, -1)
             flags, clock = _OUTSIDE, 1
         else:
-            key = self._key(journal, uuid, 10)
+            key = self._key(journal, uuid)
             found = self._partials.get(key)  # typed as found: compiled (zcluster._native), a type is checked
             if found is None:
                 found = self._partials[key] = _Partial(journal, uuid[10:16], clock - 1, clock - 1, -1)
@@ -273,7 +274,7 @@ class Sequencer:
         if clock == 0:
             return None
         journal = env.journal
-        key = self._key(journal, uuid, 10)
+        key = self._key(journal, uuid)
         partial = self._partials.get(key)
         if partial is None:
             partial = self._partials[key] = _Partial(journal, uuid[10:16], clock - 1, clock - 1, -1)
@@ -420,23 +421,24 @@ class Sequencer:
         self._last_offsets.update(self._offsets)
         return Checkpoint(dict(self._offsets), states)
 
-    def _key(self, journal: str, b: bytes, at: int) -> int:
-        """The ``_partials`` key of (journal, producer ``b[at:at + 6]``): the journal's number, then 48 bits."""
+    def _key(self, journal: str, b: bytes) -> int:
+        """The ``_partials`` key of (journal, the producer of UUID ``b``, its bytes 10..16): the journal's
+        number, then 48 bits."""
         if journal is self._last_journal:
             jid: i64 = self._last_id
         else:
             jid = self._journal_ids.setdefault(journal, len(self._journal_ids))
             self._last_journal, self._last_id = journal, jid
         if jid >= 1 << 15:  # past 2**63 in 64 bits: plain ints (a Sequencer of 32,768 journals and more)
-            return (int(jid) << 48) | int.from_bytes(b[at : at + 6], "big")
-        # i64s (plain ints uncompiled): a tagged int's shift checks for overflow at each step; one read per
-        # byte into a typed local (as uuid.get_clock), where a loop's index costs a boxed int per byte
-        b0: i64 = b[at]
-        b1: i64 = b[at + 1]
-        b2: i64 = b[at + 2]
-        b3: i64 = b[at + 3]
-        b4: i64 = b[at + 4]
-        b5: i64 = b[at + 5]
+            return (int(jid) << 48) | int.from_bytes(b[10:16], "big")
+        # i64s (plain ints uncompiled): a tagged int's shift checks for overflow at each step; one read per byte
+        # at a constant index into a typed local (as uuid.get_clock), where a computed index costs more
+        b0: i64 = b[10]
+        b1: i64 = b[11]
+        b2: i64 = b[12]
+        b3: i64 = b[13]
+        b4: i64 = b[14]
+        b5: i64 = b[15]
         return (jid << 48) | (b0 << 40) | (b1 << 32) | (b2 << 24) | (b3 << 16) | (b4 << 8) | b5
 
     def _add_at_head(self, env: Envelope, clock: int, partial: _Partial) -> None:
