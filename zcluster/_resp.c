@@ -21,8 +21,7 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
-static int grow(Buf *b, Py_ssize_t more) {
-    if (b->len + more <= b->cap) return 0;
+static int grow_slow(Buf *b, Py_ssize_t more) {
     Py_ssize_t cap = b->cap * 2;
     if (cap < b->len + more) cap = b->len + more + 256;
     if (b->bytes == NULL) {
@@ -35,6 +34,9 @@ static int grow(Buf *b, Py_ssize_t more) {
     b->cap = cap;
     return 0;
 }
+
+/* Room for `more` bytes: inline, as every argument asks (the pipeline's bytes are sized beforehand). */
+static inline int grow(Buf *b, Py_ssize_t more) { return b->len + more <= b->cap ? 0 : grow_slow(b, more); }
 
 /* "00" .. "99": two digits per division (a digit loop's divisions are most of a number's cost) */
 static const char PAIRS[201] = "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
@@ -167,6 +169,15 @@ static int shortest(Buf *b, double v) {
     if (m != hidden) {
         int low = 1, high = k17; /* the fewest k is in [low, high], high known inside */
         unsigned long long at_high = inside(&in, high);
+        if (at_high && high > 1) { /* most scores (timestamps) need all 17 digits: one try says so */
+            unsigned long long fewer = inside(&in, high - 1);
+            if (fewer) {
+                high--;
+                at_high = fewer;
+            } else {
+                low = high;
+            }
+        }
         if (at_high) {
             while (low < high) {
                 int mid = (low + high) / 2;
