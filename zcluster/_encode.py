@@ -194,8 +194,9 @@ class Encoder:
         ``indices[j]`` is the caller's position of ``items[j]`` (default: j). A call holds groups of
         tuples of one logical key each (its Redis keys are sent once, and the script reads and writes
         each group's sets in a few commands); a key's tuples keep the caller's order. A call never holds
-        more than ``batch_size`` tuples, so a key's tuples up to that many are applied by one call,
-        atomically.
+        more than ``batch_size`` tuples, and a key's tuples up to that many are all in one call (a call
+        with too little room left goes as it is), so one call applies them atomically; a key of more runs
+        on over calls of ``batch_size``. A call's one-tuple keys come first (:attr:`Call.singles`).
         """
         layout, topo = self.layout, self.topology
         # Pass 1: validate, and group by logical key as flat [index, score, member, index, score, member, ...]
@@ -260,6 +261,10 @@ class Encoder:
                 if call.singles + len(call.more_indices) >= size:
                     per_shard.setdefault(shard, []).append(filling.pop(group))
                 continue
+            call = filling.get(group)
+            if call is not None and n <= size and call.singles + len(call.more_indices) + n > size:
+                # The key's tuples would not fit what is left: they start the next call, all together.
+                per_shard.setdefault(shard, []).append(filling.pop(group))
             done = 0
             while done < n:
                 call = filling.get(group)

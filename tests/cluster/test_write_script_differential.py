@@ -66,11 +66,12 @@ def call(
     bound: int,
     floors: bool,
     inline: bool,
-    singles: int | None = 64,
+    singles: int | None = 1 << 30,
 ) -> bytes:
     """One script call as the client makes it (``zcluster._writes``): declared keys, or keys in ARGV; the
-    first ``singles`` groups (at most those leading groups that hold one tuple) without their count
-    (ARGV[4]). ``singles`` None: the oracle's format, with no ARGV[4] and every group's count."""
+    first ``singles`` groups (at most those leading groups that hold one tuple; by default all of them, as
+    the client sends) without their count (ARGV[4]). ``singles`` None: the oracle's format, with no ARGV[4]
+    and every group's count."""
     stride = 3 if floors else 2
     declared: list[str] = []
     argv: list[str] = [op, str(bound), ("K" if floors else "k") if inline else ("1" if floors else "0")]
