@@ -261,15 +261,16 @@ class Encoder:
                 if call.singles + len(call.more_indices) >= size:
                     per_shard.setdefault(shard, []).append(filling.pop(group))
                 continue
-            call = filling.get(group)
-            if call is not None and n <= size and call.singles + len(call.more_indices) + n > size:
+            held = filling.get(group)
+            if held is not None and n <= size and held.singles + len(held.more_indices) + n > size:
                 # The key's tuples would not fit what is left: they start the next call, all together.
                 per_shard.setdefault(shard, []).append(filling.pop(group))
+                held = None
             done = 0
             while done < n:
-                call = filling.get(group)
-                if call is None:
-                    call = filling[group] = _call(inline)
+                if held is None:
+                    held = filling[group] = _call(inline)
+                call = held
                 take = min(size - call.singles - len(call.more_indices), n - done)
                 argv, taken = call.more_argv, call.more_indices
                 (argv if inline else call.more_keys).extend(rkeys)
@@ -281,6 +282,7 @@ class Encoder:
                 done += take
                 if call.singles + len(taken) >= size:
                     per_shard.setdefault(shard, []).append(filling.pop(group))
+                    held = None
         for group, call in filling.items():
             per_shard.setdefault(group // SLOTS if one_slot else group, []).append(call)
         return per_shard
