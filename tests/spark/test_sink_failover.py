@@ -42,7 +42,9 @@ REJOIN_AFTER = 15.0  # seconds from the promotion to the killed node's restart (
 def spark() -> Iterator[Any]:
     from zcluster.spark import local_session
 
-    session = local_session("local[2]")  # no task retries: a failed task fails the batch, and the query
+    # no task retries: a failed task fails the batch, and the query; a query whose stop() is not done in 120 s
+    # raises instead of waiting for good (a stuck batch once held this module's teardown, and the run, forever)
+    session = local_session("local[2]", **{"spark.sql.streaming.stopTimeout": "120000"})
     yield session
     session.stop()
 
