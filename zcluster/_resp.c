@@ -38,15 +38,11 @@ static int grow_slow(Buf *b, Py_ssize_t more) {
 /* Room for `more` bytes: inline, as every argument asks (the pipeline's bytes are sized beforehand). */
 static inline int grow(Buf *b, Py_ssize_t more) { return b->len + more <= b->cap ? 0 : grow_slow(b, more); }
 
-/* "00" .. "99": two digits per division (a digit loop's divisions are most of a number's cost) */
-static const char PAIRS[201] = "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
-                               "5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-
 /* The last k decimal digits of v into the k bytes before end (leading zeros kept); returns v without them. */
 static unsigned long long last_digits(unsigned long long v, int k, char *end) {
     for (; k >= 2; k -= 2, v /= 100) {
         end -= 2;
-        memcpy(end, PAIRS + 2 * (v % 100), 2);
+        memcpy(end, ZC_PAIRS + 2 * (v % 100), 2);
     }
     if (k) {
         *--end = (char)('0' + v % 10);
@@ -55,28 +51,10 @@ static unsigned long long last_digits(unsigned long long v, int k, char *end) {
     return v;
 }
 
-/* Decimal digits of v into the end of tmp (32 bytes); returns where they start. */
-static char *digits(unsigned long long v, int negative, char *end) {
-    char *p = end;
-    while (v >= 100) {
-        p -= 2;
-        memcpy(p, PAIRS + 2 * (v % 100), 2);
-        v /= 100;
-    }
-    if (v >= 10) {
-        p -= 2;
-        memcpy(p, PAIRS + 2 * v, 2);
-    } else {
-        *--p = (char)('0' + v);
-    }
-    if (negative) *--p = '-';
-    return p;
-}
-
 /* "<mark><n>\r\n" */
 static int header(Buf *b, char mark, Py_ssize_t n) {
     char tmp[32];
-    char *p = digits((unsigned long long)n, 0, tmp + sizeof tmp);
+    char *p = zc_digits((unsigned long long)n, 0, tmp + sizeof tmp);
     Py_ssize_t k = tmp + sizeof tmp - p;
     if (grow(b, k + 3) < 0) return -1;
     b->data[b->len++] = mark;
@@ -88,14 +66,14 @@ static int header(Buf *b, char mark, Py_ssize_t n) {
 }
 
 static int bulk(Buf *b, const char *s, Py_ssize_t n) {
-    if (n < 100) { /* most arguments: one growth check, the length's digits from PAIRS */
+    if (n < 100) { /* most arguments: one growth check, the length's digits from ZC_PAIRS */
         if (grow(b, n + 7) < 0) return -1;
         char *p = b->data + b->len;
         *p++ = '$';
         if (n < 10) {
             *p++ = (char)('0' + n);
         } else {
-            memcpy(p, PAIRS + 2 * n, 2);
+            memcpy(p, ZC_PAIRS + 2 * n, 2);
             p += 2;
         }
         *p++ = '\r';
@@ -201,7 +179,7 @@ static int shortest(Buf *b, double v) {
     char tmp[48], *end = tmp + sizeof tmp - k; /* the k decimals, the point, the whole part ("0" at least) */
     unsigned long long n = last_digits(d, k, tmp + sizeof tmp); /* d: at most 17 digits */
     *--end = '.';
-    char *start = digits(n, v < 0, end);
+    char *start = zc_digits(n, v < 0, end);
     return bulk(b, start, tmp + sizeof tmp - start);
 }
 
@@ -221,7 +199,7 @@ static int argument(Buf *b, PyObject *arg, Py_ssize_t command, Py_ssize_t index)
             *--end = '0';
             *--end = '.';
             int negative = whole < 0 || (whole == 0 && signbit(v));
-            char *p = digits(negative ? 0ULL - (unsigned long long)whole : (unsigned long long)whole, negative, end);
+            char *p = zc_digits(negative ? 0ULL - (unsigned long long)whole : (unsigned long long)whole, negative, end);
             return bulk(b, p, tmp + sizeof tmp - p);
         }
         int written = shortest(b, v);
@@ -237,7 +215,7 @@ static int argument(Buf *b, PyObject *arg, Py_ssize_t command, Py_ssize_t index)
         long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
         if (v == -1 && PyErr_Occurred()) return -1;
         if (!overflow) {
-            char *p = digits(v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v, v < 0, end);
+            char *p = zc_digits(v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v, v < 0, end);
             return bulk(b, p, end - p);
         }
         PyObject *text = PyObject_Str(arg);

@@ -42,28 +42,11 @@ static int number_of(PyObject *x, number *v) {
     return 1;
 }
 
-/* "00" .. "99": two digits per division (a clock has 19) */
-static const char PAIRS[201] = "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
-                               "5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-
 /* v's decimal at out; returns how many characters (at most 21). */
 static int decimal(number v, char *out) {
-    char tmp[20], *p = tmp + sizeof tmp;
-    unsigned long long m = v.magnitude;
-    for (; m >= 100; m /= 100) {
-        p -= 2;
-        memcpy(p, PAIRS + 2 * (m % 100), 2);
-    }
-    if (m >= 10) {
-        p -= 2;
-        memcpy(p, PAIRS + 2 * m, 2);
-    } else {
-        *--p = (char)('0' + m);
-    }
-    int k = 0, n = (int)(tmp + sizeof tmp - p);
-    if (v.negative) out[k++] = '-';
-    memcpy(out + k, p, (size_t)n);
-    return k + n;
+    char tmp[24], *end = tmp + sizeof tmp, *p = zc_digits(v.magnitude, v.negative, end);
+    memcpy(out, p, (size_t)(end - p));
+    return (int)(end - p);
 }
 
 static PyObject *state_text(PyObject *module, PyObject *state) {
