@@ -110,7 +110,7 @@ class CountedServer:
     """A ``redis-server`` under callgrind on a free loopback port (no persistence; ``hz 1`` keeps the
     background cron, which runs by wall time and so differs between sizes, to a tick a second)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, extra: tuple[str, ...] = ()) -> None:
         from zcluster.testing._local import find_server_binary
         from zcluster.testing._process import free_port
 
@@ -133,6 +133,7 @@ class CountedServer:
             str(folder),
             "--logfile",
             str(folder / "redis.log"),
+            *extra,
         ]
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         self.url = f"redis://127.0.0.1:{self.port}"
@@ -186,89 +187,21 @@ def zincrby_all(client: Any, items: list[tuple[str, str, float]]) -> None:
 
 def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str, ...] = ()) -> dict[str, Any]:
     """Per tuple (or increment) instructions of the server for each workload (those whose names start with
-    one of ``select``, when given), and the ratios of those counted."""
-    from zcluster import Cluster, Incr
+    one of ``select``, when given), and the ratios of those counted. The ``module`` workloads are the
+    ``script`` ones on a second server that loads zcluster's Redis module (the client then sends them as
+    ``ZCLUSTER.WRITE``)."""
+    from zcluster._server_module import build
 
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="zc-callgrind-") as tmp:
-        server = CountedServer(Path(tmp))
-        try:
-            plain = Cluster.from_urls([server.url], prefix="b:")
-            bounded = Cluster.from_urls([server.url], prefix="b:", max_size=100_000)
-
-            def incr_all(items: list[tuple[str, str, float]], source: str) -> None:
-                for lo in range(0, len(items), INCR_CALL):
-                    batch = items[lo : lo + INCR_CALL]
-                    plain.increment(source, [(lo + i, Incr(k, m, d)) for i, (k, m, d) in enumerate(batch)])
-
-            def later(setup: Callable[[], Any], run: Callable[[], Any]) -> Callable[[], Any]:
-                setup()  # before the count starts
-                return run
-
-            def tombstones(keys: int) -> list[tuple[str, float, str]]:
-                return [(f"k{i}", 1.0, "gone") for i in range(keys)]
-
-            def raised(items: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
-                return [(k, score + 1, m) for k, score, m in items]
-
-            workloads: dict[str, tuple[Callable[[int, int], Callable[[], Any]], int]] = {
-                "script/spread": (lambda n, s: lambda: plain.insert(tuples(n, spread, s)), spread),
-                "zadd/spread": (lambda n, s: lambda: zadd_all(server.client, tuples(n, spread, s)), spread),
-                # Every tuple alone in its set (ten times as many keys as tuples, at both sizes): spread keys
-                # as a stream of many users writes them, where no group shares a set's keys or count.
-                "script/unique": (lambda n, s: lambda: plain.insert(tuples(n, 10 * n, s)), 0),
-                "zadd/unique": (lambda n, s: lambda: zadd_all(server.client, tuples(n, 10 * n, s)), 0),
-                "script/hot": (lambda n, s: lambda: plain.insert(tuples(n, hot, s)), hot),
-                "zadd/hot": (lambda n, s: lambda: zadd_all(server.client, tuples(n, hot, s)), hot),
-                "script-dirty/spread": (
-                    lambda n, s: later(
-                        lambda: plain.delete(tombstones(spread)), lambda: plain.insert(tuples(n, spread, s))
-                    ),
-                    spread,
-                ),
-                "script-dirty/hot": (
-                    lambda n, s: later(lambda: plain.delete(tombstones(hot)), lambda: plain.insert(tuples(n, hot, s))),
-                    hot,
-                ),
-                "script-delete/spread": (
-                    lambda n, s: later(
-                        lambda: plain.insert(tuples(n, spread, s)), lambda: plain.delete(raised(tuples(n, spread, s)))
-                    ),
-                    spread,
-                ),
-                "script-delete/hot": (
-                    lambda n, s: later(
-                        lambda: plain.insert(tuples(n, hot, s)), lambda: plain.delete(raised(tuples(n, hot, s)))
-                    ),
-                    hot,
-                ),
-                "script-tombstone/spread": (lambda n, s: lambda: plain.delete(tuples(n, spread, s)), spread),
-                "script-bounded/spread": (lambda n, s: lambda: bounded.insert(tuples(n, spread, s)), spread),
-                "incr/spread": (lambda n, s: lambda: incr_all(increments(n, spread * 10, s), f"src{s}"), spread),
-                "zincrby/spread": (
-                    lambda n, s: lambda: zincrby_all(server.client, increments(n, spread * 10, s)),
-                    spread,
-                ),
-                "incr/hot": (lambda n, s: lambda: incr_all(increments(n, hot, s), f"src{s}"), hot),
-                "zincrby/hot": (lambda n, s: lambda: zincrby_all(server.client, increments(n, hot, s)), hot),
-            }
-            for name, (make, _) in workloads.items():
-                if select and not name.startswith(select):
-                    continue
-                server.client.flushall()
-                make(max(100, sizes[0] // 10), 1)()  # warm-up: the script loaded, first calls done
-                counts: dict[int, int] = {}
-                for seed, n in enumerate(sizes, start=2):
-                    server.client.flushall()
-                    # The tuples are built here (client side, not counted by the server): only sends count.
-                    run = make(n, seed)
-                    counts[n] = server.count(run)
-                out[name] = {"counts": counts, "per_unit": per_unit(counts)}
-                print(f"  server {name:<24} {out[name]['per_unit']:>10,.0f} instructions per unit", flush=True)
-            plain.close()
-            bounded.close()
-        finally:
-            server.close()
+    for extra, family in (((), "script"), (("--loadmodule", str(build())), "module")):
+        if select and not any(p.startswith("module") == (family == "module") for p in select):
+            continue
+        with tempfile.TemporaryDirectory(prefix="zc-callgrind-") as tmp:
+            server = CountedServer(Path(tmp), extra)
+            try:
+                _count_workloads(server, family, sizes, spread, hot, select, out)
+            finally:
+                server.close()
     pairs = {
         "script/zadd spread": ("script/spread", "zadd/spread"),
         "script/zadd unique": ("script/unique", "zadd/unique"),
@@ -279,11 +212,118 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
         "delete/zadd hot": ("script-delete/hot", "zadd/hot"),
         "tombstone/zadd spread": ("script-tombstone/spread", "zadd/spread"),
         "bounded/zadd spread": ("script-bounded/spread", "zadd/spread"),
+        "module/zadd spread": ("module/spread", "zadd/spread"),
+        "module/zadd unique": ("module/unique", "zadd/unique"),
+        "module/zadd hot": ("module/hot", "zadd/hot"),
+        "module-dirty/zadd spread": ("module-dirty/spread", "zadd/spread"),
+        "module-dirty/zadd hot": ("module-dirty/hot", "zadd/hot"),
+        "module-delete/zadd spread": ("module-delete/spread", "zadd/spread"),
+        "module-delete/zadd hot": ("module-delete/hot", "zadd/hot"),
+        "module-tombstone/zadd spread": ("module-tombstone/spread", "zadd/spread"),
         "incr/zincrby spread": ("incr/spread", "zincrby/spread"),
         "incr/zincrby hot": ("incr/hot", "zincrby/hot"),
     }
     ratios = {name: out[a]["per_unit"] / out[b]["per_unit"] for name, (a, b) in pairs.items() if a in out and b in out}
     return {"workloads": out, "ratios": ratios}
+
+
+def _workload_names(family: str) -> list[str]:
+    if family == "module":
+        return [f"module{kind}/{shape}" for kind in ("", "-dirty", "-delete") for shape in ("spread", "hot")] + [
+            "module/unique",
+            "module-tombstone/spread",
+        ]
+    return []  # the script's family: every other workload (see _count_workloads)
+
+
+def _count_workloads(
+    server: CountedServer,
+    family: str,
+    sizes: tuple[int, int],
+    spread: int,
+    hot: int,
+    select: tuple[str, ...],
+    out: dict[str, Any],
+) -> None:
+    """Count ``family``'s workloads on ``server`` into ``out``: on the module's server, the 2P-set writes
+    under the names ``module...`` (the same workloads as ``script...``); elsewhere all of them."""
+    from zcluster import Cluster, Incr
+
+    plain = Cluster.from_urls([server.url], prefix="b:")
+    bounded = Cluster.from_urls([server.url], prefix="b:", max_size=100_000)
+
+    def incr_all(items: list[tuple[str, str, float]], source: str) -> None:
+        for lo in range(0, len(items), INCR_CALL):
+            batch = items[lo : lo + INCR_CALL]
+            plain.increment(source, [(lo + i, Incr(k, m, d)) for i, (k, m, d) in enumerate(batch)])
+
+    def later(setup: Callable[[], Any], run: Callable[[], Any]) -> Callable[[], Any]:
+        setup()  # before the count starts
+        return run
+
+    def tombstones(keys: int) -> list[tuple[str, float, str]]:
+        return [(f"k{i}", 1.0, "gone") for i in range(keys)]
+
+    def raised(items: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
+        return [(k, score + 1, m) for k, score, m in items]
+
+    workloads: dict[str, tuple[Callable[[int, int], Callable[[], Any]], int]] = {
+        "script/spread": (lambda n, s: lambda: plain.insert(tuples(n, spread, s)), spread),
+        "zadd/spread": (lambda n, s: lambda: zadd_all(server.client, tuples(n, spread, s)), spread),
+        # Every tuple alone in its set (ten times as many keys as tuples, at both sizes): spread keys
+        # as a stream of many users writes them, where no group shares a set's keys or count.
+        "script/unique": (lambda n, s: lambda: plain.insert(tuples(n, 10 * n, s)), 0),
+        "zadd/unique": (lambda n, s: lambda: zadd_all(server.client, tuples(n, 10 * n, s)), 0),
+        "script/hot": (lambda n, s: lambda: plain.insert(tuples(n, hot, s)), hot),
+        "zadd/hot": (lambda n, s: lambda: zadd_all(server.client, tuples(n, hot, s)), hot),
+        "script-dirty/spread": (
+            lambda n, s: later(lambda: plain.delete(tombstones(spread)), lambda: plain.insert(tuples(n, spread, s))),
+            spread,
+        ),
+        "script-dirty/hot": (
+            lambda n, s: later(lambda: plain.delete(tombstones(hot)), lambda: plain.insert(tuples(n, hot, s))),
+            hot,
+        ),
+        "script-delete/spread": (
+            lambda n, s: later(
+                lambda: plain.insert(tuples(n, spread, s)), lambda: plain.delete(raised(tuples(n, spread, s)))
+            ),
+            spread,
+        ),
+        "script-delete/hot": (
+            lambda n, s: later(
+                lambda: plain.insert(tuples(n, hot, s)), lambda: plain.delete(raised(tuples(n, hot, s)))
+            ),
+            hot,
+        ),
+        "script-tombstone/spread": (lambda n, s: lambda: plain.delete(tuples(n, spread, s)), spread),
+        "script-bounded/spread": (lambda n, s: lambda: bounded.insert(tuples(n, spread, s)), spread),
+        "incr/spread": (lambda n, s: lambda: incr_all(increments(n, spread * 10, s), f"src{s}"), spread),
+        "zincrby/spread": (
+            lambda n, s: lambda: zincrby_all(server.client, increments(n, spread * 10, s)),
+            spread,
+        ),
+        "incr/hot": (lambda n, s: lambda: incr_all(increments(n, hot, s), f"src{s}"), hot),
+        "zincrby/hot": (lambda n, s: lambda: zincrby_all(server.client, increments(n, hot, s)), hot),
+    }
+    if family == "module":  # the module's server serves the 2P-set writes: named apart, the rest left out
+        workloads = {"module" + name[len("script") :]: w for name, w in workloads.items() if name.startswith("script")}
+        workloads = {name: w for name, w in workloads.items() if name in _workload_names("module")}
+    for name, (make, _) in workloads.items():
+        if select and not name.startswith(select):
+            continue
+        server.client.flushall()
+        make(max(100, sizes[0] // 10), 1)()  # warm-up: the script loaded, first calls done
+        counts: dict[int, int] = {}
+        for seed, n in enumerate(sizes, start=2):
+            server.client.flushall()
+            # The tuples are built here (client side, not counted by the server): only sends count.
+            run = make(n, seed)
+            counts[n] = server.count(run)
+        out[name] = {"counts": counts, "per_unit": per_unit(counts)}
+        print(f"  server {name:<24} {out[name]['per_unit']:>10,.0f} instructions per unit", flush=True)
+    plain.close()
+    bounded.close()
 
 
 # -- (b) the client's side -------------------------------------------------------------------------------------

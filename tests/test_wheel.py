@@ -1,6 +1,6 @@
-"""The built wheel carries the Lua scripts and, where a C compiler is, the hot path compiled with mypyc
-(hatch_build.py): install it into a fresh venv outside the checkout and write; without the ``cli`` extra, the
-``zcluster`` command says how to get it."""
+"""The built wheel carries the Lua scripts, the Redis module's source and, where a C compiler is, the hot path
+compiled with mypyc (hatch_build.py): install it into a fresh venv outside the checkout, build the module from
+it, and write through the module; without the ``cli`` extra, the ``zcluster`` command says how to get it."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
         [sys.executable, "-m", "zipfile", "-l", str(wheel)], check=True, capture_output=True, text=True
     ).stdout
     assert "zcluster/lua/write.lua" in listing and "zcluster/py.typed" in listing
+    assert "zcluster/module/zcluster.c" in listing and "zcluster/module/abi.h" in listing
     native = shutil.which("cc") is not None and not os.environ.get("ZCLUSTER_PURE")
     assert ("zcluster_native__mypyc" in listing) == native, listing
     venv = tmp_path / "venv"
@@ -39,19 +40,32 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
         "c = zcluster.Cluster.from_urls([sys.argv[1]])\n"
         "r = c.insert([zcluster.KeyScoreMember('k', 1.0, 'm')])\n"
         "import zcluster._native as n\n"
-        "print(r.applied, c.select(['k'])['k'][0].member, s.write_script().sha, len(n.compiled()))\n"
+        "print(r.applied, c.select(['k'])['k'][0].member, s.write_script().sha, len(n.compiled()),\n"
+        "      list(c._transport.native.values()))\n"
     )
     alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's package, not a checkout's
-    with LocalShards(1) as shards:
-        out = subprocess.run(
+    build = "import sys, pathlib, zcluster._server_module as m; print(m.build(pathlib.Path(sys.argv[1])))"
+    module = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", build, str(tmp_path / "redis-module.so")],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=alone,
+    ).stdout.strip()
+    assert module == str(tmp_path / "redis-module.so")
+    with LocalShards(1, extra=["--loadmodule", module]) as shards:
+        run = subprocess.run(
             [str(venv / "bin" / "python"), "-c", script, shards.urls[0]],
-            check=True,
+            check=False,
             capture_output=True,
             text=True,
             cwd=tmp_path,
             env=alone,
-        ).stdout.split()
-    assert out[:2] == ["[True]", "m"]
+        )
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.split()
+    assert out[:2] == ["[True]", "m"] and out[4] == "[True]"  # written through the module the wheel built
     assert int(out[3]) == (len(MODULES + EXTENSIONS) if native else 0)  # the compiled modules are the ones loaded
     # click and rich are the cli extra: without them the command says so in one line (exit 2).
     command = subprocess.run(

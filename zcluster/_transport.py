@@ -25,6 +25,7 @@ from zcluster._follow import demoted, follow, node_down, redirected
 from zcluster._moves import Successor
 from zcluster._pipelines import Command, SharedCommands
 from zcluster._scripts import Script
+from zcluster._server_module import PROTOCOL
 from zcluster._topology import Shard, Topology
 from zcluster.errors import DurabilityError, ShardError
 from zcluster.types import Durability, ReadResult, ShardFailure
@@ -46,6 +47,7 @@ class Transport:
         self.scripts = scripts
         self.pipeline_calls = pipeline_calls
         self.refused: set[str] = set()  # names of optional scripts a server refused to load
+        self.native: dict[str, bool] = {}  # shard name -> whether it serves ZCLUSTER.WRITE (see native_writes)
         self.guard: Any = None  # the layout guard of its shards (zcluster._guard), once installed
         self.successor = Successor()  # the transport of the layout a migration moved the store to
         self._pool: ThreadPoolExecutor | None = None
@@ -104,6 +106,27 @@ class Transport:
                     raise
                 self.refused.add(script.name)
                 log.warning("%s refused the optional script %s: %s", shard.name, script.name, exc)
+
+    def native_writes(self, shard: Shard) -> bool:
+        """Whether ``shard`` has zcluster's Redis module loaded, speaking this client's :data:`PROTOCOL`
+        (:mod:`zcluster._server_module`). Asked once per server (``ZCLUSTER.VERSION``) and remembered; a
+        server that loads the module later is used by clients made later. :meth:`native_lost` forgets it."""
+        known = self.native.get(shard.name)
+        if known is None:
+            try:
+                answer = self.node_call(shard, lambda: shard.client.execute_command("ZCLUSTER.VERSION"))
+            except redis.ResponseError:  # an unknown command (no module), or a user not allowed to run it
+                answer = None
+            known = self.native[shard.name] = answer == PROTOCOL
+            if known:
+                log.info("%s: 2P-set writes go to its zcluster module (ZCLUSTER.WRITE)", shard.name)
+        return known
+
+    def native_lost(self, shard: Shard) -> None:
+        """``shard`` answered ZCLUSTER.WRITE as an unknown command (restarted without the module): its writes
+        go to the write script from now on."""
+        self.native[shard.name] = False
+        log.warning("%s no longer has the zcluster module: its 2P-set writes go to the write script", shard.name)
 
     def writes(self, shard: Shard, commands: list[Command], durability: Durability | None = None) -> list[Any]:
         """:meth:`commands` with the pipeline streamed (write-script calls, whose replies are plain)."""

@@ -6,6 +6,10 @@ for every replica of the same shape (:meth:`WritePlan.shape`) and sends it throu
 (:func:`plan_of`). Node calls on a Redis Cluster carry the keys of many slots of one node; a call that stops
 at a key its node does not serve (``|NOTLOCAL``, see ``lua/write.lua``) has the rest of its tuples resent one
 slot per call.
+
+A standalone server with zcluster's Redis module (:mod:`zcluster._server_module`) gets the calls the module
+serves (no bound, no floors, no waits) as ``ZCLUSTER.WRITE``, the same arguments without the script's SHA; a
+server that answers it as an unknown command (restarted without the module) gets them again as the script.
 """
 
 from __future__ import annotations
@@ -105,8 +109,19 @@ class WritePlan:
         # a record again as it is, so that the waits cover an earlier attempt's writes (lua/write.lua, "Waits").
         self.waited = durability is not None and bool(durability.local_aof or durability.replicas)
 
+        # the calls the module serves (zcluster/_server_module.py); node calls exist only on a Redis Cluster
+        native = isinstance(transport.topology, StandaloneTopology) and not max_size and not self.waited
+
         def writer(shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
-            return transport.writes(shard, commands, durability)
+            if not (native and transport.native_writes(shard)):
+                return transport.writes(shard, commands, durability)
+            replies = transport.writes(shard, [("ZCLUSTER.WRITE", *c[2:]) for c in commands], durability)
+            gone = [j for j, r in enumerate(replies) if isinstance(r, ResponseError) and "unknown command" in str(r)]
+            if gone:
+                transport.native_lost(shard)
+                for j, r in zip(gone, transport.writes(shard, [commands[j] for j in gone], durability), strict=True):
+                    replies[j] = r
+            return replies
 
         self.writer = writer  # each shard's write pipeline, then its durability waits on that connection
 

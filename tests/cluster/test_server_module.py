@@ -1,0 +1,264 @@
+"""zcluster's Redis module (``module/zcluster.c``: ``ZCLUSTER.WRITE``) against the write script it stands in for,
+on real servers that load it (``--loadmodule``, built by :func:`zcluster._server_module.build`).
+
+The module must decide every tuple as ``lua/write.lua`` does and leave every key as the script would: random
+call sequences run through both on one server, each on its own copy of the keys, and whole Clusters with and
+without the module take the same random writes. What it must also do as the script does: replicate (a
+replica without the module follows), persist (an AOF loads without it), publish keyspace notifications (a
+migration's listener hears its writes). A client finds the module by itself, uses the script where a server
+lacks it (never loaded, restarted without it, or not allowed to the user), and falls back at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from script_calls import MEMBERS, SCORES, SETS, arguments, call, content, keys, verdicts
+
+from zcluster import Cluster, Delete, Insert
+from zcluster._scripts import write_script
+from zcluster._server_module import PROTOCOL, build
+from zcluster.testing import LocalShards
+
+_ns = itertools.count()
+
+
+def loadmodule() -> list[str]:
+    return ["--loadmodule", str(build())]
+
+
+@pytest.fixture(scope="module")
+def native() -> Iterator[LocalShards]:
+    with LocalShards(2, extra=loadmodule()) as group:
+        yield group
+
+
+@pytest.fixture
+def server(native: LocalShards) -> redis.Redis:
+    return redis.Redis.from_url(native.urls[0])
+
+
+def module_call(r: redis.Redis, ns: str, op: str, groups: list[Any], singles: int = 1 << 30) -> bytes:
+    declared, argv = arguments(ns, op, groups, 0, False, False, singles)
+    reply = r.execute_command("ZCLUSTER.WRITE", len(declared), *declared, *argv)
+    assert isinstance(reply, bytes)
+    return reply
+
+
+tuple_ = st.tuples(st.sampled_from(SCORES), st.sampled_from(MEMBERS))
+group = st.tuples(
+    st.sampled_from(SETS),
+    st.one_of(st.lists(tuple_, min_size=1, max_size=3), st.lists(tuple_, min_size=11, max_size=16)),
+)
+write = st.tuples(st.just("write"), st.sampled_from(["+", "-"]), st.lists(group, min_size=1, max_size=4))
+poison = st.tuples(st.just("poison"), st.sampled_from(SETS), st.sampled_from(["sums", "counters"]))
+step = st.one_of(write, write, write, poison)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(step, min_size=1, max_size=12), singles=st.integers(0, 4))
+def test_the_module_decides_and_writes_as_the_script(server: redis.Redis, steps: list[Any], singles: int) -> None:
+    """Same verdicts, same keys after every call. The one intended difference: the module checks a group's
+    two keys for their kind before its first tuple, so a group with a key of another kind (an aggregate's)
+    stops the call there, where the script first says "0" for the tuples its other key finds stale (they
+    write nothing)."""
+    run = next(_ns)
+    lua, mod = f"sm{run}l:", f"sm{run}m:"
+    source = write_script().source
+    try:
+        for s in steps:
+            if s[0] == "poison":  # the set replaced by an aggregate (lua/incr.lua's layouts)
+                _, name, kind = s
+                for ns in (lua, mod):
+                    plus, minus, _floor = keys(ns, name)
+                    server.delete(plus, minus)
+                    if kind == "sums":  # totals in K+, fences in a K- hash
+                        server.zadd(plus, {"m1": 2.0, "m2": 0.0})
+                        server.hset(minus, "src", "0:0:1:1")
+                    else:  # counters: one hash
+                        server.hset(plus, "m1", "1")
+                continue
+            _, op, groups = s
+            expected = verdicts(call(server, source, lua, op, groups, 0, False, False, singles))
+            got = verdicts(module_call(server, mod, op, groups, singles))
+            stop = b"|WRONGTYPE"
+            if expected.endswith(stop):
+                assert got.endswith(stop), (op, groups, got)
+                done, skipped = got[: -len(stop)], expected[len(got) - len(stop) : -len(stop)]
+                assert expected.startswith(done) and set(skipped) <= {ord("0")}, (op, groups, got, expected)
+            else:
+                assert got == expected, (op, groups)
+            assert content(server, mod) == content(server, lua)
+    finally:
+        for ns in (lua, mod):
+            for name in SETS:
+                server.delete(*keys(ns, name))
+
+
+def store(cluster: Cluster, names: list[str]) -> dict[str, Any]:
+    held = cluster.select(names, limit=1000)
+    return {k: sorted((t.member, t.score) for t in v) for k, v in held.items()}
+
+
+def random_writes(rng: random.Random, n: int, names: list[str]) -> list[Any]:
+    out: list[Any] = []
+    for _ in range(n):
+        kind = Insert if rng.random() < 0.6 else Delete
+        out.append(kind(rng.choice(names), float(rng.randrange(8)), rng.choice(["a", "b", "c", "d"])))
+    return out
+
+
+def test_clusters_with_and_without_the_module_end_equal(native: LocalShards, shards: LocalShards) -> None:
+    """The same random writes (spread keys: most tuples alone in their set; hot keys: many per set; inserts
+    and deletes mixed in a call; ties) through a Cluster whose servers have the module and one whose servers
+    do not: the same tuples take effect and the stores read back equal."""
+    rng = random.Random(7)
+    names = [f"u{i}" for i in range(400)] + ["hot1", "hot2", "hot3"]
+    prefix = f"sme{next(_ns)}:"
+    with Cluster.from_urls(native.urls, prefix=prefix) as fast, Cluster.from_urls(shards.urls, prefix=prefix) as lua:
+        seen = set()
+        for size in (1, 30, 500, 2000, 500):
+            calls = random_writes(rng, size, names[:3] if size == 30 else names)
+            a, b = fast.apply(calls), lua.apply(calls)
+            assert a.applied == b.applied and not a.failures and not b.failures
+            seen.update(a.applied)
+        assert seen == {True, False}
+        assert store(fast, names) == store(lua, names)
+        assert set(fast._transport.native.values()) == {True}
+        assert set(lua._transport.native.values()) == {False}
+
+
+def dump(r: redis.Redis, prefix: str) -> dict[bytes, Any]:
+    """Every sorted set of the store (its marker, a string, left out)."""
+    found = sorted(k for k in r.scan_iter(match=f"{{{prefix}*") if r.type(k) == b"zset")
+    return {k: r.zrange(k, 0, -1, withscores=True) for k in found}
+
+
+def test_a_replica_and_the_aof_follow_without_the_module() -> None:
+    """The module replicates plain ZADD and ZREM: a replica that lacks it holds what the master holds, and
+    the master's AOF loads on a server started without it."""
+    prefix = f"smr{next(_ns)}:"
+    with LocalShards(1, extra=loadmodule(), aof=True) as master, LocalShards(1) as replica:
+        m, r = master.servers[0].client(), replica.servers[0].client()
+        r.replicaof("127.0.0.1", master.servers[0].port)
+        deadline = time.monotonic() + 60
+        while r.info("replication")["master_link_status"] != "up":
+            assert time.monotonic() < deadline, "the replica never synced"
+            time.sleep(0.05)
+        rng = random.Random(3)
+        names = [f"k{i}" for i in range(50)]
+        with Cluster.from_urls(master.urls, prefix=prefix) as c:
+            for _ in range(5):
+                assert not c.apply(random_writes(rng, 300, names)).failures
+            assert c._transport.native == {f"127.0.0.1:{master.servers[0].port}": True}
+        m.set("probe", "1")
+        assert m.wait(1, 30_000) == 1  # the replication stream is ordered: everything before it is there
+        held = dump(m, prefix)
+        assert held and dump(r, prefix) == held
+        assert r.info("replication")["master_link_status"] == "up"
+        master.kill(0)
+        master.servers[0].extra = ()
+        master.start(0)
+        assert dump(master.servers[0].client(), prefix) == held
+
+
+def test_its_writes_publish_keyspace_notifications(native: LocalShards) -> None:
+    """A migration's listener learns which keys changed from keyspace notifications (zcluster.migration):
+    the module's inserts and deletes publish them as ZADD and ZREM do."""
+    r = redis.Redis.from_url(native.urls[0])
+    before = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+    r.config_set("notify-keyspace-events", "KA")
+    prefix = f"smn{next(_ns)}:"
+    listener = r.pubsub()
+    try:
+        listener.psubscribe(f"__keyspace@0__:{{{prefix}*")
+        assert listener.get_message(timeout=10)["type"] == "psubscribe"
+        r.execute_command("ZCLUSTER.WRITE", 2, f"{{{prefix}k}}+", f"{{{prefix}k}}-", "+", 0, 0, 1, 1, "m")
+        r.execute_command("ZCLUSTER.WRITE", 2, f"{{{prefix}k}}+", f"{{{prefix}k}}-", "-", 0, 0, 1, 2, "m")
+        wanted = [(f"{{{prefix}k}}+", "zadd"), (f"{{{prefix}k}}-", "zadd"), (f"{{{prefix}k}}+", "zrem")]
+        heard: list[tuple[str, str]] = []
+        deadline = time.monotonic() + 30
+        while len(heard) < len(wanted) and time.monotonic() < deadline:
+            message = listener.get_message(timeout=1)
+            if message is not None and message["type"] == "pmessage":
+                heard.append((message["channel"].decode().split(":", 1)[1], message["data"].decode()))
+        assert heard[: len(wanted)] == wanted
+    finally:
+        listener.close()
+        r.config_set("notify-keyspace-events", before)
+
+
+def test_a_server_restarted_without_the_module_gets_the_script() -> None:
+    """A client that found the module keeps writing when its server comes back without it: the call is
+    answered as an unknown command, sent again as the script, and the store is exact."""
+    prefix = f"smf{next(_ns)}:"
+    with LocalShards(1, extra=loadmodule()) as group, Cluster.from_urls(group.urls, prefix=prefix) as c:
+        name = f"127.0.0.1:{group.servers[0].port}"
+        assert c.apply([Insert("k", 1.0, "a"), Delete("k", 2.0, "b")]).applied == [True, True]
+        assert c._transport.native == {name: True}
+        group.stop(0)
+        group.servers[0].extra = ()
+        group.start(0)
+        result = c.apply([Insert("k", 3.0, "b"), Insert("k", 0.5, "a"), Insert("j", 1.0, "x")])
+        assert result.applied == [True, False, True] and not result.failures
+        assert c._transport.native == {name: False}
+        assert store(c, ["k", "j"]) == {"k": [("a", 1.0), ("b", 3.0)], "j": [("x", 1.0)]}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["+", 0, 0, 0, 2, 1, "m"],  # a count past the arguments
+        ["+", 0, 0, 1, "x", "m"],  # a score that is not a number
+        ["+", 0, 0, 1, "nan", "m"],
+        ["+", 0, 0, 1, 1, "m", "extra"],  # arguments past the last group
+        ["+!", 0, 0, 1, 1, "m"],  # a wait's op: the script's
+        ["+", 5, 0, 1, 1, "m"],  # a bound: the script's
+        ["+", 0, 1, 1, 1, "m"],  # floors: the script's
+        ["+", 0, 0, 2, 1, "m"],  # more one-tuple groups than groups
+        ["+", 0, 0, 0, -1],  # a negative count
+    ],
+)
+def test_a_malformed_call_is_refused_whole(server: redis.Redis, args: list[Any]) -> None:
+    """Nothing of a call the module cannot read is written: its first group is valid, and stays unwritten."""
+    prefix = f"smb{next(_ns)}:"
+    ks = [f"{{{prefix}a}}+", f"{{{prefix}a}}-"]
+    with pytest.raises(redis.ResponseError, match=r"zcluster\.write"):
+        server.execute_command("ZCLUSTER.WRITE", 2, *ks, *args)
+    assert server.exists(*ks) == 0
+
+
+def test_the_version_is_the_clients_protocol(server: redis.Redis) -> None:
+    """The client uses the module only when it answers the client's protocol; its keys are declared (what a
+    Redis Cluster routes by, and ACL key patterns check)."""
+    assert server.execute_command("ZCLUSTER.VERSION") == PROTOCOL
+    server.set_response_callback("COMMAND", lambda reply, **_: reply)  # raw: redis-py parses COMMAND's shape
+    assert server.execute_command("COMMAND", "GETKEYS", "ZCLUSTER.WRITE", 2, "a+", "a-", "+", 0, 0, 1, 1, "m") == [
+        b"a+",
+        b"a-",
+    ]
+
+
+def test_a_user_not_allowed_the_module_writes_through_the_script(native: LocalShards) -> None:
+    """Other credentials: an ACL user denied the module's commands is served by the script, correctly."""
+    admin = redis.Redis.from_url(native.urls[0])
+    user = f"nomod{next(_ns)}"
+    admin.acl_setuser(
+        user, enabled=True, passwords=["+pw"], keys=["*"], channels=["*"], commands=["+@all", "-zcluster.version"]
+    )
+    try:
+        port = native.servers[0].port
+        with Cluster.from_urls([f"redis://{user}:pw@127.0.0.1:{port}"], prefix=f"sma{next(_ns)}:") as c:
+            assert c.apply([Insert("k", 1.0, "a"), Delete("k", 0.5, "a")]).applied == [True, False]
+            assert c._transport.native == {f"127.0.0.1:{port}": False}
+            assert store(c, ["k"]) == {"k": [("a", 1.0)]}
+    finally:
+        admin.acl_deluser(user)

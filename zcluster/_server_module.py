@@ -1,0 +1,70 @@
+"""zcluster's Redis module (``module/zcluster.c``): its source, and building it into a shared library that
+``redis-server --loadmodule`` (or Valkey's) loads.
+
+What it serves: ``ZCLUSTER.WRITE``, the 2P-set write of ``lua/write.lua`` as one native command, at a fraction
+of the script's server cost (bench/README.md), and ``ZCLUSTER.VERSION``, the protocol it speaks. A client
+sends it the calls it serves wherever a server answers :data:`PROTOCOL` (see :mod:`zcluster._writes`);
+everything else, and every server without it, gets the scripts. Replicas and the AOF never need it: it
+replicates plain ZADD and ZREM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+from zcluster.errors import ZClusterError
+
+__all__ = ["PROTOCOL", "build", "source_dir"]
+
+PROTOCOL = 1
+"""What ``ZCLUSTER.VERSION`` answers when the module speaks this client's argument layout."""
+
+_HERE = Path(__file__).resolve().parent
+# In a wheel the source sits inside the package; in a checkout beside it (as the Lua scripts do).
+_SEARCH = (_HERE / "module", _HERE.parent / "module")
+_SOURCES = ("zcluster.c", "abi.h")
+
+
+def source_dir() -> Path:
+    """The folder holding the module's C source; raises FileNotFoundError naming where it looked."""
+    for folder in _SEARCH:
+        if (folder / _SOURCES[0]).is_file():
+            return folder
+    raise FileNotFoundError(f"zcluster's module source not found in {', '.join(str(p) for p in _SEARCH)}")
+
+
+def _cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "zcluster"
+
+
+def build(dest: Path | None = None) -> Path:
+    """The module built from this package's source; returns the shared library's path.
+
+    Without ``dest``, it goes to ``$XDG_CACHE_HOME/zcluster`` (``~/.cache/zcluster``) under a name made of
+    the source's digest, and a build already there is reused. Compiled with ``$CC`` (default ``cc``). Safe
+    to run at once from several processes (each writes its own file, then renames it into place). Raises
+    :class:`zcluster.ZClusterError` with the compiler's output when compiling fails, FileNotFoundError
+    without the source.
+    """
+    src = source_dir()
+    digest = hashlib.sha256(b"".join((src / name).read_bytes() for name in _SOURCES)).hexdigest()[:16]
+    target = dest if dest is not None else _cache() / f"zcluster-module-{digest}.so"
+    if dest is None and target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    cc = os.environ.get("CC", "cc")
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    args = [cc, "-O2", "-shared", "-fPIC", "-o", str(partial), str(src / "zcluster.c")]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise ZClusterError(f"building zcluster's Redis module: cannot run {cc!r}: {exc}") from exc
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise ZClusterError(f"building zcluster's Redis module with {cc!r} failed:\n{done.stderr.strip()}")
+    os.replace(partial, target)
+    return target
