@@ -24,7 +24,8 @@ scale with ``--tuples`` (tuples per key stay 100 / 20 / 2).
 Every measurement is repeated; methods are interleaved round-robin inside each repetition so that drift on a
 shared machine hits them alike. Medians and ratios are printed, and written with every raw sample to
 ``bench/results/cluster.json`` and ``bench/results/cluster.png`` (``--matrix-only``: ``cluster-matrix.*``;
-``--quick`` adds ``-quick``).
+``--quick`` adds ``-quick``). ``--module``: every local server loads zcluster's Redis module, so that
+``Cluster.insert`` writes through ``ZCLUSTER.WRITE`` instead of the script (results ``-module``).
 
     python bench/bench_cluster.py                  # full run: 200k tuples, 5 repetitions, then the matrix
     python bench/bench_cluster.py --quick          # smoke run: 20k tuples, 2 repetitions, keys / 10
@@ -111,6 +112,10 @@ MATRIX_GOALS = {"library_vs_per_tuple_script": 2.0, "library_vs_zadd": 1.2, "mem
 
 
 # -- data -------------------------------------------------------------------------------------------------
+
+
+SERVER_ARGS: list[str] = []
+"""Options of every local server this run starts (``--module`` adds ``--loadmodule``)."""
 
 
 def make_tuples(n: int, nkeys: int, seed: int) -> list[KeyScoreMember]:
@@ -487,7 +492,7 @@ def run_core(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any
     }
     extra: dict[str, Any] = {"redis_benchmark_insert_fraction": []}
     started = time.perf_counter()
-    with LocalShards(2) as shards:
+    with LocalShards(2, extra=SERVER_ARGS) as shards:
         binary = shards.binary
         bench_bin = _benchmark_binary(binary)
         c0, c1 = (s.client() for s in shards.servers)
@@ -733,7 +738,7 @@ def run_matrix(
     fresh tuples, each from FLUSHALL, in an order rotated by repetition and point. Memory per tuple is the
     ``used_memory`` delta of each timed run (taken after it, outside the timing).
     """
-    with LocalShards(1) as shards:
+    with LocalShards(1, extra=SERVER_ARGS) as shards:
         client = shards.servers[0].client()
         servers = (client,)
         # One prefix per bound (the same length): a store's layout marker names its max_size (zcluster._guard).
@@ -1033,7 +1038,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only the matrix and the Redis Cluster point (writes cluster-matrix[-quick].{json,png})",
     )
     mode.add_argument("--no-matrix", action="store_true", help="skip the matrix and the Redis Cluster point")
+    ap.add_argument("--module", action="store_true", help="servers load zcluster's Redis module (results -module)")
     args = ap.parse_args(argv)
+    if args.module:
+        from zcluster._server_module import build
+
+        SERVER_ARGS.extend(["--loadmodule", str(build())])
     if args.quick:
         args.tuples, args.keys, args.repeat = 20_000, 500, 2
     options: dict[str, Any] = {"prefix": PREFIX}
@@ -1090,6 +1100,8 @@ def main(argv: list[str] | None = None) -> int:
     stem = "cluster-matrix" if args.matrix_only else "cluster"
     if args.quick:
         stem += "-quick"
+    if args.module:
+        stem += "-module"
     json_path = args.out / f"{stem}.json"
     json_path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {json_path}")

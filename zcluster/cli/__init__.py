@@ -22,7 +22,9 @@ exactly-once applications' progress and lag and skips lost ranges (:mod:`zcluste
 store from ``--journals URL`` or ``ZCLUSTER_JOURNALS``). ``migrate --to URL...`` (or ``--to-cluster URL``) moves
 the standalone store of ``--url`` online to another layout, resumable (:mod:`zcluster.cli.migrate`). ``markers``
 shows each listed shard's layout marker of the store and the migration they describe; ``markers reset``
-deletes them, refused while a migration is under way (:mod:`zcluster.cli.markers`).
+deletes them, refused while a migration is under way (:mod:`zcluster.cli.markers`). ``server-module`` builds
+zcluster's Redis module and prints its path, for ``--loadmodule`` (:mod:`zcluster.cli.module`); it needs no
+connection.
 
 URLs are parsed by :class:`zcluster.ClusterConfig`, the library's one parser. They may carry credentials
 (``redis://user:password@host:port``); prefer the environment over flags for them (process lists show
@@ -41,6 +43,7 @@ Modules: :mod:`~zcluster.cli.app` (the click group, error handling, :func:`main`
 :mod:`~zcluster.cli.reads` (keys, select, score), :mod:`~zcluster.cli.writes` (insert, delete, tuple files),
 :mod:`~zcluster.cli.replicas` (walk, diff), :mod:`~zcluster.cli.consumers` (consumers),
 :mod:`~zcluster.cli.migrate` (migrate), :mod:`~zcluster.cli.markers` (markers, markers reset),
+:mod:`~zcluster.cli.module` (server-module),
 :mod:`~zcluster.cli.info` and :mod:`~zcluster.cli.output`
 (encodings, scores, tables). click and rich are the ``cli`` extra: this package imports neither until
 :func:`main` runs, which says how to install them when they are missing.

@@ -16,6 +16,7 @@ from zcluster.cli.context import EXPECTED, Settings, counts
 from zcluster.cli.info import info
 from zcluster.cli.markers import markers
 from zcluster.cli.migrate import migrate
+from zcluster.cli.module import server_module
 from zcluster.cli.reads import keys, score, select
 from zcluster.cli.replicas import diff, walk
 from zcluster.cli.writes import delete, insert
@@ -118,7 +119,7 @@ def cli(
 
 for _command in (
     *(keys, select, score, top, counters, fences, insert, delete, info),
-    *(walk, diff, consumers, migrate, markers),
+    *(walk, diff, consumers, migrate, markers, server_module),
 ):
     cli.add_command(_command)
 
