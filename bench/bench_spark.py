@@ -316,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hot-users", type=int, default=50, help="users of the hot-key shape (default 50)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    ap.add_argument("--module", action="store_true", help="the shards load zcluster's Redis module (results -module)")
     args = ap.parse_args(argv)
     args.messages = args.messages or (10_000 if args.quick else 100_000)
     args.repeat = args.repeat or (1 if args.quick else 3)
@@ -338,7 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     warm_up_s: dict[str, float] = {}  # each query kind's untimed first run, on the small journal set
     spark = None
     try:
-        with LocalShards(2) as shards:
+        if args.module:
+            from zcluster._server_module import build
+
+            servers = ["--loadmodule", str(build())]
+        else:
+            servers = []
+        with LocalShards(2, extra=servers) as shards:
             clients = [s.client() for s in shards.servers]
 
             def flush() -> None:
@@ -522,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     report["warm_up"] = {"frames": small.frames, "committed": small.traffic.committed, "seconds": warm_up_s}
     print_report(report)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "spark-quick" if args.quick else "spark"
+    stem = ("spark-quick" if args.quick else "spark") + ("-module" if args.module else "")
     json_path = args.out / f"{stem}.json"
     json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {json_path}")

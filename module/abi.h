@@ -1,4 +1,4 @@
-/* The part of the Redis module ABI that zcluster.c uses: opaque handles, the constants it passes, and the
+/* The part of the Redis module ABI that zcluster_module.c uses: opaque handles, the constants it passes, and the
  * functions it asks the server for by name at load time. Declared here from the module API's documented
  * contract (https://redis.io/docs/latest/develop/reference/modules/modules-api-ref/), so that building the
  * module needs no server source tree. Valkey serves the same ABI. */

@@ -36,6 +36,7 @@ LAYERS = [
         "zcluster._keys",
         "zcluster._urls",
         "zcluster._scripts",
+        "zcluster._server_module",
         "zcluster._topology",
         "zcluster._guard",
         "zcluster._encode",

@@ -28,7 +28,7 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
         [sys.executable, "-m", "zipfile", "-l", str(wheel)], check=True, capture_output=True, text=True
     ).stdout
     assert "zcluster/lua/write.lua" in listing and "zcluster/py.typed" in listing
-    assert "zcluster/module/zcluster.c" in listing and "zcluster/module/abi.h" in listing
+    assert "zcluster/module/zcluster_module.c" in listing and "zcluster/module/abi.h" in listing
     native = shutil.which("cc") is not None and not os.environ.get("ZCLUSTER_PURE")
     assert ("zcluster_native__mypyc" in listing) == native, listing
     venv = tmp_path / "venv"

@@ -1,4 +1,4 @@
-"""zcluster's Redis module (``module/zcluster.c``): its source, and building it into a shared library that
+"""zcluster's Redis module (``module/zcluster_module.c``): its source, and building it into a shared library that
 ``redis-server --loadmodule`` (or Valkey's) loads.
 
 What it serves: ``ZCLUSTER.WRITE``, the 2P-set write of ``lua/write.lua`` as one native command, at a fraction
@@ -25,7 +25,7 @@ PROTOCOL = 1
 _HERE = Path(__file__).resolve().parent
 # In a wheel the source sits inside the package; in a checkout beside it (as the Lua scripts do).
 _SEARCH = (_HERE / "module", _HERE.parent / "module")
-_SOURCES = ("zcluster.c", "abi.h")
+_SOURCES = ("zcluster_module.c", "abi.h")
 
 
 def source_dir() -> Path:
@@ -58,7 +58,7 @@ def build(dest: Path | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     cc = os.environ.get("CC", "cc")
     partial = target.with_name(f".{target.name}.{os.getpid()}")
-    args = [cc, "-O2", "-shared", "-fPIC", "-o", str(partial), str(src / "zcluster.c")]
+    args = [cc, "-O2", "-shared", "-fPIC", "-o", str(partial), str(src / "zcluster_module.c")]
     try:
         done = subprocess.run(args, capture_output=True, text=True, check=False)
     except OSError as exc:

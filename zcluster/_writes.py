@@ -109,8 +109,9 @@ class WritePlan:
         # a record again as it is, so that the waits cover an earlier attempt's writes (lua/write.lua, "Waits").
         self.waited = durability is not None and bool(durability.local_aof or durability.replicas)
 
-        # the calls the module serves (zcluster/_server_module.py); node calls exist only on a Redis Cluster
-        native = isinstance(transport.topology, StandaloneTopology) and not max_size and not self.waited
+        # the calls the module serves (zcluster/_server_module.py): no bound, no floors (mode "0"), no waits;
+        # node calls exist only on a Redis Cluster
+        native = isinstance(transport.topology, StandaloneTopology) and not (max_size or encoder.floors or self.waited)
 
         def writer(shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
             if not (native and transport.native_writes(shard)):

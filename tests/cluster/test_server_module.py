@@ -1,4 +1,4 @@
-"""zcluster's Redis module (``module/zcluster.c``: ``ZCLUSTER.WRITE``) against the write script it stands in for,
+"""zcluster's Redis module (``module/zcluster_module.c``: ``ZCLUSTER.WRITE``) against the write script it stands in for,
 on real servers that load it (``--loadmodule``, built by :func:`zcluster._server_module.build`).
 
 The module must decide every tuple as ``lua/write.lua`` does and leave every key as the script would: random
@@ -134,6 +134,17 @@ def test_clusters_with_and_without_the_module_end_equal(native: LocalShards, sha
         assert store(fast, names) == store(lua, names)
         assert set(fast._transport.native.values()) == {True}
         assert set(lua._transport.native.values()) == {False}
+
+
+@pytest.mark.parametrize("options", [{"floors": True}, {"max_size": 50}])
+def test_calls_the_module_does_not_serve_go_to_the_script(native: LocalShards, options: dict[str, Any]) -> None:
+    """Floors (a store that forgets), a bound (and waits, likewise): the module refuses these calls, so the client never
+    sends them there; writes to such a store on a server with the module still take effect."""
+    with Cluster.from_urls(native.urls, prefix=f"smo{next(_ns)}:", **options) as c:
+        writes = random_writes(random.Random(5), 300, [f"k{i}" for i in range(40)])
+        result = c.apply(writes)
+        assert not result.failures and any(result.applied)
+        assert c._transport.native == {}  # never asked: no call of this store could go to the module
 
 
 def dump(r: redis.Redis, prefix: str) -> dict[bytes, Any]:
