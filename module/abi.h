@@ -17,6 +17,10 @@
 #define RM_KEYTYPE_EMPTY 0
 #define RM_KEYTYPE_ZSET 5
 
+#define RM_KEYTYPE_HASH 3
+
+#define RM_HASH_NONE 0
+
 #define RM_ZADD_ADDED (1 << 2)
 #define RM_ZADD_UPDATED (1 << 3)
 #define RM_ZADD_GT (1 << 5)
@@ -47,6 +51,15 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(int, Replicate, (RedisModuleCtx *, const char *, const char *, ...))                                       \
     X(int, IsKeysPositionRequest, (RedisModuleCtx *))                                                            \
     X(void, KeyAtPos, (RedisModuleCtx *, int))                                                                   \
+    X(int, ZsetIncrby, (RedisModuleKey *, double, RedisModuleString *, int *, double *))                         \
+    X(int, HashGet, (RedisModuleKey *, int, ...))                                                                \
+    X(int, HashSet, (RedisModuleKey *, int, ...))                                                                \
+    X(int, SetExpire, (RedisModuleKey *, long long))                                                             \
+    X(RedisModuleString *, CreateString, (RedisModuleCtx *, const char *, size_t))                               \
+    X(RedisModuleString *, CreateStringFromLongLong, (RedisModuleCtx *, long long))                              \
+    X(void, AutoMemory, (RedisModuleCtx *))                                                                      \
+    X(long long, Milliseconds, (void))                                                                      \
+    X(int, NotifyKeyspaceEvent, (RedisModuleCtx *, int, const char *, RedisModuleString *))                      \
     X(void *, Alloc, (size_t))                                                                                   \
     X(void, Free, (void *))
 

@@ -24,6 +24,7 @@
  * Every change publishes its keyspace notification (zadd, zrem) as the commands would: a migration's listener
  * learns of these writes as of any other.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "abi.h"
@@ -31,8 +32,6 @@
 #define PROTOCOL 1
 #define NOTIFY_ZSET (1 << 7)
 #define WRONGTYPE "|WRONGTYPE Operation against a key holding the wrong kind of value"
-
-static int (*RM_NotifyKeyspaceEvent)(RedisModuleCtx *, int, const char *, RedisModuleString *);
 
 /* One change, replicated and published. */
 static void added(RedisModuleCtx *ctx, RedisModuleString *key, RedisModuleString *score, RedisModuleString *m) {
@@ -180,23 +179,295 @@ static int write_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     return RM_OK;
 }
 
+/* ---- ZCLUSTER.INCR: lua/incr.lua's fenced increments ------------------------------------------------------- */
+
+#define NOTIFY_GENERIC (1 << 2)
+#define NOTIFY_HASH (1 << 6)
+#define HUGE_DELTA 0x1p970 /* only a delta this large can carry a finite total past the largest double */
+static const char FENCE[] = "\0zc|"; /* a counters key's fence fields in its totals hash: FENCE + source */
+#define FENCE_LEN 4
+
+/* A source's fence: the position (c, m, j) of its last increment applied to the key and n, how many of its
+ * increments the key holds; where it is kept (a hash key and field); the text as stored. */
+typedef struct {
+    double c, m, j, n;
+    RedisModuleKey *at;
+    RedisModuleString *kat, *field, *held;
+} Fence;
+
+enum { KIND_NEW, KIND_MINE, KIND_OTHER, KIND_BAD };
+
+/* "c:m:j:n" (":n" optional where `optional_n`), digits only, as lua/incr.lua's patterns read it. */
+static int parse_fence(RedisModuleString *text, int optional_n, Fence *f) {
+    size_t len;
+    const char *p = RM_StringPtrLen(text, &len), *end = p + len;
+    double *parts[4] = {&f->c, &f->m, &f->j, &f->n};
+    for (int i = 0; i < 4; i++) {
+        if (i == 3 && optional_n && p == end) {
+            f->n = 0;
+            return 1;
+        }
+        if (i > 0) {
+            if (p == end || *p != ':') return 0;
+            p++;
+            if (i == 3 && optional_n && p == end) {
+                f->n = 0;
+                return 1;
+            }
+        }
+        if (p == end || *p < '0' || *p > '9') return 0;
+        double v = 0;
+        while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (*p++ - '0');
+        *parts[i] = v;
+    }
+    return p == end;
+}
+
+/* lua/incr.lua's fence_in: the source's fence in the K- hash `fences`. */
+static int fence_in(RedisModuleKey *totals, RedisModuleKey *fences, RedisModuleString *source, Fence *f) {
+    int tf = RM_KeyType(fences);
+    if (tf != RM_KEYTYPE_EMPTY && tf != RM_KEYTYPE_HASH) return KIND_OTHER;
+    RedisModuleString *got = NULL;
+    if (tf == RM_KEYTYPE_HASH) RM_HashGet(fences, RM_HASH_NONE, source, &got, NULL);
+    f->c = f->m = f->j = -1;
+    f->n = 0;
+    if (got == NULL) {
+        int held = (tf != RM_KEYTYPE_EMPTY) + (RM_KeyType(totals) != RM_KEYTYPE_EMPTY);
+        return held == 0 ? KIND_NEW : held == 2 ? KIND_MINE : KIND_OTHER;
+    }
+    f->held = got;
+    return parse_fence(got, 1, f) ? KIND_MINE : KIND_BAD;
+}
+
+/* lua/incr.lua's fence_of: where the source's fence of this key is, and the key's kind as far as it tells. */
+static int fence_of(RedisModuleCtx *ctx, int sums, long long ttl, RedisModuleKey *totals, RedisModuleString *ktotals,
+                    RedisModuleKey *fences, RedisModuleString *kfences, RedisModuleString *source, Fence *f) {
+    f->held = NULL;
+    f->c = f->m = f->j = -1;
+    f->n = 0;
+    if (sums) {
+        f->at = fences, f->kat = kfences, f->field = source;
+        return fence_in(totals, fences, source, f);
+    }
+    size_t slen;
+    const char *sp = RM_StringPtrLen(source, &slen);
+    char *name = RM_Alloc(FENCE_LEN + slen);
+    memcpy(name, FENCE, FENCE_LEN);
+    memcpy(name + FENCE_LEN, sp, slen);
+    RedisModuleString *field = RM_CreateString(ctx, name, FENCE_LEN + slen);
+    RM_Free(name);
+    f->at = totals, f->kat = ktotals, f->field = field;
+    int tt = RM_KeyType(totals);
+    if (tt != RM_KEYTYPE_EMPTY && tt != RM_KEYTYPE_HASH) return KIND_OTHER; /* a sorted set: sums or a 2P-set */
+    RedisModuleString *got = NULL;
+    if (tt == RM_KEYTYPE_HASH) RM_HashGet(totals, RM_HASH_NONE, field, &got, NULL);
+    if (got != NULL) {
+        f->held = got;
+        return parse_fence(got, 0, f) ? KIND_MINE : KIND_BAD;
+    }
+    if (RM_KeyType(fences) != RM_KEYTYPE_EMPTY) { /* the two-key layout (or a 2P-set's tombstones) */
+        f->at = fences, f->kat = kfences, f->field = source;
+        return fence_in(totals, fences, source, f);
+    }
+    if (ttl > 0 && tt == RM_KEYTYPE_EMPTY) return KIND_NEW;
+    return KIND_MINE;
+}
+
+static int below(double c, double m, double j, const Fence *f) {
+    return c < f->c || (c == f->c && (m < f->m || (m == f->m && j <= f->j)));
+}
+
+static void write_fence(RedisModuleCtx *ctx, Fence *f, RedisModuleString *text) {
+    RM_HashSet(f->at, RM_HASH_NONE, f->field, text, NULL);
+    RM_Replicate(ctx, "HSET", "sss", f->kat, f->field, text);
+    RM_NotifyKeyspaceEvent(ctx, NOTIFY_HASH, "hset", f->kat);
+}
+
+/* The fence moved to the last increment applied, with its count. */
+static void advance(RedisModuleCtx *ctx, Fence *f) {
+    char text[128];
+    int len = snprintf(text, sizeof text, "%lld:%lld:%lld:%lld", (long long)f->c, (long long)f->m, (long long)f->j,
+                       (long long)f->n);
+    write_fence(ctx, f, RM_CreateString(ctx, text, (size_t)len));
+}
+
+/* A key made by this call lives `ttl` seconds (replicated as an absolute time, as the server's EXPIRE is). */
+static void expire(RedisModuleCtx *ctx, RedisModuleKey *key, RedisModuleString *name, long long ttl) {
+    long long when = RM_Milliseconds() + ttl * 1000;
+    RM_SetExpire(key, ttl * 1000);
+    RM_Replicate(ctx, "PEXPIREAT", "sl", name, when);
+    RM_NotifyKeyspaceEvent(ctx, NOTIFY_GENERIC, "expire", name);
+}
+
+static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long numkeys;
+    if (RM_IsKeysPositionRequest(ctx)) {
+        if (keys_of(argv, argc, &numkeys))
+            for (int i = 0; i < numkeys; i++) RM_KeyAtPos(ctx, 2 + i);
+        return RM_OK;
+    }
+    if (!keys_of(argv, argc, &numkeys) || argc - 2 - numkeys < 2 || numkeys % 2) return RM_WrongArity(ctx);
+    RM_AutoMemory(ctx);
+    RedisModuleString **keys = argv + 2, **a = argv + 2 + numkeys;
+    long long na = argc - 2 - numkeys, groups = numkeys / 2, ttl;
+    int sums = is_text(a[0], "s");
+    if (!sums && !is_text(a[0], "c")) return RM_ReplyWithError(ctx, "ERR zcluster.incr: kind must be s or c");
+    if (RM_StringToLongLong(a[1], &ttl) != RM_OK || ttl < 0)
+        return RM_ReplyWithError(ctx, "ERR zcluster.incr: ttl must be a count of seconds");
+    /* The whole call read first: every group's count and every position and delta (nothing half-applied). */
+    long long pos = 2, total = 0;
+    for (long long g = 0; g < groups; g++) {
+        long long n;
+        if (pos + 1 >= na || RM_StringToLongLong(a[pos + 1], &n) != RM_OK || n < 0 || n > (na - pos - 2) / 5)
+            return RM_ReplyWithError(ctx, "ERR zcluster.incr: a group's count is missing or past the arguments");
+        for (long long i = pos + 2; i < pos + 2 + 5 * n; i += 5) {
+            double v;
+            long long d;
+            for (int k = 0; k < 3; k++)
+                if (RM_StringToDouble(a[i + k], &v) != RM_OK || v < 0)
+                    return RM_ReplyWithError(ctx, "ERR zcluster.incr: a position is not three non-negative numbers");
+            if (sums ? RM_StringToDouble(a[i + 4], &v) != RM_OK : RM_StringToLongLong(a[i + 4], &d) != RM_OK)
+                return RM_ReplyWithError(ctx, "ERR zcluster.incr: a delta is not a number of the kind");
+        }
+        pos += 2 + 5 * n;
+        total += n;
+    }
+    if (pos != na) return RM_ReplyWithError(ctx, "ERR zcluster.incr: arguments past the last group");
+
+    char *out = RM_Alloc((size_t)total + 1);
+    size_t done = 0;
+    pos = 2;
+    for (long long g = 0; g < groups; g++) {
+        RedisModuleString *ktotals = keys[2 * g], *kfences = keys[2 * g + 1], *source = a[pos];
+        long long n;
+        RM_StringToLongLong(a[pos + 1], &n);
+        long long first = pos + 2, last = pos + 2 + 5 * n;
+        pos = last;
+        RedisModuleKey *totals = RM_OpenKey(ctx, ktotals, RM_READ | RM_WRITE);
+        RedisModuleKey *fences = RM_OpenKey(ctx, kfences, RM_READ | RM_WRITE);
+        Fence f;
+        int kind = fence_of(ctx, sums, ttl, totals, ktotals, fences, kfences, source, &f);
+        if (kind == KIND_BAD) {
+            RM_Free(out);
+            return RM_ReplyWithError(ctx, "ERR zcluster.incr: a fence that is not c:m:j:n");
+        }
+        if (kind == KIND_OTHER) {
+            for (long long i = 0; i < n; i++) out[done++] = 'k';
+            RM_CloseKey(totals);
+            RM_CloseKey(fences);
+            continue;
+        }
+        int want = sums ? RM_KEYTYPE_ZSET : RM_KEYTYPE_HASH;
+        int moved = 0, failed = 0, fenced = 0, checked = f.at == totals && f.c >= 0;
+        size_t start = done;
+        for (long long i = first; i < last; i += 5) {
+            if (failed) {
+                out[done++] = 's';
+                continue;
+            }
+            double c, m, j;
+            RM_StringToDouble(a[i], &c);
+            RM_StringToDouble(a[i + 1], &m);
+            RM_StringToDouble(a[i + 2], &j);
+            RedisModuleString *member = a[i + 3], *delta = a[i + 4];
+            if (below(c, m, j, &f)) {
+                if (!checked && !moved) {
+                    /* no total's write proved the key's kind yet: a sums key's fences look like a counters key's */
+                    checked = 1;
+                    int t = RM_KeyType(totals);
+                    if (t != RM_KEYTYPE_EMPTY && t != want) {
+                        for (long long k = 0; k < n; k++) out[done++] = 'k';
+                        break;
+                    }
+                }
+                out[done++] = '0';
+                fenced = 1;
+                continue;
+            }
+            int t = RM_KeyType(totals);
+            if (t != RM_KEYTYPE_EMPTY && t != want) { /* the other kind of aggregate: nothing of the group applied */
+                for (size_t k = start; k < done; k++) out[k] = 'k';
+                for (long long k = i; k < last; k += 5) out[done++] = 'k';
+                fenced = 0;
+                break;
+            }
+            int ok;
+            if (sums) {
+                double d, before = 0, after;
+                RM_StringToDouble(delta, &d);
+                ok = 1;
+                if (d >= HUGE_DELTA || d <= -HUGE_DELTA) {
+                    RM_ZsetScore(totals, member, &before);
+                    after = before + d;
+                    ok = !(after == 1.0 / 0.0 || after == -1.0 / 0.0);
+                }
+                if (ok) ok = RM_ZsetIncrby(totals, d, member, NULL, &after) == RM_OK; /* ERR: NaN */
+                if (ok) {
+                    RM_Replicate(ctx, "ZINCRBY", "sss", ktotals, delta, member);
+                    RM_NotifyKeyspaceEvent(ctx, NOTIFY_ZSET, "zincr", ktotals);
+                }
+            } else {
+                long long d, old = 0;
+                RedisModuleString *got = NULL;
+                RM_StringToLongLong(delta, &d);
+                if (t == RM_KEYTYPE_HASH) RM_HashGet(totals, RM_HASH_NONE, member, &got, NULL);
+                if (got != NULL && RM_StringToLongLong(got, &old) != RM_OK) {
+                    /* not this increment's fault: the call fails (as HINCRBY's error fails the script), its
+                     * fence first covering what the group applied */
+                    if (moved) advance(ctx, &f);
+                    RM_Free(out);
+                    return RM_ReplyWithError(ctx, "ERR hash value is not an integer");
+                }
+                ok = !((old < 0 && d < 0 && d < (-9223372036854775807LL - 1) - old) ||
+                       (old > 0 && d > 0 && d > 9223372036854775807LL - old));
+                if (ok) {
+                    RedisModuleString *now = RM_CreateStringFromLongLong(ctx, old + d);
+                    RM_HashSet(totals, RM_HASH_NONE, member, now, NULL);
+                    RM_Replicate(ctx, "HSET", "sss", ktotals, member, now);
+                    RM_NotifyKeyspaceEvent(ctx, NOTIFY_HASH, "hincrby", ktotals);
+                }
+            }
+            if (!ok) {
+                out[done++] = 'o';
+                failed = 1;
+                continue;
+            }
+            out[done++] = '1';
+            f.c = c, f.m = m, f.j = j, f.n += 1;
+            moved = 1;
+        }
+        if (moved) {
+            advance(ctx, &f);
+            if (kind == KIND_NEW && ttl > 0) {
+                expire(ctx, totals, ktotals, ttl);
+                if (f.at == fences) expire(ctx, fences, kfences, ttl);
+            }
+        } else if (fenced) {
+            /* applied before, maybe by a call whose WAIT fell short: the fence written again as it is (see
+             * lua/incr.lua), so that this call's WAIT covers what it found applied */
+            write_fence(ctx, &f, f.held);
+        }
+        RM_CloseKey(totals); /* one handle per key at a time: another group's may write it */
+        RM_CloseKey(fences);
+    }
+    RM_ReplyWithStringBuffer(ctx, out, done);
+    RM_Free(out);
+    return RM_OK;
+}
+
 static int version_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     (void)argv;
     if (argc != 1) return RM_WrongArity(ctx);
     return RM_ReplyWithLongLong(ctx, PROTOCOL);
 }
 
-static int notify_api(RedisModuleCtx *ctx) {
-    RedisModuleGetApiFunc get = (RedisModuleGetApiFunc)((void **)ctx)[0];
-    if (get("RedisModule_NotifyKeyspaceEvent", (void *)&RM_NotifyKeyspaceEvent) == RM_OK) return RM_OK;
-    return get("ValkeyModule_NotifyKeyspaceEvent", (void *)&RM_NotifyKeyspaceEvent);
-}
-
 static int on_load(RedisModuleCtx *ctx) {
-    if (zc_bind_api(ctx) != RM_OK || notify_api(ctx) != RM_OK) return RM_ERR;
+    if (zc_bind_api(ctx) != RM_OK) return RM_ERR;
     if (RM_IsModuleNameBusy("zcluster")) return RM_ERR;
     RM_SetModuleAttribs(ctx, "zcluster", 1, RM_APIVER_1);
     if (RM_CreateCommand(ctx, "zcluster.version", version_command, "readonly fast", 0, 0, 0) != RM_OK) return RM_ERR;
+    if (RM_CreateCommand(ctx, "zcluster.incr", incr_command, "write deny-oom getkeys-api", 0, 0, 0) != RM_OK)
+        return RM_ERR;
     return RM_CreateCommand(ctx, "zcluster.write", write_command, "write deny-oom getkeys-api", 0, 0, 0);
 }
 

@@ -28,6 +28,7 @@ from zcluster._encode import Encoder, blob, listed_keys, positive
 from zcluster._encode import key_members as key_members_of
 from zcluster._reporting import Reporting
 from zcluster._scripts import Script
+from zcluster._topology import Shard, StandaloneTopology
 from zcluster._transport import Transport, read
 from zcluster._writes import refusal
 from zcluster.errors import ConfigError, InvalidTupleError
@@ -204,8 +205,14 @@ class IncrementPlan:
                 s: [("EVALSHA", self.sha, len(c.rkeys), *c.rkeys, c.kind, ttl, *c.argv) for c in cs]
                 for s, cs in calls.items()
             },
-            lambda shard, commands: self.transport.writes(shard, commands, self.durability),
+            self._writer,
         )
+
+    def _writer(self, shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
+        # a standalone server with zcluster's Redis module takes them as ZCLUSTER.INCR (zcluster._server_module)
+        if isinstance(self.transport.topology, StandaloneTopology):
+            return self.transport.natively(shard, commands, "ZCLUSTER.INCR", self.durability)
+        return self.transport.writes(shard, commands, self.durability)
 
     def _call_for(
         self,

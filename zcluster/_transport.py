@@ -110,7 +110,7 @@ class Transport:
     def native_writes(self, shard: Shard) -> bool:
         """Whether ``shard`` has zcluster's Redis module loaded, speaking this client's :data:`PROTOCOL`
         (:mod:`zcluster._server_module`). Asked once per server (``ZCLUSTER.VERSION``) and remembered; a
-        server that loads the module later is used by clients made later. :meth:`native_lost` forgets it."""
+        server that loads the module later is used by clients made later."""
         known = self.native.get(shard.name)
         if known is None:
             try:
@@ -119,14 +119,26 @@ class Transport:
                 answer = None
             known = self.native[shard.name] = answer == PROTOCOL
             if known:
-                log.info("%s: 2P-set writes go to its zcluster module (ZCLUSTER.WRITE)", shard.name)
+                log.info("%s: writes go to its zcluster module", shard.name)
         return known
 
-    def native_lost(self, shard: Shard) -> None:
-        """``shard`` answered ZCLUSTER.WRITE as an unknown command (restarted without the module): its writes
-        go to the write script from now on."""
-        self.native[shard.name] = False
-        log.warning("%s no longer has the zcluster module: its 2P-set writes go to the write script", shard.name)
+    def natively(
+        self, shard: Shard, commands: list[Command], command: str, durability: Durability | None = None
+    ) -> list[Any]:
+        """:meth:`writes` of ``commands`` (EVALSHA calls of a script the module serves as ``command``, with
+        the same arguments after the SHA), sent as ``command`` where ``shard`` has the module. A call answered
+        as an unknown command (the server restarted without the module) is sent again as it was, and the
+        server gets the scripts from then on."""
+        if not self.native_writes(shard):
+            return self.writes(shard, commands, durability)
+        replies = self.writes(shard, [(command, *c[2:]) for c in commands], durability)
+        gone = [j for j, r in enumerate(replies) if isinstance(r, redis.ResponseError) and "unknown command" in str(r)]
+        if gone:
+            self.native[shard.name] = False
+            log.warning("%s no longer has the zcluster module: its writes go to the scripts", shard.name)
+            for j, r in zip(gone, self.writes(shard, [commands[j] for j in gone], durability), strict=True):
+                replies[j] = r
+        return replies
 
     def writes(self, shard: Shard, commands: list[Command], durability: Durability | None = None) -> list[Any]:
         """:meth:`commands` with the pipeline streamed (write-script calls, whose replies are plain)."""

@@ -114,15 +114,9 @@ class WritePlan:
         native = isinstance(transport.topology, StandaloneTopology) and not (max_size or encoder.floors or self.waited)
 
         def writer(shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
-            if not (native and transport.native_writes(shard)):
-                return transport.writes(shard, commands, durability)
-            replies = transport.writes(shard, [("ZCLUSTER.WRITE", *c[2:]) for c in commands], durability)
-            gone = [j for j, r in enumerate(replies) if isinstance(r, ResponseError) and "unknown command" in str(r)]
-            if gone:
-                transport.native_lost(shard)
-                for j, r in zip(gone, transport.writes(shard, [commands[j] for j in gone], durability), strict=True):
-                    replies[j] = r
-            return replies
+            if native:
+                return transport.natively(shard, commands, "ZCLUSTER.WRITE", durability)
+            return transport.writes(shard, commands, durability)
 
         self.writer = writer  # each shard's write pipeline, then its durability waits on that connection
 
