@@ -1041,9 +1041,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--module", action="store_true", help="servers load zcluster's Redis module (results -module)")
     args = ap.parse_args(argv)
     if args.module:
-        from zcluster._server_module import build
+        from zcluster._server_module import loadmodule
 
-        SERVER_ARGS.extend(["--loadmodule", str(build())])
+        SERVER_ARGS.extend(loadmodule())
     if args.quick:
         args.tuples, args.keys, args.repeat = 20_000, 500, 2
     options: dict[str, Any] = {"prefix": PREFIX}

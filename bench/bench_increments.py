@@ -38,6 +38,7 @@ import redis
 from bench_cluster import machine_info, med, timed
 
 from zcluster import Cluster, Count, Incr, KeyMember
+from zcluster._server_module import loadmodule
 from zcluster.farm import Farm
 from zcluster.testing import LocalShards
 
@@ -105,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spread", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=None)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--module", action="store_true", help="servers load zcluster's Redis module (results -module)")
     ap.add_argument("--kind", choices=("sums", "counters"), default="sums", help="Incr vs ZINCRBY, or Count vs HINCRBY")
     args = ap.parse_args(argv)
+    servers = loadmodule() if args.module else []
     counters = args.kind == "counters"
     plain = "HINCRBY" if counters else "ZINCRBY"
     n = args.n or (100_000 if args.quick else 500_000)
@@ -119,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         "shapes": {},
     }
     with (
-        LocalShards(1) as shards,
-        LocalShards(3) as trio,
+        LocalShards(1, extra=servers) as shards,
+        LocalShards(3, extra=servers) as trio,
         Cluster.from_urls(shards.urls, prefix="b:") as cluster,
         Farm([Cluster.from_urls([u], prefix="b:") for u in trio.urls]) as farm,
     ):
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         report["machine"] = machine_info(shards.binary)
     stem = ("increments-counters" if counters else "increments") + ("-quick" if args.quick else "")
+    stem += "-module" if args.module else ""
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     if not args.no_plot:

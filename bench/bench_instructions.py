@@ -190,10 +190,10 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
     one of ``select``, when given), and the ratios of those counted. The ``module`` workloads are the
     ``script`` ones on a second server that loads zcluster's Redis module (the client then sends them as
     ``ZCLUSTER.WRITE``)."""
-    from zcluster._server_module import build
+    from zcluster._server_module import loadmodule
 
     out: dict[str, Any] = {}
-    for extra, family in (((), "script"), (("--loadmodule", str(build())), "module")):
+    for extra, family in (((), "script"), (tuple(loadmodule()), "module")):
         if select and not any(p.startswith("module") == (family == "module") for p in select):
             continue
         with tempfile.TemporaryDirectory(prefix="zc-callgrind-") as tmp:
@@ -220,6 +220,8 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
         "module-delete/zadd spread": ("module-delete/spread", "zadd/spread"),
         "module-delete/zadd hot": ("module-delete/hot", "zadd/hot"),
         "module-tombstone/zadd spread": ("module-tombstone/spread", "zadd/spread"),
+        "module-incr/zincrby spread": ("module-incr/spread", "zincrby/spread"),
+        "module-incr/zincrby hot": ("module-incr/hot", "zincrby/hot"),
         "incr/zincrby spread": ("incr/spread", "zincrby/spread"),
         "incr/zincrby hot": ("incr/hot", "zincrby/hot"),
     }
@@ -228,12 +230,10 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
 
 
 def _workload_names(family: str) -> list[str]:
-    if family == "module":
-        return [f"module{kind}/{shape}" for kind in ("", "-dirty", "-delete") for shape in ("spread", "hot")] + [
-            "module/unique",
-            "module-tombstone/spread",
-        ]
-    return []  # the script's family: every other workload (see _count_workloads)
+    """The workloads counted on the module's server: the script's 2P-set writes and the increments."""
+    assert family == "module"
+    shapes = [f"module{kind}/{shape}" for kind in ("", "-dirty", "-delete", "-incr") for shape in ("spread", "hot")]
+    return [*shapes, "module/unique", "module-tombstone/spread"]
 
 
 def _count_workloads(
@@ -307,8 +307,9 @@ def _count_workloads(
         "zincrby/hot": (lambda n, s: lambda: zincrby_all(server.client, increments(n, hot, s)), hot),
     }
     if family == "module":  # the module's server serves the 2P-set writes: named apart, the rest left out
-        workloads = {"module" + name[len("script") :]: w for name, w in workloads.items() if name.startswith("script")}
-        workloads = {name: w for name, w in workloads.items() if name in _workload_names("module")}
+        renamed = {"module" + name[len("script") :]: w for name, w in workloads.items() if name.startswith("script")}
+        renamed |= {"module-" + name: w for name, w in workloads.items() if name.startswith("incr/")}
+        workloads = {name: w for name, w in renamed.items() if name in _workload_names("module")}
     for name, (make, _) in workloads.items():
         if select and not name.startswith(select):
             continue

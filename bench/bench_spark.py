@@ -339,13 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     warm_up_s: dict[str, float] = {}  # each query kind's untimed first run, on the small journal set
     spark = None
     try:
-        if args.module:
-            from zcluster._server_module import build
+        from zcluster._server_module import loadmodule
 
-            servers = ["--loadmodule", str(build())]
-        else:
-            servers = []
-        with LocalShards(2, extra=servers) as shards:
+        with LocalShards(2, extra=loadmodule() if args.module else []) as shards:
             clients = [s.client() for s in shards.servers]
 
             def flush() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from zcluster.errors import ZClusterError
 
-__all__ = ["PROTOCOL", "build", "source_dir"]
+__all__ = ["PROTOCOL", "build", "loadmodule", "source_dir"]
 
 PROTOCOL = 1
 """What ``ZCLUSTER.VERSION`` answers when the module speaks this client's argument layout."""
@@ -68,3 +68,8 @@ def build(dest: Path | None = None) -> Path:
         raise ZClusterError(f"building zcluster's Redis module with {cc!r} failed:\n{done.stderr.strip()}")
     os.replace(partial, target)
     return target
+
+
+def loadmodule() -> list[str]:
+    """The server options that load the module (built by :func:`build` if needed): ``--loadmodule <path>``."""
+    return ["--loadmodule", str(build())]

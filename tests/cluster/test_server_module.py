@@ -25,14 +25,10 @@ from script_calls import MEMBERS, SCORES, SETS, arguments, call, content, keys, 
 
 from zcluster import Cluster, Delete, Insert
 from zcluster._scripts import write_script
-from zcluster._server_module import PROTOCOL, build
+from zcluster._server_module import PROTOCOL, loadmodule
 from zcluster.testing import LocalShards
 
 _ns = itertools.count()
-
-
-def loadmodule() -> list[str]:
-    return ["--loadmodule", str(build())]
 
 
 @pytest.fixture(scope="module")

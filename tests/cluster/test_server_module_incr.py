@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from zcluster import Cluster, Count, Incr
 from zcluster._aggregate_keys import FENCE
 from zcluster._scripts import incr_script
-from zcluster._server_module import build
+from zcluster._server_module import loadmodule
 from zcluster.testing import LocalShards
 
 NAMES = ["a", "b", "c"]
@@ -32,7 +32,7 @@ _ns = itertools.count()
 
 @pytest.fixture(scope="module")
 def native() -> Iterator[LocalShards]:
-    with LocalShards(1, extra=["--loadmodule", str(build())]) as group:
+    with LocalShards(1, extra=loadmodule()) as group:
         yield group
 
 
