@@ -46,6 +46,7 @@ from bench_increments import library as increment_library
 from bench_increments import make as make_increments
 
 from zcluster import Cluster, Count, Incr, KeyScoreMember
+from zcluster._server_module import loadmodule
 from zcluster.message.sequencer import ProducerState
 from zcluster.message.uuid import new_producer_id
 from zcluster.state import Consumer, StateStore
@@ -412,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="repetitions of each rate run (default 3)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--module", action="store_true", help="the server loads zcluster's Redis module (results -module)")
     args = ap.parse_args(argv)
     scale = 0.2 if args.quick else 1.0
     n = args.writes or (40_000 if args.quick else 200_000)
@@ -424,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "writes": n,
         "repeat": repeat,
     }
-    with LocalShards(1) as shards:
+    with LocalShards(1, extra=loadmodule() if args.module else []) as shards:
         report["machine"] = machine_info(shards.binary)
         print("memory (MEMORY USAGE summed, per member; checkpoints: per journal):", flush=True)
         report["memory"] = run_memory(shards, scale)
@@ -433,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     report["elapsed_s"] = time.perf_counter() - started
     m = report["machine"]
     print(f"machine: {m['nproc']} CPUs, {m['redis_server']}, load {m['loadavg'][0]:.2f}; {report['elapsed_s']:.0f} s")
-    stem = "capacity-quick" if args.quick else "capacity"
+    stem = ("capacity-quick" if args.quick else "capacity") + ("-module" if args.module else "")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out / f'{stem}.json'}")
