@@ -54,6 +54,15 @@ static int keys_of(RedisModuleString **argv, int argc, long long *numkeys) {
     return argc >= 2 && RM_StringToLongLong(argv[1], numkeys) == RM_OK && *numkeys >= 0 && *numkeys <= argc - 2;
 }
 
+/* Answers the server's question which arguments are keys (a Redis Cluster routes by them, ACLs check them):
+ * the numkeys after the command's name, as EVAL declares them. */
+static int declare_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long numkeys;
+    if (keys_of(argv, argc, &numkeys))
+        for (int i = 0; i < numkeys; i++) RM_KeyAtPos(ctx, 2 + i);
+    return RM_OK;
+}
+
 /* The groups' tuple counts, checked against the arguments: the number of tuples, or -1 (and *why set). */
 static long long tuples_of(RedisModuleString **a, int na, long long groups, long long singles, const char **why) {
     long long pos = 4, n = 0;
@@ -82,11 +91,7 @@ static long long tuples_of(RedisModuleString **a, int na, long long groups, long
 
 static int write_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     long long numkeys;
-    if (RM_IsKeysPositionRequest(ctx)) {
-        if (keys_of(argv, argc, &numkeys))
-            for (int i = 0; i < numkeys; i++) RM_KeyAtPos(ctx, 2 + i);
-        return RM_OK;
-    }
+    if (RM_IsKeysPositionRequest(ctx)) return declare_keys(ctx, argv, argc);
     if (!keys_of(argv, argc, &numkeys) || argc - 2 - numkeys < 4) return RM_WrongArity(ctx);
     RedisModuleString **keys = argv + 2, **a = argv + 2 + numkeys;
     int na = argc - 2 - (int)numkeys;
@@ -301,11 +306,7 @@ static void expire(RedisModuleCtx *ctx, RedisModuleKey *key, RedisModuleString *
 
 static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     long long numkeys;
-    if (RM_IsKeysPositionRequest(ctx)) {
-        if (keys_of(argv, argc, &numkeys))
-            for (int i = 0; i < numkeys; i++) RM_KeyAtPos(ctx, 2 + i);
-        return RM_OK;
-    }
+    if (RM_IsKeysPositionRequest(ctx)) return declare_keys(ctx, argv, argc);
     if (!keys_of(argv, argc, &numkeys) || argc - 2 - numkeys < 2 || numkeys % 2) return RM_WrongArity(ctx);
     RM_AutoMemory(ctx);
     RedisModuleString **keys = argv + 2, **a = argv + 2 + numkeys;

@@ -74,18 +74,17 @@ def verdicts(reply: bytes) -> bytes:
     return reply if cut < 0 else reply[: reply.find(b" ", cut)]
 
 
+def held(r: redis.Redis, key: str) -> tuple[bytes, Any]:
+    """A key's type and whole value (sorted sets with their scores), None for a key of no such type."""
+    kind = r.type(key)
+    if kind == b"zset":
+        return kind, r.zrange(key, 0, -1, withscores=True)
+    if kind == b"string":
+        return kind, r.get(key)
+    if kind == b"hash":
+        return kind, r.hgetall(key)
+    return kind, None
+
+
 def content(r: redis.Redis, ns: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in SETS:
-        for i, key in enumerate(keys(ns, name)):
-            kind = r.type(key)
-            if kind == b"zset":
-                value: Any = r.zrange(key, 0, -1, withscores=True)
-            elif kind == b"string":
-                value = r.get(key)
-            elif kind == b"hash":
-                value = r.hgetall(key)
-            else:
-                value = None
-            out[f"{name}{'+-f'[i]}"] = (kind, value)
-    return out
+    return {f"{name}{'+-f'[i]}": held(r, key) for name in SETS for i, key in enumerate(keys(ns, name))}

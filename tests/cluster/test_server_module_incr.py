@@ -19,6 +19,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from script_calls import held
 
 from zcluster import Cluster, Count, Incr
 from zcluster._aggregate_keys import FENCE
@@ -87,20 +88,8 @@ def reply(r: redis.Redis, *command: Any) -> Any:
 
 
 def content(r: redis.Redis, ns: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in NAMES:
-        for key in keys(ns, name):
-            kind = r.type(key)
-            if kind == b"zset":
-                value: Any = r.zrange(key, 0, -1, withscores=True)
-            elif kind == b"hash":
-                value = r.hgetall(key)
-            elif kind == b"string":
-                value = r.get(key)
-            else:
-                value = None
-            out[key[len(ns) + 1 :]] = (kind, value, r.ttl(key) > 0)
-    return out
+    """Every key's type, value and whether it expires."""
+    return {key[len(ns) + 1 :]: (*held(r, key), r.ttl(key) > 0) for name in NAMES for key in keys(ns, name)}
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
