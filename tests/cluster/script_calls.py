@@ -50,19 +50,9 @@ def arguments(
     return declared, argv
 
 
-def call(
-    r: redis.Redis,
-    source: bytes,
-    ns: str,
-    op: str,
-    groups: list[Any],
-    bound: int,
-    floors: bool,
-    inline: bool,
-    singles: int | None = 1 << 30,
-) -> bytes:
-    """One script call (see :func:`arguments`): ``source`` run by EVAL."""
-    declared, argv = arguments(ns, op, groups, bound, floors, inline, singles)
+def call(r: redis.Redis, source: bytes, *args: Any) -> bytes:
+    """One script call, ``args`` as :func:`arguments` takes them: ``source`` run by EVAL."""
+    declared, argv = arguments(*args)
     reply = r.eval(source, len(declared), *declared, *argv)
     assert isinstance(reply, bytes)
     return reply
