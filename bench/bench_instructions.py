@@ -450,11 +450,17 @@ def client_count(kind: str, url: str, phases: list[dict[str, Any]], folder: Path
     return counts
 
 
-def client_side(steps: tuple[int, int], insert_sizes: tuple[int, int], users: int) -> dict[str, Any]:
+def client_side(
+    steps: tuple[int, int], insert_sizes: tuple[int, int], users: int, server: list[str] | None = None
+) -> dict[str, Any]:
+    """``server``: the local server's options (``--module``: it loads zcluster's Redis module)."""
     from zcluster.testing import LocalShards
 
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="zc-callgrind-client-") as tmp, LocalShards(1) as shards:
+    with (
+        tempfile.TemporaryDirectory(prefix="zc-callgrind-client-") as tmp,
+        LocalShards(1, extra=server or []) as shards,
+    ):
         root = Path(tmp)
         journals = [
             publish_timelines(root / f"j{i}", s, users, seed=i) for i, s in enumerate((max(20, steps[0] // 10), *steps))
@@ -473,7 +479,7 @@ def client_side(steps: tuple[int, int], insert_sizes: tuple[int, int], users: in
     return {"workloads": out, "ratios": ratios}
 
 
-def client_rates(steps: int, users: int, repeat: int) -> dict[str, Any]:
+def client_rates(steps: int, users: int, repeat: int, server: list[str] | None = None) -> dict[str, Any]:
     """Committed messages per second on one thread, not under callgrind: the ``consumer`` and the ``hand``
     loop of :func:`client_side` over the same journals in this process, alternately, ``repeat`` times each
     after one uncounted pair (imports, script loading); by wall time (the server's work included, as a user
@@ -483,7 +489,7 @@ def client_rates(steps: int, users: int, repeat: int) -> dict[str, Any]:
     from zcluster.testing import LocalShards
 
     runs: dict[str, list[dict[str, float]]] = {"consumer": [], "hand": []}
-    with tempfile.TemporaryDirectory(prefix="zc-rate-") as tmp, LocalShards(1) as shards:
+    with tempfile.TemporaryDirectory(prefix="zc-rate-") as tmp, LocalShards(1, extra=server or []) as shards:
         job = publish_timelines(Path(tmp) / "j", steps, users, seed=7)
         committed = job["committed"]
         for r in range(repeat + 1):
@@ -554,18 +560,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spread", type=int, default=10_000, help="keys of the spread shape (server side)")
     ap.add_argument("--hot", type=int, default=100, help="keys of the hot shape (server side)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--module", action="store_true", help="client and rate: the local server loads the module")
     ap.add_argument("--select", default="", help="server workloads whose names start with these (comma-separated)")
     args = ap.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
         return 0
     import zcluster
+    from zcluster._server_module import loadmodule
 
+    server = loadmodule() if args.module else []
     report: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "label": args.label,
         "zcluster": str(Path(zcluster.__file__).parent),
         "quick": args.quick,
+        "module": args.module,
     }
     print(f"counting zcluster from {report['zcluster']}", flush=True)
     if args.only in (None, "server"):
@@ -576,9 +586,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "client"):
         steps = (150, 600) if args.quick else (500, 2_000)
         inserts = (2_000, 8_000) if args.quick else (5_000, 20_000)
-        report["client"] = client_side(steps, inserts, users=20_000)
+        report["client"] = client_side(steps, inserts, users=20_000, server=server)
     if args.only in (None, "rate"):
-        report["rate"] = client_rates(600 if args.quick else 5_000, users=20_000, repeat=1 if args.quick else 5)
+        report["rate"] = client_rates(
+            600 if args.quick else 5_000, users=20_000, repeat=1 if args.quick else 5, server=server
+        )
     for side in ("server", "client", "rate"):
         for name, ratio in report.get(side, {}).get("ratios", {}).items():
             print(f"  ratio {name:<28} {ratio:.2f}")

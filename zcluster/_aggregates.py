@@ -28,7 +28,7 @@ from zcluster._encode import Encoder, blob, listed_keys, positive
 from zcluster._encode import key_members as key_members_of
 from zcluster._reporting import Reporting
 from zcluster._scripts import Script
-from zcluster._topology import Shard, StandaloneTopology
+from zcluster._topology import StandaloneTopology
 from zcluster._transport import Transport, read
 from zcluster._writes import refusal
 from zcluster.errors import ConfigError, InvalidTupleError
@@ -202,17 +202,21 @@ class IncrementPlan:
         """Send ``calls`` (per shard) as script calls; each shard's replies, or its failure."""
         return self.transport.fanout(
             {
-                s: [("EVALSHA", self.sha, len(c.rkeys), *c.rkeys, c.kind, ttl, *c.argv) for c in cs]
+                s: [(*self._head(s), len(c.rkeys), *c.rkeys, c.kind, ttl, *c.argv) for c in cs]
                 for s, cs in calls.items()
             },
-            self._writer,
+            lambda shard, commands: self.transport.natively(shard, commands, self.sha, self.durability),
         )
 
-    def _writer(self, shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
-        # a standalone server with zcluster's Redis module takes them as ZCLUSTER.INCR (zcluster._server_module)
-        if isinstance(self.transport.topology, StandaloneTopology):
-            return self.transport.natively(shard, commands, "ZCLUSTER.INCR", self.durability)
-        return self.transport.writes(shard, commands, self.durability)
+    def _head(self, shard_idx: int) -> tuple[str, ...]:
+        """A standalone server with zcluster's Redis module takes the script's arguments after the SHA as
+        ZCLUSTER.INCR (zcluster._server_module); a Redis Cluster's redirects could reach a node without it."""
+        transport = self.transport
+        if isinstance(transport.topology, StandaloneTopology) and transport.native_writes(
+            transport.topology.shards[shard_idx]
+        ):
+            return ("ZCLUSTER.INCR",)
+        return ("EVALSHA", self.sha)
 
     def _call_for(
         self,

@@ -110,33 +110,39 @@ class Transport:
     def native_writes(self, shard: Shard) -> bool:
         """Whether ``shard`` has zcluster's Redis module loaded, speaking this client's :data:`PROTOCOL`
         (:mod:`zcluster._server_module`). Asked once per server (``ZCLUSTER.VERSION``) and remembered; a
-        server that loads the module later is used by clients made later."""
+        server that loads the module later is used by clients made later. A server that cannot be reached
+        is not asked (False, not remembered): its calls go to the scripts, or fail as they would."""
         known = self.native.get(shard.name)
         if known is None:
             try:
                 answer = self.node_call(shard, lambda: shard.client.execute_command("ZCLUSTER.VERSION"))
             except redis.ResponseError:  # an unknown command (no module), or a user not allowed to run it
                 answer = None
+            except SHARD_ERRORS:
+                return False
             known = self.native[shard.name] = answer == PROTOCOL
             if known:
                 log.info("%s: writes go to its zcluster module", shard.name)
         return known
 
     def natively(
-        self, shard: Shard, commands: list[Command], command: str, durability: Durability | None = None
+        self, shard: Shard, commands: list[Command], sha: str, durability: Durability | None = None
     ) -> list[Any]:
-        """:meth:`writes` of ``commands`` (EVALSHA calls of a script the module serves as ``command``, with
-        the same arguments after the SHA), sent as ``command`` where ``shard`` has the module. A call answered
-        as an unknown command (the server restarted without the module) is sent again as it was, and the
-        server gets the scripts from then on."""
-        if not self.native_writes(shard):
-            return self.writes(shard, commands, durability)
-        replies = self.writes(shard, [(command, *c[2:]) for c in commands], durability)
-        gone = [j for j, r in enumerate(replies) if isinstance(r, redis.ResponseError) and "unknown command" in str(r)]
+        """:meth:`writes` of ``commands``, some of which may be the module's (``ZCLUSTER.WRITE`` or
+        ``ZCLUSTER.INCR``: the arguments of the script ``sha`` after its SHA). One answered as an unknown
+        command (the server restarted without the module) is sent again as the script, and the server gets
+        the scripts from then on."""
+        replies = self.writes(shard, commands, durability)
+        gone = [
+            j
+            for j, r in enumerate(replies)
+            if isinstance(r, redis.ResponseError) and "unknown command" in str(r) and commands[j][0] != "EVALSHA"
+        ]
         if gone:
             self.native[shard.name] = False
             log.warning("%s no longer has the zcluster module: its writes go to the scripts", shard.name)
-            for j, r in zip(gone, self.writes(shard, [commands[j] for j in gone], durability), strict=True):
+            again = [("EVALSHA", sha, *commands[j][1:]) for j in gone]
+            for j, r in zip(gone, self.writes(shard, again, durability), strict=True):
                 replies[j] = r
         return replies
 

@@ -111,11 +111,14 @@ class WritePlan:
 
         # the calls the module serves (zcluster/_server_module.py): no bound, no floors (mode "0"), no waits;
         # node calls exist only on a Redis Cluster
-        native = isinstance(transport.topology, StandaloneTopology) and not (max_size or encoder.floors or self.waited)
+        self.native = isinstance(transport.topology, StandaloneTopology) and not (
+            max_size or encoder.floors or self.waited
+        )
+        sha = self.write_sha
 
         def writer(shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
-            if native:
-                return transport.natively(shard, commands, "ZCLUSTER.WRITE", durability)
+            if self.native:
+                return transport.natively(shard, commands, sha, durability)
             return transport.writes(shard, commands, durability)
 
         self.writer = writer  # each shard's write pipeline, then its durability waits on that connection
@@ -145,6 +148,9 @@ class WritePlan:
             enc.floors,
             enc.batch_size,
             self.waited,  # the op's "!" (lua/write.lua, "Waits"): a plan with waits must not send calls without
+            # which shards take ZCLUSTER.WRITE, as known so far (no server asked here): a replica that differs
+            # from what its calls were made for falls back (Transport.natively), or writes by the script
+            tuple(self.transport.native.get(s.name) for s in topology.shards) if self.native else None,
         )
 
     def prepare(self, ops: Ops, per_slot: bool = False) -> Prepared:
@@ -160,16 +166,22 @@ class WritePlan:
         sha, node_sha = self.write_sha, self.node_script.sha
         floors = self.encoder.floors
         bound, flag, inline = self.max_size or 0, b"1" if floors else b"0", b"K" if floors else b"k"
+        shards = self.transport.topology.shards
         for op, items, indices in ops:
             if self.waited:
                 op += b"!"
             for shard_idx, calls in self.encoder.writes(items, indices, node_calls).items():
+                # the module's command takes the script's arguments after the SHA (zcluster._server_module)
+                head = (
+                    ("ZCLUSTER.WRITE",)
+                    if self.native and self.transport.native_writes(shards[shard_idx])
+                    else ("EVALSHA", sha)
+                )
                 commands.setdefault(shard_idx, SharedCommands()).extend(
                     ("EVALSHA", node_sha, 0, op, bound, inline, c.singles, *c.argv, *c.more_argv)
                     if c.inline
                     else (
-                        "EVALSHA",
-                        sha,
+                        *head,
                         len(c.keys) + len(c.more_keys),
                         *c.keys,
                         *c.more_keys,

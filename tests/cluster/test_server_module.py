@@ -143,6 +143,34 @@ def test_calls_the_module_does_not_serve_go_to_the_script(native: LocalShards, o
         assert c._transport.native == {}  # never asked: no call of this store could go to the module
 
 
+def test_a_farm_of_replicas_with_and_without_the_module(
+    native: LocalShards, shards: LocalShards, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A farm prepares a write once for replicas of the same shape: until the client knows which servers
+    have the module, a replica without it may be handed calls made for the module, which it answers as
+    unknown commands and takes again as the script; after that the shapes differ. Every replica ends equal,
+    with every write confirmed by both."""
+    from zcluster.farm import Farm
+
+    prefix = f"smfarm{next(_ns)}:"
+    rng = random.Random(11)
+    names = [f"f{i}" for i in range(100)]
+    fast = Cluster.from_urls(native.urls[:1], prefix=prefix)
+    lua = Cluster.from_urls(shards.urls[:1], prefix=prefix)
+    with Farm([fast, lua]) as farm:
+        for _ in range(4):
+            writes = random_writes(rng, 300, names)
+            result = farm.apply(writes)
+            assert not result.failures
+        assert fast._transport.native == {f"127.0.0.1:{native.servers[0].port}": True}
+        assert lua._transport.native == {f"127.0.0.1:{shards.servers[0].port}": False}
+        assert store(fast, names) == store(lua, names) and store(fast, names)
+    # the first write's calls were made for the module and shared: the other replica fell back, once
+    assert [r.message for r in caplog.records].count(
+        f"127.0.0.1:{shards.servers[0].port} no longer has the zcluster module: its writes go to the scripts"
+    ) == 1
+
+
 def dump(r: redis.Redis, prefix: str) -> dict[bytes, Any]:
     """Every sorted set of the store (its marker, a string, left out)."""
     found = sorted(k for k in r.scan_iter(match=f"{{{prefix}*") if r.type(k) == b"zset")
