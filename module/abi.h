@@ -21,6 +21,8 @@
 
 #define RM_HASH_NONE 0
 
+#define RM_REPLY_ERROR 1
+
 #define RM_ZADD_ADDED (1 << 2)
 #define RM_ZADD_UPDATED (1 << 3)
 #define RM_ZADD_GT (1 << 5)
@@ -28,6 +30,7 @@
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleKey RedisModuleKey;
 typedef struct RedisModuleString RedisModuleString;
+typedef struct RedisModuleCallReply RedisModuleCallReply;
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* Each entry: its return type, its name after the "RedisModule_" prefix, its parameters. */
@@ -58,7 +61,9 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(RedisModuleString *, CreateString, (RedisModuleCtx *, const char *, size_t))                               \
     X(RedisModuleString *, CreateStringFromLongLong, (RedisModuleCtx *, long long))                              \
     X(void, AutoMemory, (RedisModuleCtx *))                                                                      \
-    X(long long, Milliseconds, (void))                                                                      \
+    X(RedisModuleCallReply *, Call, (RedisModuleCtx *, const char *, const char *, ...))                         \
+    X(int, CallReplyType, (RedisModuleCallReply *))                                                             \
+    X(int, GetServerVersion, (void))                                                                      \
     X(int, NotifyKeyspaceEvent, (RedisModuleCtx *, int, const char *, RedisModuleString *))                      \
     X(void *, Alloc, (size_t))                                                                                   \
     X(void, Free, (void *))

@@ -1,28 +1,29 @@
-/* zcluster's Redis module: the 2P-set write of lua/write.lua as one native command, for servers that load it
- * (redis-server --loadmodule <path>; `zcluster module` builds it and prints the path).
+/* zcluster's Redis module: the scripts' commonest writes as native commands, for servers that load it
+ * (redis-server --loadmodule <path>; `zcluster server-module` builds it and prints the path). Redis >= 7.0 or
+ * Valkey: it refuses to load on an older server, whose sorted-set API ignores GT.
  *
- *   ZCLUSTER.WRITE numkeys K+ K- [K+ K- ...] op bound mode singles group...
+ *   ZCLUSTER.WRITE numkeys K+ K- [K+ K- ...] op bound mode singles group...   lua/write.lua
+ *   ZCLUSTER.INCR numkeys K+ K- [K+ K- ...] kind ttl group...                  lua/incr.lua
  *   ZCLUSTER.VERSION   -> PROTOCOL, the argument layout this build speaks (a client uses the module only when
  *                         it knows that number: zcluster/_server_module.py)
  *
- * The arguments are the write script's (see lua/write.lua's header) after its SHA, for the calls the module
- * serves: declared keys without floors (mode "0"), no size bound ("0"), op "+" (insert) or "-" (delete)
- * without a wait ("!"). The client sends every other call to the script. The reply is the script's: one
- * character per tuple in ARGV order, "1" took effect and "0" stale; a group whose key is of another kind (an
- * aggregate's hash) stops the call there with "|WRONGTYPE ..." after the verdicts of the tuples done.
- *
- * The rules are the script's, tuple by tuple and in order. An insert of (m, s): stale if K- records m at a
- * score >= s; else it removes that tombstone and adds m to K+, or raises m's score in K+ if s is higher (ZADD
- * GT). A delete of (m, s): stale if K+ records m at a score > s; else it moves m from K+ to K- at s, or
- * raises m's tombstone in K- (ZADD GT). Differences from the script, both to refuse more cleanly: the whole
- * call is checked before anything is written (a malformed count or a score that is not a number is an error
- * and nothing is applied), and a group's two keys are checked for their kind before its first tuple (the
- * script could remove a tombstone before finding K+ of another kind).
+ * Each command takes its script's arguments after the SHA and gives its reply, and decides, writes and stops
+ * exactly where the script does, tuple by tuple in order (tests compare them on random calls). WRITE serves
+ * the calls without floors (mode "0"), a size bound ("0") or a wait ("!"): the client sends every other call
+ * to the script. A 2P-set insert of (m, s) is stale if K- records m at a score >= s; else it removes that
+ * tombstone and adds m to K+, or raises m's score in K+ if s is higher (ZADD GT). A delete of (m, s) is
+ * stale if K+ records m at a score > s; else it moves m from K+ to K- at s, or raises m's tombstone in K-. A
+ * key of another kind stops the call where the script's command on it would fail ("|WRONGTYPE ..."). INCR's
+ * rules are lua/incr.lua's, to the letter (its header). The one difference from the scripts: a call is read
+ * whole before anything is written, so a malformed one (a bad count, a score or position that is not a
+ * number, one key named twice in a group) is an error with nothing applied.
  *
  * Every change is replicated as the plain command it amounts to (ZADD K s m with the client's own text of s,
- * ZREM K m), wrapped by the server with the call's other changes: replicas and the AOF never need the module.
- * Every change publishes its keyspace notification (zadd, zrem) as the commands would: a migration's listener
- * learns of these writes as of any other.
+ * ZREM K m, ZINCRBY K d m, a counter's new total or a fence as HSET, a time to live as the server's own EXPIRE),
+ * wrapped by the server with the call's other changes: replicas and the AOF never need the module. Every
+ * change publishes the keyspace notification its command would: a migration's listener hears these writes.
+ * What is not the same: a key opened is marked modified (WATCH, client tracking) even when the call finds
+ * every tuple stale.
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +31,8 @@
 #include "abi.h"
 
 #define PROTOCOL 1
+#define NOTIFY_GENERIC (1 << 2)
+#define NOTIFY_HASH (1 << 6)
 #define NOTIFY_ZSET (1 << 7)
 #define WRONGTYPE "|WRONGTYPE Operation against a key holding the wrong kind of value"
 
@@ -39,9 +42,26 @@ static void added(RedisModuleCtx *ctx, RedisModuleString *key, RedisModuleString
     RM_NotifyKeyspaceEvent(ctx, NOTIFY_ZSET, "zadd", key);
 }
 
-static void removed(RedisModuleCtx *ctx, RedisModuleString *key, RedisModuleString *m) {
+static void removed(RedisModuleCtx *ctx, RedisModuleKey *set, RedisModuleString *key, RedisModuleString *m) {
     RM_Replicate(ctx, "ZREM", "ss", key, m);
     RM_NotifyKeyspaceEvent(ctx, NOTIFY_ZSET, "zrem", key);
+    if (RM_KeyType(set) == RM_KEYTYPE_EMPTY) RM_NotifyKeyspaceEvent(ctx, NOTIFY_GENERIC, "del", key); /* emptied */
+}
+
+static int is_zset_or_empty(int type) { return type == RM_KEYTYPE_ZSET || type == RM_KEYTYPE_EMPTY; }
+
+static int same_text(RedisModuleString *x, RedisModuleString *y) {
+    size_t xl, yl;
+    const char *xp = RM_StringPtrLen(x, &xl), *yp = RM_StringPtrLen(y, &yl);
+    return xl == yl && memcmp(xp, yp, xl) == 0;
+}
+
+/* Every group names two keys: one key named twice would be opened twice, and a write through one handle
+ * would leave the other stale. The client never sends that; a hand-made call is refused whole. */
+static int distinct_pairs(RedisModuleString **keys, long long groups) {
+    for (long long g = 0; g < groups; g++)
+        if (same_text(keys[2 * g], keys[2 * g + 1])) return 0;
+    return 1;
 }
 
 static int is_text(RedisModuleString *s, const char *want) {
@@ -102,6 +122,7 @@ static int write_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         return RM_ReplyWithError(ctx, "ERR zcluster.write: only unbounded calls of declared keys (bound 0, mode 0)");
     long long singles, groups = numkeys / 2;
     if (numkeys % 2) return RM_ReplyWithError(ctx, "ERR zcluster.write: keys come in pairs (K+, K-)");
+    if (!distinct_pairs(keys, groups)) return RM_ReplyWithError(ctx, "ERR zcluster.write: a group's K+ and K- are one key");
     if (RM_StringToLongLong(a[3], &singles) != RM_OK || singles < 0 || singles > groups)
         return RM_ReplyWithError(ctx, "ERR zcluster.write: singles must be a count of groups");
     const char *why = NULL;
@@ -134,49 +155,68 @@ static int write_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         RedisModuleString *kadd = keys[2 * g], *krem = keys[2 * g + 1];
         RedisModuleKey *adds = RM_OpenKey(ctx, kadd, RM_READ | RM_WRITE);
         RedisModuleKey *rems = RM_OpenKey(ctx, krem, RM_READ | RM_WRITE);
-        int ta = RM_KeyType(adds), tr = RM_KeyType(rems);
-        if ((ta != RM_KEYTYPE_EMPTY && ta != RM_KEYTYPE_ZSET) || (tr != RM_KEYTYPE_EMPTY && tr != RM_KEYTYPE_ZSET)) {
-            RM_CloseKey(adds);
-            RM_CloseKey(rems);
-            memcpy(out + done, WRONGTYPE, sizeof(WRONGTYPE) - 1);
-            done += sizeof(WRONGTYPE) - 1;
-            break;
-        }
         /* The set a tuple is judged by (an insert's K-, a delete's K+) and the one it writes. */
         RedisModuleKey *other = insert ? rems : adds, *own = insert ? adds : rems;
         RedisModuleString *kother = insert ? krem : kadd, *kown = insert ? kadd : krem;
-        int judged = (insert ? tr : ta) == RM_KEYTYPE_ZSET;
+        int stopped = 0;
         for (long long j = 0; j < count; j++, pos += 2, t++) {
             RedisModuleString *stext = a[pos], *m = a[pos + 1];
             double s = scores[t], rec;
             char verdict = '0';
-            if (judged && RM_ZsetScore(other, m, &rec) == RM_OK) {
-                /* m is recorded in the other set (never in both): that record decides; ties go to the delete */
-                if (insert ? s > rec : s >= rec) {
-                    if (insert) {
-                        RM_ZsetRem(other, m, NULL);
-                        removed(ctx, kother, m);
-                        RM_ZsetAdd(own, s, m, NULL);
-                        added(ctx, kown, stext, m);
-                    } else { /* the tombstone first, as the script does */
-                        RM_ZsetAdd(own, s, m, NULL);
-                        added(ctx, kown, stext, m);
-                        RM_ZsetRem(other, m, NULL);
-                        removed(ctx, kother, m);
+            /* A key of another kind stops the call where the script's command on it would fail, and after
+             * the same writes (see lua/write.lua's header: an aggregate's keys fail before any). */
+            int to = RM_KeyType(other), wrong_own = !is_zset_or_empty(RM_KeyType(own));
+            if (to != RM_KEYTYPE_EMPTY) { /* the other set's record is read (the script's ZSCORE) */
+                if (to != RM_KEYTYPE_ZSET) {
+                    stopped = 1;
+                    break;
+                }
+                if (RM_ZsetScore(other, m, &rec) == RM_OK) {
+                    /* m is recorded in the other set (never in both): that record decides; ties go to the delete */
+                    if (insert ? s > rec : s >= rec) {
+                        if (insert) { /* the tombstone goes, then K+ takes m (the script's order) */
+                            RM_ZsetRem(other, m, NULL);
+                            removed(ctx, other, kother, m);
+                            if (wrong_own) {
+                                stopped = 1;
+                                break;
+                            }
+                            RM_ZsetAdd(own, s, m, NULL);
+                            added(ctx, kown, stext, m);
+                        } else { /* the tombstone first: K- refuses before K+ loses m */
+                            if (wrong_own) {
+                                stopped = 1;
+                                break;
+                            }
+                            RM_ZsetAdd(own, s, m, NULL);
+                            added(ctx, kown, stext, m);
+                            RM_ZsetRem(other, m, NULL);
+                            removed(ctx, other, kother, m);
+                        }
+                        verdict = '1';
                     }
-                    verdict = '1';
+                    out[done++] = verdict;
+                    continue;
                 }
-            } else {
-                int flags = RM_ZADD_GT;
-                if (RM_ZsetAdd(own, s, m, &flags) == RM_OK && (flags & (RM_ZADD_ADDED | RM_ZADD_UPDATED))) {
-                    added(ctx, kown, stext, m);
-                    verdict = '1';
-                }
+            }
+            if (wrong_own) {
+                stopped = 1;
+                break;
+            }
+            int flags = RM_ZADD_GT;
+            if (RM_ZsetAdd(own, s, m, &flags) == RM_OK && (flags & (RM_ZADD_ADDED | RM_ZADD_UPDATED))) {
+                added(ctx, kown, stext, m);
+                verdict = '1';
             }
             out[done++] = verdict;
         }
         RM_CloseKey(adds);
         RM_CloseKey(rems);
+        if (stopped) {
+            memcpy(out + done, WRONGTYPE, sizeof(WRONGTYPE) - 1);
+            done += sizeof(WRONGTYPE) - 1;
+            break;
+        }
     }
     RM_ReplyWithStringBuffer(ctx, out, done);
     RM_Free(scores);
@@ -186,8 +226,6 @@ static int write_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
 
 /* ---- ZCLUSTER.INCR: lua/incr.lua's fenced increments ------------------------------------------------------- */
 
-#define NOTIFY_GENERIC (1 << 2)
-#define NOTIFY_HASH (1 << 6)
 #define HUGE_DELTA 0x1p970 /* only a delta this large can carry a finite total past the largest double */
 static const char FENCE[] = "\0zc|"; /* a counters key's fence fields in its totals hash: FENCE + source */
 #define FENCE_LEN 4
@@ -296,12 +334,11 @@ static void advance(RedisModuleCtx *ctx, Fence *f) {
     write_fence(ctx, f, RM_CreateString(ctx, text, (size_t)len));
 }
 
-/* A key made by this call lives `ttl` seconds (replicated as an absolute time, as the server's EXPIRE is). */
-static void expire(RedisModuleCtx *ctx, RedisModuleKey *key, RedisModuleString *name, long long ttl) {
-    long long when = RM_Milliseconds() + ttl * 1000;
-    RM_SetExpire(key, ttl * 1000);
-    RM_Replicate(ctx, "PEXPIREAT", "sl", name, when);
-    RM_NotifyKeyspaceEvent(ctx, NOTIFY_GENERIC, "expire", name);
+/* A key made by this call lives `ttl` seconds: the script's own EXPIRE, run as a command, so that the server
+ * replicates it as it does any EXPIRE (an absolute time, the same on every replica) and publishes it. */
+static int expire(RedisModuleCtx *ctx, RedisModuleString *name, long long ttl) {
+    RedisModuleCallReply *reply = RM_Call(ctx, "EXPIRE", "!sl", name, ttl);
+    return reply != NULL && RM_CallReplyType(reply) != RM_REPLY_ERROR;
 }
 
 static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -315,6 +352,7 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (!sums && !is_text(a[0], "c")) return RM_ReplyWithError(ctx, "ERR zcluster.incr: kind must be s or c");
     if (RM_StringToLongLong(a[1], &ttl) != RM_OK || ttl < 0)
         return RM_ReplyWithError(ctx, "ERR zcluster.incr: ttl must be a count of seconds");
+    if (!distinct_pairs(keys, groups)) return RM_ReplyWithError(ctx, "ERR zcluster.incr: a group's two keys are one key");
     /* The whole call read first: every group's count and every position and delta (nothing half-applied). */
     long long pos = 2, total = 0;
     for (long long g = 0; g < groups; g++) {
@@ -346,6 +384,7 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         pos = last;
         RedisModuleKey *totals = RM_OpenKey(ctx, ktotals, RM_READ | RM_WRITE);
         RedisModuleKey *fences = RM_OpenKey(ctx, kfences, RM_READ | RM_WRITE);
+        RedisModuleKey *fences_was = fences; /* where a fence is kept, once the handles are closed */
         Fence f;
         int kind = fence_of(ctx, sums, ttl, totals, ktotals, fences, kfences, source, &f);
         if (kind == KIND_BAD) {
@@ -440,16 +479,22 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         if (moved) {
             advance(ctx, &f);
             if (kind == KIND_NEW && ttl > 0) {
-                expire(ctx, totals, ktotals, ttl);
-                if (f.at == fences) expire(ctx, fences, kfences, ttl);
+                /* the keys' handles closed first: EXPIRE opens them itself */
+                RM_CloseKey(totals);
+                RM_CloseKey(fences);
+                totals = fences = NULL;
+                if (!expire(ctx, ktotals, ttl) || (f.at == fences_was && !expire(ctx, kfences, ttl))) {
+                    RM_Free(out);
+                    return RM_ReplyWithError(ctx, "ERR zcluster.incr: EXPIRE refused the time to live");
+                }
             }
         } else if (fenced) {
             /* applied before, maybe by a call whose WAIT fell short: the fence written again as it is (see
              * lua/incr.lua), so that this call's WAIT covers what it found applied */
             write_fence(ctx, &f, f.held);
         }
-        RM_CloseKey(totals); /* one handle per key at a time: another group's may write it */
-        RM_CloseKey(fences);
+        if (totals != NULL) RM_CloseKey(totals); /* one handle per key at a time: another group's may write it */
+        if (fences != NULL) RM_CloseKey(fences);
     }
     RM_ReplyWithStringBuffer(ctx, out, done);
     RM_Free(out);
@@ -464,6 +509,7 @@ static int version_command(RedisModuleCtx *ctx, RedisModuleString **argv, int ar
 
 static int on_load(RedisModuleCtx *ctx) {
     if (zc_bind_api(ctx) != RM_OK) return RM_ERR;
+    if (RM_GetServerVersion() < 0x00070000) return RM_ERR; /* before 7.0, a sorted set's add ignores GT */
     if (RM_IsModuleNameBusy("zcluster")) return RM_ERR;
     RM_SetModuleAttribs(ctx, "zcluster", 1, RM_APIVER_1);
     if (RM_CreateCommand(ctx, "zcluster.version", version_command, "readonly fast", 0, 0, 0) != RM_OK) return RM_ERR;

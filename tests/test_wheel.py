@@ -38,7 +38,8 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
         "import sys, zcluster, zcluster._scripts as s\n"
         "assert 'site-packages' in zcluster.__file__, zcluster.__file__\n"
         "c = zcluster.Cluster.from_urls([sys.argv[1]])\n"
-        "r = c.insert([zcluster.KeyScoreMember('k', 1.0, 'm')])\n"
+        "c.insert([zcluster.KeyScoreMember('j', 1.0, 'm')])  # the server asked, by the script\n"
+        "r = c.insert([zcluster.KeyScoreMember('k', 1.0, 'm')])  # by the module\n"
         "import zcluster._native as n\n"
         "print(r.applied, c.select(['k'])['k'][0].member, s.write_script().sha, len(n.compiled()),\n"
         "      list(c._transport.native.values()))\n"
@@ -63,9 +64,11 @@ def test_wheel_installs_outside_the_checkout_and_writes(tmp_path: Path) -> None:
             cwd=tmp_path,
             env=alone,
         )
+        module_calls = shards.servers[0].client().info("commandstats").get("cmdstat_zcluster.write", {}).get("calls")
     assert run.returncode == 0, run.stderr
+    assert module_calls == 1  # the second insert went through the module the wheel built
     out = run.stdout.split()
-    assert out[:2] == ["[True]", "m"] and out[4] == "[True]"  # written through the module the wheel built
+    assert out[:2] == ["[True]", "m"] and out[4] == "[True]"
     assert int(out[3]) == (len(MODULES + EXTENSIONS) if native else 0)  # the compiled modules are the ones loaded
     # click and rich are the cli extra: without them the command says so in one line (exit 2).
     command = subprocess.run(

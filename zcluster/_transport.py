@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import redis
-from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
+from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptError, TryAgainError
 
 from zcluster._durability import Waits
 from zcluster._follow import demoted, follow, node_down, redirected
@@ -107,40 +107,36 @@ class Transport:
                 self.refused.add(script.name)
                 log.warning("%s refused the optional script %s: %s", shard.name, script.name, exc)
 
-    def native_writes(self, shard: Shard) -> bool:
+    def native_writes(self, shard: Shard) -> bool | None:
         """Whether ``shard`` has zcluster's Redis module loaded, speaking this client's :data:`PROTOCOL`
-        (:mod:`zcluster._server_module`). Asked once per server (``ZCLUSTER.VERSION``) and remembered; a
-        server that loads the module later is used by clients made later. A server that cannot be reached
-        is not asked (False, not remembered): its calls go to the scripts, or fail as they would."""
-        known = self.native.get(shard.name)
-        if known is None:
-            try:
-                answer = self.node_call(shard, lambda: shard.client.execute_command("ZCLUSTER.VERSION"))
-            except redis.ResponseError:  # an unknown command (no module), or a user not allowed to run it
-                answer = None
-            except SHARD_ERRORS:
-                return False
-            known = self.native[shard.name] = answer == PROTOCOL
-            if known:
-                log.info("%s: writes go to its zcluster module", shard.name)
-        return known
+        (:mod:`zcluster._server_module`); None until :meth:`natively` first wrote to it. Asks no server: the
+        callers pack calls with it, on the caller's thread."""
+        return self.native.get(shard.name)
 
     def natively(
         self, shard: Shard, commands: list[Command], sha: str, durability: Durability | None = None
     ) -> list[Any]:
         """:meth:`writes` of ``commands``, some of which may be the module's (``ZCLUSTER.WRITE`` or
-        ``ZCLUSTER.INCR``: the arguments of the script ``sha`` after its SHA). One answered as an unknown
-        command (the server restarted without the module) is sent again as the script, and the server gets
+        ``ZCLUSTER.INCR``: the arguments of the script ``sha`` after its SHA).
+
+        A server not asked yet is asked first, ``ZCLUSTER.VERSION``, once, on this (the shard's sending)
+        thread; the answer is remembered for the calls packed next (a server that loads the module later is
+        used by clients made later). A call the server answers as an unknown command (restarted without the
+        module) or refuses to the user (an ACL changed) is sent again as the script, and the server gets
         the scripts from then on."""
+        if shard.name not in self.native:
+            try:
+                answer = shard.client.execute_command("ZCLUSTER.VERSION")
+            except redis.ResponseError:  # an unknown command (no module), or a user not allowed to run it
+                answer = None
+            self.native[shard.name] = answer == PROTOCOL  # a shard error propagates: the writes would fail alike
+            if answer == PROTOCOL:
+                log.info("%s: writes go to its zcluster module", shard.name)
         replies = self.writes(shard, commands, durability)
-        gone = [
-            j
-            for j, r in enumerate(replies)
-            if isinstance(r, redis.ResponseError) and "unknown command" in str(r) and commands[j][0] != "EVALSHA"
-        ]
+        gone = [j for j, r in enumerate(replies) if commands[j][0] != "EVALSHA" and _not_served(r)]
         if gone:
             self.native[shard.name] = False
-            log.warning("%s no longer has the zcluster module: its writes go to the scripts", shard.name)
+            log.warning("%s no longer serves the zcluster module's commands: its writes go to the scripts", shard.name)
             again = [("EVALSHA", sha, *commands[j][1:]) for j in gone]
             for j, r in zip(gone, self.writes(shard, again, durability), strict=True):
                 replies[j] = r
@@ -202,6 +198,14 @@ class Transport:
             if node_down(exc):
                 self.topology.unreachable(shard, seen)
             raise
+
+
+def _not_served(reply: Any) -> bool:
+    """A module command's reply saying the server does not run it for this user: no such command, or no
+    permission (the scripts may still be allowed)."""
+    return isinstance(reply, NoPermissionError) or (
+        isinstance(reply, redis.ResponseError) and "unknown command" in str(reply)
+    )
 
 
 def _by_shard(encoded: list[tuple[int, bytes]]) -> dict[int, list[int]]:

@@ -148,9 +148,9 @@ class WritePlan:
             enc.floors,
             enc.batch_size,
             self.waited,  # the op's "!" (lua/write.lua, "Waits"): a plan with waits must not send calls without
-            # which shards take ZCLUSTER.WRITE, as known so far (no server asked here): a replica that differs
-            # from what its calls were made for falls back (Transport.natively), or writes by the script
-            tuple(self.transport.native.get(s.name) for s in topology.shards) if self.native else None,
+            # which shards take ZCLUSTER.WRITE, as known so far: a replica that differs from what its calls were
+            # made for falls back (Transport.natively), or writes by the script
+            tuple(self.transport.native_writes(s) for s in topology.shards) if self.native else None,
         )
 
     def prepare(self, ops: Ops, per_slot: bool = False) -> Prepared:

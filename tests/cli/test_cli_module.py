@@ -23,8 +23,10 @@ def test_the_printed_path_loads_into_a_running_server(tmp_path: Path) -> None:
         r.execute_command("MODULE", "LOAD", path)
         assert r.execute_command("ZCLUSTER.VERSION") == PROTOCOL
         with Cluster.from_urls(group.urls, prefix="clim:") as c:
-            assert c.insert([Insert("k", 1.0, "m")]).applied == [True]
+            assert c.insert([Insert("k", 1.0, "m")]).applied == [True]  # the server asked, by the script
+            assert c.insert([Insert("j", 1.0, "m")]).applied == [True]
             assert list(c._transport.native.values()) == [True]
+        assert r.info("commandstats")["cmdstat_zcluster.write"]["calls"] == 1
 
 
 def test_a_failing_compiler_is_one_error_line(tmp_path: Path) -> None:
