@@ -28,7 +28,7 @@ from zcluster._encode import Encoder, blob, listed_keys, positive
 from zcluster._encode import key_members as key_members_of
 from zcluster._reporting import Reporting
 from zcluster._scripts import Script
-from zcluster._topology import StandaloneTopology
+from zcluster._topology import Shard, StandaloneTopology
 from zcluster._transport import Transport, read
 from zcluster._writes import refusal
 from zcluster.errors import ConfigError, InvalidTupleError
@@ -205,12 +205,19 @@ class IncrementPlan:
                 s: [(*self._head(s), len(c.rkeys), *c.rkeys, c.kind, ttl, *c.argv) for c in cs]
                 for s, cs in calls.items()
             },
-            lambda shard, commands: self.transport.natively(shard, commands, self.sha, self.durability),
+            self._writer,
         )
 
+    def _writer(self, shard: Shard, commands: list[tuple[Any, ...]]) -> list[Any]:
+        # a standalone server is asked whether it has zcluster's Redis module (a Redis Cluster's redirects
+        # could reach a node without it: the script there)
+        if isinstance(self.transport.topology, StandaloneTopology):
+            return self.transport.natively(shard, commands, self.sha, self.durability)
+        return self.transport.writes(shard, commands, self.durability)
+
     def _head(self, shard_idx: int) -> tuple[str, ...]:
-        """A standalone server with zcluster's Redis module takes the script's arguments after the SHA as
-        ZCLUSTER.INCR (zcluster._server_module); a Redis Cluster's redirects could reach a node without it."""
+        """A standalone server known to have zcluster's Redis module takes the script's arguments after the
+        SHA as ZCLUSTER.INCR (zcluster._server_module)."""
         transport = self.transport
         if isinstance(transport.topology, StandaloneTopology) and transport.native_writes(
             transport.topology.shards[shard_idx]
