@@ -1,11 +1,12 @@
 """zcluster's Redis module (``module/zcluster_module.c``): its source, and building it into a shared library that
 ``redis-server --loadmodule`` (or Valkey's) loads.
 
-What it serves: ``ZCLUSTER.WRITE``, the 2P-set write of ``lua/write.lua`` as one native command, at a fraction
-of the script's server cost (bench/README.md), and ``ZCLUSTER.VERSION``, the protocol it speaks. A client
-sends it the calls it serves wherever a server answers :data:`PROTOCOL` (see :mod:`zcluster._writes`);
+What it serves: ``ZCLUSTER.WRITE`` and ``ZCLUSTER.INCR``, the scripts ``lua/write.lua`` (its calls without a
+bound, floors or a wait) and ``lua/incr.lua`` as native commands, at a fraction of their server cost
+(bench/README.md), and ``ZCLUSTER.VERSION``, the protocol it speaks. A client sends a standalone server the
+calls it serves once that server answered :data:`PROTOCOL` (:meth:`zcluster._transport.Transport.natively`);
 everything else, and every server without it, gets the scripts. Replicas and the AOF never need it: it
-replicates plain ZADD and ZREM.
+replicates plain commands.
 """
 
 from __future__ import annotations
