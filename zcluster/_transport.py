@@ -47,7 +47,7 @@ class Transport:
         self.scripts = scripts
         self.pipeline_calls = pipeline_calls
         self.refused: set[str] = set()  # names of optional scripts a server refused to load
-        self.native: dict[str, bool] = {}  # shard name -> whether it serves ZCLUSTER.WRITE (see native_writes)
+        self.native: dict[str, bool] = {}  # shard name -> whether it serves the module's commands (natively)
         self.guard: Any = None  # the layout guard of its shards (zcluster._guard), once installed
         self.successor = Successor()  # the transport of the layout a migration moved the store to
         self._pool: ThreadPoolExecutor | None = None

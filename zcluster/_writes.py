@@ -8,8 +8,9 @@ at a key its node does not serve (``|NOTLOCAL``, see ``lua/write.lua``) has the 
 slot per call.
 
 A standalone server with zcluster's Redis module (:mod:`zcluster._server_module`) gets the calls the module
-serves (no bound, no floors, no waits) as ``ZCLUSTER.WRITE``, the same arguments without the script's SHA; a
-server that answers it as an unknown command (restarted without the module) gets them again as the script.
+serves (no bound, no floors, no waits) as ``ZCLUSTER.WRITE``, the same arguments without the script's SHA,
+once it answered the client's protocol; a server that answers it as an unknown command (restarted without the
+module) or refuses it to the user gets them again as the script (:meth:`Transport.natively`).
 """
 
 from __future__ import annotations
