@@ -335,7 +335,9 @@ class ShardStats:
     refuses ``CLUSTER NODES``). A slot stays open
     while redis-cli moves it, and for good when redis-cli died mid-reshard: a call whose keys that migration
     split waits up to ``failover_timeout`` in TRYAGAIN, then fails (``redis-cli --cluster fix`` closes it).
-    ``error`` is set (and the other figures are None) when the shard did not answer.
+    ``module_version``: the protocol zcluster's Redis module on this server speaks (``ZCLUSTER.VERSION``; a
+    client uses the module where it is the client's own, :data:`zcluster._server_module.PROTOCOL`), None where
+    no module answers. ``error`` is set (and the other figures are None) when the shard did not answer.
     """
 
     shard: str
@@ -347,6 +349,7 @@ class ShardStats:
     script_loaded: bool | None = None
     version: str | None = None
     open_slots: tuple[str, ...] | None = None
+    module_version: int | None = None
     error: str | None = None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import redis
-from cli_helpers import fails, ok
+from cli_helpers import doc, fails, ok
 
 from zcluster import Cluster, Insert
 from zcluster._server_module import PROTOCOL
@@ -27,6 +27,9 @@ def test_the_printed_path_loads_into_a_running_server(tmp_path: Path) -> None:
             assert c.insert([Insert("j", 1.0, "m")]).applied == [True]
             assert list(c._transport.native.values()) == [True]
         assert r.info("commandstats")["cmdstat_zcluster.write"]["calls"] == 1
+        # an operator sees which servers have it
+        assert doc(["--url", group.urls[0], "info", "--no-scan"])["shards"][0]["module_version"] == PROTOCOL
+        assert f"v{PROTOCOL}" in ok(["--url", group.urls[0], "info", "--no-scan"]).stdout
 
 
 def test_a_failing_compiler_is_one_error_line(tmp_path: Path) -> None:

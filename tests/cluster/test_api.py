@@ -95,6 +95,7 @@ def test_stats_per_shard(any_cluster: Cluster) -> None:
     assert sorted(s.shard for s in stats) == sorted(any_cluster.shards)
     assert sum(s.keys or 0 for s in stats) == 20 and sum(s.removed_only or 0 for s in stats) == 1
     assert all(s.error is None and s.script_loaded and s.version for s in stats)
+    assert all(s.module_version is None for s in stats)  # these servers load no zcluster module
     assert all(s.keys is None for s in any_cluster.stats(scan=False))
 
 

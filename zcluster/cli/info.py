@@ -22,7 +22,8 @@ __all__ = ["info"]
 @json_option
 @pass_settings
 def info(settings: Settings, no_scan: bool) -> None:
-    """Per shard: Redis keys (DBSIZE), logical keys of the prefix, memory, write script loaded, version;
+    """Per shard: Redis keys (DBSIZE), logical keys of the prefix, memory, write script loaded, version, the
+    protocol of zcluster's Redis module where the server has it loaded ("-" without);
     on a Redis Cluster, the slots each master holds open for a migration (a warning names them).
 
     On a farm, the shards of every replica, named replica/host:port.
@@ -48,9 +49,9 @@ def info(settings: Settings, no_scan: bool) -> None:
             }
         )
     else:
-        columns = ("shard", "dbsize", "keys", "removed-only", "memory", "script", "version", "open-slots")
+        columns = ("shard", "dbsize", "keys", "removed-only", "memory", "script", "version", "module", "open-slots")
         rows = [
-            (s.shard, "-", "-", "-", "-", "-", "-", "-")
+            (s.shard, "-", "-", "-", "-", "-", "-", "-", "-")
             if s.error is not None
             else (
                 s.shard,
@@ -60,6 +61,7 @@ def info(settings: Settings, no_scan: bool) -> None:
                 s.used_memory_human,
                 "loaded" if s.script_loaded else "not loaded",
                 s.version,
+                "-" if s.module_version is None else f"v{s.module_version}",
                 "-" if s.open_slots is None else len(s.open_slots),
             )
             for s in stats
