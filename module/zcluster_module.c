@@ -320,6 +320,13 @@ static int fence_of(RedisModuleCtx *ctx, int sums, long long ttl, RedisModuleKey
     return KIND_MINE;
 }
 
+/* One increment's numbers, parsed once: its position (c, m, j) and its delta, a sum's or a counter's. */
+typedef struct {
+    double at[3];
+    double sum;
+    long long count;
+} Parsed;
+
 static int below(double c, double m, double j, const Fence *f) {
     return c < f->c || (c == f->c && (m < f->m || (m == f->m && j <= f->j)));
 }
@@ -357,27 +364,35 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (RM_StringToLongLong(a[1], &ttl) != RM_OK || ttl < 0)
         return RM_ReplyWithError(ctx, "ERR zcluster.incr: ttl must be a count of seconds");
     if (!distinct_pairs(keys, groups)) return RM_ReplyWithError(ctx, "ERR zcluster.incr: a group's two keys are one key");
-    /* The whole call read first: every group's count and every position and delta (nothing half-applied). */
+    /* The whole call read first, each position and delta parsed once (nothing half-applied): at most one
+     * increment per five arguments. */
+    Parsed *incs = RM_Alloc((size_t)(na / 5 + 1) * sizeof(Parsed));
+    const char *why = NULL;
     long long pos = 2, total = 0;
-    for (long long g = 0; g < groups; g++) {
+    for (long long g = 0; g < groups && why == NULL; g++) {
         long long n;
-        if (pos + 1 >= na || RM_StringToLongLong(a[pos + 1], &n) != RM_OK || n < 0 || n > (na - pos - 2) / 5)
-            return RM_ReplyWithError(ctx, "ERR zcluster.incr: a group's count is missing or past the arguments");
-        for (long long i = pos + 2; i < pos + 2 + 5 * n; i += 5) {
-            double v;
-            long long d;
+        if (pos + 1 >= na || RM_StringToLongLong(a[pos + 1], &n) != RM_OK || n < 0 || n > (na - pos - 2) / 5) {
+            why = "ERR zcluster.incr: a group's count is missing or past the arguments";
+            break;
+        }
+        for (long long i = pos + 2; i < pos + 2 + 5 * n && why == NULL; i += 5) {
+            Parsed *p = &incs[total++];
             for (int k = 0; k < 3; k++)
-                if (RM_StringToDouble(a[i + k], &v) != RM_OK || v < 0)
-                    return RM_ReplyWithError(ctx, "ERR zcluster.incr: a position is not three non-negative numbers");
-            if (sums ? RM_StringToDouble(a[i + 4], &v) != RM_OK : RM_StringToLongLong(a[i + 4], &d) != RM_OK)
-                return RM_ReplyWithError(ctx, "ERR zcluster.incr: a delta is not a number of the kind");
+                if (RM_StringToDouble(a[i + k], &p->at[k]) != RM_OK || p->at[k] < 0)
+                    why = "ERR zcluster.incr: a position is not three non-negative numbers";
+            if (sums ? RM_StringToDouble(a[i + 4], &p->sum) != RM_OK : RM_StringToLongLong(a[i + 4], &p->count) != RM_OK)
+                why = "ERR zcluster.incr: a delta is not a number of the kind";
         }
         pos += 2 + 5 * n;
-        total += n;
     }
-    if (pos != na) return RM_ReplyWithError(ctx, "ERR zcluster.incr: arguments past the last group");
+    if (why == NULL && pos != na) why = "ERR zcluster.incr: arguments past the last group";
+    if (why != NULL) {
+        RM_Free(incs);
+        return RM_ReplyWithError(ctx, why);
+    }
 
     char *out = RM_Alloc((size_t)total + 1);
+    long long at = 0; /* the next increment's place in incs */
     size_t done = 0;
     pos = 2;
     for (long long g = 0; g < groups; g++) {
@@ -393,8 +408,11 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         int kind = fence_of(ctx, sums, ttl, totals, ktotals, fences, kfences, source, &f);
         if (kind == KIND_BAD) {
             RM_Free(out);
+            RM_Free(incs);
             return RM_ReplyWithError(ctx, "ERR zcluster.incr: a fence that is not c:m:j:n");
         }
+        const Parsed *group = incs + at;
+        at += n;
         if (kind == KIND_OTHER) {
             for (long long i = 0; i < n; i++) out[done++] = 'k';
             RM_CloseKey(totals);
@@ -409,10 +427,8 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
                 out[done++] = 's';
                 continue;
             }
-            double c, m, j;
-            RM_StringToDouble(a[i], &c);
-            RM_StringToDouble(a[i + 1], &m);
-            RM_StringToDouble(a[i + 2], &j);
+            const Parsed *inc = &group[(i - first) / 5];
+            double c = inc->at[0], m = inc->at[1], j = inc->at[2];
             RedisModuleString *member = a[i + 3], *delta = a[i + 4];
             if (below(c, m, j, &f)) {
                 if (!checked && !moved) {
@@ -437,8 +453,7 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
             }
             int ok;
             if (sums) {
-                double d, before = 0, after;
-                RM_StringToDouble(delta, &d);
+                double d = inc->sum, before = 0, after;
                 ok = 1;
                 if (d >= HUGE_DELTA || d <= -HUGE_DELTA) {
                     RM_ZsetScore(totals, member, &before);
@@ -451,15 +466,15 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
                     RM_NotifyKeyspaceEvent(ctx, NOTIFY_ZSET, "zincr", ktotals);
                 }
             } else {
-                long long d, old = 0;
+                long long d = inc->count, old = 0;
                 RedisModuleString *got = NULL;
-                RM_StringToLongLong(delta, &d);
                 if (t == RM_KEYTYPE_HASH) RM_HashGet(totals, RM_HASH_NONE, member, &got, NULL);
                 if (got != NULL && RM_StringToLongLong(got, &old) != RM_OK) {
                     /* not this increment's fault: the call fails (as HINCRBY's error fails the script), its
                      * fence first covering what the group applied */
                     if (moved) advance(ctx, &f);
                     RM_Free(out);
+                    RM_Free(incs);
                     return RM_ReplyWithError(ctx, "ERR hash value is not an integer");
                 }
                 ok = !((old < 0 && d < 0 && d < (-9223372036854775807LL - 1) - old) ||
@@ -489,6 +504,7 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
                 totals = fences = NULL;
                 if (!expire(ctx, ktotals, ttl) || (f.at == fences_was && !expire(ctx, kfences, ttl))) {
                     RM_Free(out);
+                    RM_Free(incs);
                     return RM_ReplyWithError(ctx, "ERR zcluster.incr: EXPIRE refused the time to live");
                 }
             }
@@ -502,6 +518,7 @@ static int incr_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     }
     RM_ReplyWithStringBuffer(ctx, out, done);
     RM_Free(out);
+    RM_Free(incs);
     return RM_OK;
 }
 
