@@ -229,11 +229,12 @@ def server_side(sizes: tuple[int, int], spread: int, hot: int, select: tuple[str
     return {"workloads": out, "ratios": ratios}
 
 
-def _workload_names(family: str) -> list[str]:
-    """The workloads counted on the module's server: the script's 2P-set writes and the increments."""
-    assert family == "module"
-    shapes = [f"module{kind}/{shape}" for kind in ("", "-dirty", "-delete", "-incr") for shape in ("spread", "hot")]
-    return [*shapes, "module/unique", "module-tombstone/spread"]
+MODULE_WORKLOADS = (
+    *(f"module{kind}/{shape}" for kind in ("", "-dirty", "-delete", "-incr") for shape in ("spread", "hot")),
+    "module/unique",
+    "module-tombstone/spread",
+)
+"""The workloads counted on the module's server: the script's 2P-set writes and the increments."""
 
 
 def _count_workloads(
@@ -309,7 +310,7 @@ def _count_workloads(
     if family == "module":  # the module's server serves the 2P-set writes: named apart, the rest left out
         renamed = {"module" + name[len("script") :]: w for name, w in workloads.items() if name.startswith("script")}
         renamed |= {"module-" + name: w for name, w in workloads.items() if name.startswith("incr/")}
-        workloads = {name: w for name, w in renamed.items() if name in _workload_names("module")}
+        workloads = {name: w for name, w in renamed.items() if name in MODULE_WORKLOADS}
     for name, (make, _) in workloads.items():
         if select and not name.startswith(select):
             continue

@@ -12,6 +12,7 @@ import redis
 
 from zcluster._encode import score_pairs
 from zcluster._keys import ADD, KeyLayout
+from zcluster._server_module import version as module_version
 from zcluster._slots import NodeView
 from zcluster._topology import Shard, StandaloneTopology
 from zcluster._transport import SHARD_ERRORS, Transport
@@ -154,17 +155,8 @@ def shard_stats(layout: KeyLayout, write_sha: str, scan: bool, clustered: bool, 
         script_loaded=bool(client.script_exists(write_sha)[0]),
         version=f"{server.get('server_name', 'redis')} {version}",
         open_slots=_open_slots(client) if clustered else None,
-        module_version=_module_version(client),
+        module_version=module_version(client),
     )
-
-
-def _module_version(client: redis.Redis) -> int | None:
-    """What zcluster's Redis module answers ``ZCLUSTER.VERSION`` with; None without it (or not allowed it)."""
-    try:
-        answer = client.execute_command("ZCLUSTER.VERSION")
-    except redis.ResponseError:
-        return None
-    return answer if isinstance(answer, int) else None
 
 
 def _open_slots(client: redis.Redis) -> tuple[str, ...] | None:

@@ -16,9 +16,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import redis
+
 from zcluster.errors import ZClusterError
 
-__all__ = ["PROTOCOL", "build", "loadmodule", "source_dir"]
+__all__ = ["PROTOCOL", "build", "loadmodule", "source_dir", "version"]
 
 PROTOCOL = 1
 """What ``ZCLUSTER.VERSION`` answers when the module speaks this client's argument layout."""
@@ -35,6 +37,16 @@ def source_dir() -> Path:
         if (folder / _SOURCES[0]).is_file():
             return folder
     raise FileNotFoundError(f"zcluster's module source not found in {', '.join(str(p) for p in _SEARCH)}")
+
+
+def version(client: redis.Redis) -> int | None:
+    """What the module on ``client``'s server answers ``ZCLUSTER.VERSION`` with; None where no module answers
+    (an unknown command) or the user may not run it. Connection errors propagate."""
+    try:
+        answer = client.execute_command("ZCLUSTER.VERSION")
+    except redis.ResponseError:
+        return None
+    return answer if isinstance(answer, int) else None
 
 
 def _cache() -> Path:

@@ -26,6 +26,7 @@ from zcluster._moves import Successor
 from zcluster._pipelines import Command, SharedCommands
 from zcluster._scripts import Script
 from zcluster._server_module import PROTOCOL
+from zcluster._server_module import version as module_version
 from zcluster._topology import Shard, Topology
 from zcluster.errors import DurabilityError, ShardError
 from zcluster.types import Durability, ReadResult, ShardFailure
@@ -125,12 +126,9 @@ class Transport:
         module) or refuses to the user (an ACL changed) is sent again as the script, and the server gets
         the scripts from then on."""
         if shard.name not in self.native:
-            try:
-                answer = shard.client.execute_command("ZCLUSTER.VERSION")
-            except redis.ResponseError:  # an unknown command (no module), or a user not allowed to run it
-                answer = None
-            self.native[shard.name] = answer == PROTOCOL  # a shard error propagates: the writes would fail alike
-            if answer == PROTOCOL:
+            # a shard error propagates: the writes would fail alike
+            found = self.native[shard.name] = module_version(shard.client) == PROTOCOL
+            if found:
                 log.info("%s: writes go to its zcluster module", shard.name)
         replies = self.writes(shard, commands, durability)
         gone = [j for j, r in enumerate(replies) if commands[j][0] != "EVALSHA" and _not_served(r)]
